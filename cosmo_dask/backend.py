@@ -1,0 +1,165 @@
+"""Array backend: NumPy/CuPy dispatch, device detection and precision policy.
+
+Dispatch is always on the chunk type of the data (``x._meta`` for dask
+arrays), never on a global flag: a function given CuPy-backed chunks returns
+CuPy-backed results. CuPy is imported only when it is installed *and* asked
+for, so CPU-only machines never pay for (or fail on) the import.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import numpy as np
+
+from .errors import DeviceError, ParameterError
+
+Device = Literal["cpu", "gpu"]
+
+_PRECISIONS = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+# --------------------------------------------------------------------------- config
+def default_chunk_size() -> int:
+    """Particles per chunk, from dask config key ``cosmo_dask.chunk_size`` (default 2**20)."""
+    value = dask.config.get("cosmo_dask.chunk_size", 2**20)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 1:
+        raise ParameterError(
+            f"dask config 'cosmo_dask.chunk_size' must be a positive integer, got {value!r}"
+        )
+    return n
+
+
+def resolve_precision(precision: str | np.dtype | type | None = None) -> np.dtype:
+    """Return the floating dtype of the precision policy.
+
+    Parameters
+    ----------
+    precision : {"float32", "float64"}, numpy dtype or None
+        ``None`` takes dask config key ``cosmo_dask.precision`` (default
+        ``"float64"``). Every kernel computes in the dtype returned here.
+
+    Raises
+    ------
+    ParameterError
+        For anything other than float32 or float64.
+    """
+    if precision is None:
+        precision = dask.config.get("cosmo_dask.precision", "float64")
+    try:
+        dt = np.dtype(precision)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in _PRECISIONS:
+        raise ParameterError(f"precision must be 'float32' or 'float64', got {precision!r}")
+    return _PRECISIONS[dt.name]
+
+
+# --------------------------------------------------------------------------- devices
+def cupy_installed() -> bool:
+    """True when the ``cupy`` package can be found (does not import it)."""
+    return importlib.util.find_spec("cupy") is not None
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """Number of CUDA devices usable through CuPy; 0 when CuPy or a GPU is absent."""
+    if not cupy_installed():
+        return 0
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no driver, no device, broken install: all mean "no GPU"
+        return 0
+
+
+def gpu_available() -> bool:
+    """True when at least one CUDA GPU is usable through CuPy."""
+    return gpu_count() > 0
+
+
+def require_gpu(what: str = "this operation") -> Any:
+    """Import and return cupy, or raise DeviceError saying why it cannot be used."""
+    if not cupy_installed():
+        raise DeviceError(
+            f"{what} needs a GPU but CuPy is not installed; install the 'gpu' extra "
+            "(pip install 'cosmo_dask[gpu]') or use device='cpu'"
+        )
+    if gpu_count() == 0:
+        raise DeviceError(f"{what} needs a GPU but no CUDA device is visible; use device='cpu'")
+    import cupy
+
+    return cupy
+
+
+# --------------------------------------------------------------------------- dispatch
+def _is_cupy_type(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "cupy"
+
+
+def array_module(x: Any):
+    """Return ``numpy`` or ``cupy`` for an array or a dask array (from its ``_meta``)."""
+    chunk = x._meta if isinstance(x, da.Array) else x
+    if _is_cupy_type(chunk):
+        import cupy
+
+        return cupy
+    return np
+
+
+def device_of(x: Any) -> Device:
+    """``"gpu"`` for CuPy arrays or CuPy-backed dask arrays, else ``"cpu"``."""
+    return "gpu" if array_module(x) is not np else "cpu"
+
+
+def check_device(device: str) -> Device:
+    if device not in ("cpu", "gpu"):
+        raise ParameterError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    return device  # type: ignore[return-value]
+
+
+def _to_numpy_chunk(block):
+    return block.get() if _is_cupy_type(block) else np.asarray(block)
+
+
+def _to_cupy_chunk(block):
+    import cupy
+
+    return cupy.asarray(block)
+
+
+def to_device(arr: Any, device: Device) -> Any:
+    """Move an array to ``device``.
+
+    Dask arrays stay lazy: each chunk is converted when computed and ``meta``
+    is set to the target chunk type. NumPy/CuPy arrays are converted eagerly.
+    Arrays already on ``device`` are returned unchanged.
+    """
+    device = check_device(device)
+    if device_of(arr) == device:
+        return arr
+    if device == "gpu":
+        cupy = require_gpu("to_device(..., 'gpu')")
+        if isinstance(arr, da.Array):
+            meta = cupy.empty((0,) * arr.ndim, dtype=arr.dtype)
+            return arr.map_blocks(_to_cupy_chunk, dtype=arr.dtype, meta=meta)
+        return cupy.asarray(arr)
+    if isinstance(arr, da.Array):
+        meta = np.empty((0,) * arr.ndim, dtype=arr.dtype)
+        return arr.map_blocks(_to_numpy_chunk, dtype=arr.dtype, meta=meta)
+    return _to_numpy_chunk(arr)
+
+
+def empty_meta(like: Any, ndim: int, dtype) -> Any:
+    """A zero-size array of the same module as ``like`` (for ``meta=`` arguments)."""
+    xp = array_module(like)
+    return xp.empty((0,) * ndim, dtype=dtype)

@@ -1,0 +1,211 @@
+"""Connecting to a Dask cluster: an existing scheduler, a LocalCUDACluster or a LocalCluster.
+
+``connect()`` picks, in order:
+
+1. an explicit ``address`` or ``scheduler_file``;
+2. the ``COSMO_DASK_SCHEDULER`` environment variable (an address, or a path to
+   a scheduler file), then dask config ``cosmo_dask.scheduler``;
+3. a ``dask_cuda.LocalCUDACluster`` (one worker per GPU) when ``gpu`` is
+   "auto" or True and a GPU, CuPy and dask-cuda are present;
+4. a ``distributed.LocalCluster``.
+
+The returned client closes a cluster it started when it is closed (use it as a
+context manager), and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import dask
+
+from .backend import gpu_available
+from .errors import ClusterError, DeviceError, ParameterError
+
+ENV_VAR = "COSMO_DASK_SCHEDULER"
+
+
+def _dask_cuda_installed() -> bool:
+    return importlib.util.find_spec("dask_cuda") is not None
+
+
+def _owning_client(cluster, quiet: bool):
+    """A Client that also closes ``cluster`` when it is closed."""
+    from distributed import Client
+
+    class _ClusterClient(Client):
+        def close(self, *args, **kwargs):
+            try:
+                return super().close(*args, **kwargs)
+            finally:
+                cluster.close()
+
+    try:
+        client = _ClusterClient(cluster)
+    except BaseException:
+        cluster.close()
+        raise
+    return client
+
+
+def _resolve_target(address, scheduler_file):
+    if address is not None and scheduler_file is not None:
+        raise ParameterError("give either address or scheduler_file, not both")
+    if address is not None or scheduler_file is not None:
+        return address, scheduler_file
+    env = os.environ.get(ENV_VAR) or dask.config.get("cosmo_dask.scheduler", None)
+    if env:
+        if "://" in env or (":" in env and not os.path.exists(env)):
+            return env, None
+        return None, env
+    return None, None
+
+
+def _local_cuda_cluster(n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **kwargs):
+    from dask_cuda import LocalCUDACluster
+
+    options: dict[str, Any] = dict(kwargs)
+    if n_workers is not None:
+        options["n_workers"] = n_workers
+    if threads_per_worker is not None:
+        options["threads_per_worker"] = threads_per_worker
+    if rmm_pool_size is not None or rmm_cupy:
+        if importlib.util.find_spec("rmm") is None:
+            raise ClusterError(
+                "an RMM pool or the CuPy-through-RMM allocator was asked for but the 'rmm' "
+                "package is not installed (pip install rmm-cu12), or leave rmm_pool_size unset"
+            )
+        if rmm_pool_size is not None:
+            options["rmm_pool_size"] = rmm_pool_size
+        if rmm_cupy:
+            options["rmm_allocator_external_lib_list"] = ["cupy"]
+    return LocalCUDACluster(**options)
+
+
+def connect(
+    address: str | None = None,
+    *,
+    scheduler_file: str | os.PathLike | None = None,
+    gpu: bool | str = "auto",
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    rmm_pool_size: str | int | None = None,
+    rmm_cupy: bool = False,
+    quiet: bool = False,
+    **cluster_kwargs,
+):
+    """Connect to (or start) a Dask cluster and return a ``distributed.Client``.
+
+    Parameters
+    ----------
+    address : str, optional
+        Scheduler address, e.g. ``"tcp://10.0.0.5:8786"``.
+    scheduler_file : path, optional
+        A scheduler file written by ``dask scheduler --scheduler-file``.
+    gpu : {"auto", True, False}
+        For a new local cluster: "auto" starts a LocalCUDACluster when a GPU and
+        dask-cuda are present, True requires it (DeviceError otherwise), False
+        starts a CPU LocalCluster. Ignored when connecting to an existing scheduler.
+    n_workers, threads_per_worker : int, optional
+        For a new local cluster (default: one worker per GPU, or dask's CPU default).
+    rmm_pool_size : str or int, optional
+        GPU only: an RMM memory pool per worker (e.g. "20GB"); needs ``rmm``.
+    rmm_cupy : bool
+        GPU only: route CuPy allocations through RMM.
+    quiet : bool
+        Do not print the dashboard link.
+    **cluster_kwargs
+        Passed to the LocalCluster / LocalCUDACluster constructor.
+
+    Returns
+    -------
+    distributed.Client
+        Use it as a context manager; closing it also closes a cluster it started.
+    """
+    from distributed import Client, LocalCluster
+
+    if gpu not in ("auto", True, False):
+        raise ParameterError(f"gpu must be 'auto', True or False, got {gpu!r}")
+    for label, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ParameterError(f"{label} must be a positive integer, got {value!r}")
+
+    target, sched_file = _resolve_target(address, scheduler_file)
+    if target is not None or sched_file is not None:
+        if sched_file is not None and not os.path.exists(sched_file):
+            raise ClusterError(f"scheduler file {sched_file} does not exist")
+        try:
+            client = Client(
+                target,
+                scheduler_file=None if sched_file is None else str(sched_file),
+                timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
+            )
+        except OSError as exc:
+            raise ClusterError(
+                f"cannot reach the Dask scheduler at {target or sched_file}: {exc}"
+            ) from None
+    else:
+        use_gpu = False
+        if gpu is True:
+            if not gpu_available():
+                raise DeviceError(
+                    "connect(gpu=True): no CUDA GPU is visible (or CuPy is not "
+                    "installed); use gpu='auto' or gpu=False"
+                )
+            if not _dask_cuda_installed():
+                raise DeviceError(
+                    "connect(gpu=True): dask-cuda is not installed; pip install 'cosmo_dask[gpu]'"
+                )
+            use_gpu = True
+        elif gpu == "auto":
+            use_gpu = _dask_cuda_installed() and gpu_available()
+        if use_gpu:
+            cluster = _local_cuda_cluster(
+                n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **cluster_kwargs
+            )
+        else:
+            if rmm_pool_size is not None or rmm_cupy:
+                raise ParameterError("rmm_pool_size/rmm_cupy apply only to a GPU cluster")
+            options = dict(cluster_kwargs)
+            if n_workers is not None:
+                options["n_workers"] = n_workers
+            if threads_per_worker is not None:
+                options["threads_per_worker"] = threads_per_worker
+            options.setdefault("dashboard_address", ":0")
+            cluster = LocalCluster(**options)
+        client = _owning_client(cluster, quiet)
+    if not quiet:
+        print(
+            f"cosmo_dask: connected to {client.scheduler.address} "
+            f"({len(client.scheduler_info().get('workers', {}))} workers); "
+            f"dashboard: {client.dashboard_link}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return client
+
+
+def describe(client) -> dict[str, Any]:
+    """Workers, threads, GPUs and memory of the cluster behind ``client``."""
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    n_gpus = sum(
+        len(w.get("gpu", {}).get("name", []) or []) if isinstance(w.get("gpu"), dict) else 0
+        for w in workers.values()
+    )
+    return {
+        "scheduler": info.get("address"),
+        "workers": len(workers),
+        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+        "memory_bytes": sum(w.get("memory_limit", 0) or 0 for w in workers.values()),
+        "dashboard": client.dashboard_link,
+        "gpu_workers": n_gpus,
+    }
+
+
+__all__ = ["connect", "describe", "ENV_VAR", "DeviceError"]

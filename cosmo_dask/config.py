@@ -1,0 +1,22 @@
+"""Defaults cosmo_dask registers in the dask config (``dask.config.get("cosmo_dask....")``).
+
+``cosmo_dask.chunk_size``   particles per chunk of new arrays (2**20)
+``cosmo_dask.precision``    default floating precision of kernels and generators ("float64")
+``cosmo_dask.scheduler``    address used by ``connect()`` when none is given (None; the
+                            ``COSMO_DASK_SCHEDULER`` environment variable wins over it)
+
+Override with ``dask.config.set({"cosmo_dask.chunk_size": 2**22})``, a YAML file in
+``~/.config/dask/`` or the environment variable ``DASK_COSMO_DASK__CHUNK_SIZE``.
+"""
+
+import dask
+
+DEFAULTS = {
+    "cosmo_dask": {
+        "chunk_size": 2**20,
+        "precision": "float64",
+        "scheduler": None,
+    }
+}
+
+dask.config.update_defaults(DEFAULTS)

@@ -1,0 +1,46 @@
+"""Computing dask collections with an optional progress display.
+
+With an active ``distributed.Client`` the work runs there and progress is
+shown with distributed's text/notebook progress bar; otherwise the local
+scheduler runs it under ``dask.diagnostics.ProgressBar``. Whether progress is
+shown defaults to dask config ``cosmo_dask.progress`` (the CLI turns it on).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import dask
+
+
+def active_client():
+    """The current distributed Client, or None."""
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def compute(*collections, label: str | None = None, show: bool | None = None):
+    """``dask.compute`` that shows progress when asked; returns the results tuple."""
+    if show is None:
+        show = bool(dask.config.get("cosmo_dask.progress", False))
+    client = active_client()
+    if label and show:
+        print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
+    if client is not None:
+        futures = client.compute(list(collections))
+        if show:
+            from distributed import progress
+
+            progress(futures, notebook=False)
+            print(file=sys.stderr, flush=True)
+        return tuple(client.gather(futures))
+    if show:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=sys.stderr, minimum=0.5):
+            return dask.compute(*collections)
+    return dask.compute(*collections)

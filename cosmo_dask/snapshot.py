@@ -1,0 +1,548 @@
+"""The Snapshot: particle arrays as chunked dask arrays, stored as a Zarr v3 group.
+
+Layout (see ``docs/format.md``)::
+
+    snapshot.zarr/
+      zarr.json   attrs: format="cosmo_dask.snapshot", format_version=1, box_size,
+                  scale_factor, redshift, cosmology, units, particle_mass,
+                  lagrangian_shape, G, n_particles
+      pos  (N, 3) float32|float64     chunks (C, 3)
+      vel  (N, 3) float32|float64     optional
+      ids  (N,)   int64|uint64        optional
+      mass (N,)   float32|float64     optional
+
+Opening reads only ``zarr.json`` files; particle data are read by the dask
+tasks that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+from dask.base import tokenize
+
+from . import __version__
+from .atomic import atomic_directory, is_remote, local_path
+from .backend import check_device, default_chunk_size, device_of, to_device
+from .errors import SnapshotError
+from .progress import compute as compute_with_progress
+from .validation import (
+    ARRAY_SCHEMA,
+    FORMAT,
+    FORMAT_VERSION,
+    SUPPORTED_VERSIONS,
+    ValidationReport,
+    check_array_meta,
+    check_metadata,
+    checked_array,
+    full_report,
+    wrapped_positions,
+)
+from .zarr_read import read_array
+
+ARRAY_NAMES = tuple(ARRAY_SCHEMA)
+ATTR_NAMES = (
+    "box_size",
+    "scale_factor",
+    "redshift",
+    "cosmology",
+    "units",
+    "particle_mass",
+    "lagrangian_shape",
+    "G",
+)
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numpy scalars/arrays and tuples into plain JSON types."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _row_chunks(chunks: int | None) -> int:
+    if chunks is None:
+        return default_chunk_size()
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise SnapshotError(f"chunks must be a positive number of particles, got {chunks!r}")
+    return int(chunks)
+
+
+def _as_dask(name: str, x: Any, rows: int | None) -> da.Array:
+    """Any NumPy/CuPy/dask/array-like input -> dask array chunked along axis 0 only."""
+    if not isinstance(x, da.Array):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            x = np.asarray(x)
+        chunk = rows or default_chunk_size()
+        x = da.from_array(
+            x,
+            chunks=(chunk,) + tuple(x.shape[1:]),
+            asarray=False,
+            name=f"from-array-{name}-{tokenize(x)}",
+        )
+    elif rows is not None or any(len(c) > 1 for c in x.chunks[1:]):
+        x = x.rechunk((rows or x.chunks[0][0],) + tuple(-1 for _ in x.shape[1:]))
+    return x
+
+
+class Snapshot:
+    """Particles of one simulation output as chunked dask arrays plus metadata.
+
+    Create with :func:`open_snapshot`, :meth:`from_arrays`, the generators in
+    :mod:`cosmo_dask.models` or :func:`cosmo_dask.io.from_gadget_hdf5`.
+
+    Attributes
+    ----------
+    pos, vel : dask.array.Array
+        (N, 3) positions (``units["length"]``) and velocities; ``vel`` may be None.
+    ids : dask.array.Array or None
+        (N,) integer ids; on a Lagrangian grid ``id = (i*ny + j)*nz + k``.
+    mass : dask.array.Array or None
+        (N,) masses; None when all particles share ``particle_mass``.
+    """
+
+    def __init__(
+        self,
+        arrays: Mapping[str, da.Array],
+        attrs: Mapping[str, Any],
+        *,
+        source: str | None = None,
+        check_values: bool = False,
+    ):
+        self._arrays = {k: v for k, v in arrays.items() if v is not None}
+        self._attrs = {k: attrs.get(k) for k in ATTR_NAMES}
+        self._source = source
+        self._check_values = check_values
+        self._checked: dict[str, da.Array] = {}
+        shapes = {k: (v.shape, v.dtype) for k, v in self._arrays.items()}
+        self._n = check_metadata(shapes, self._attrs, source)
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_arrays(
+        cls,
+        pos,
+        vel=None,
+        ids=None,
+        mass=None,
+        *,
+        box_size=None,
+        particle_mass=None,
+        lagrangian_shape=None,
+        scale_factor=None,
+        cosmology=None,
+        units=None,
+        G=None,
+        chunks=None,
+    ) -> Snapshot:
+        """Build a snapshot from in-memory (NumPy/CuPy) or dask arrays.
+
+        Shapes, dtypes and attributes are checked here; values (finite, inside
+        the box, positive masses) by :meth:`validate` with ``full=True`` and when
+        written by :meth:`to_zarr`.
+
+        Parameters
+        ----------
+        pos : array_like, (N, 3)
+            Positions, in ``units["length"]``; periodic snapshots need [0, box_size).
+        vel, ids, mass : array_like, optional
+            (N, 3) velocities, (N,) integer ids, (N,) masses.
+        box_size : float, optional
+            Side of the periodic box; None (default) for an isolated system.
+        particle_mass : float, optional
+            Mass of every particle, when no ``mass`` array is given.
+        lagrangian_shape : (int, int, int), optional
+            Lagrangian grid the ids index (product must equal N).
+        scale_factor : float, optional
+            Cosmological scale factor a; ``redshift`` is 1/a - 1.
+        cosmology, units : dict, optional
+            ``{Omega_m, Omega_b, Omega_L, h, sigma8, n_s}`` and ``{length, velocity, mass}``.
+        G : float, optional
+            Gravitational constant in the snapshot's units.
+        chunks : int, optional
+            Particles per chunk (default: dask config ``cosmo_dask.chunk_size``);
+            dask inputs keep their chunking unless this is given.
+        """
+        rows = None if chunks is None else _row_chunks(chunks)
+        arrays = {}
+        for name, x in (("pos", pos), ("vel", vel), ("ids", ids), ("mass", mass)):
+            if x is None:
+                continue
+            if not hasattr(x, "shape"):
+                x = np.asarray(x)
+            check_array_meta(name, tuple(x.shape), x.dtype)
+            arrays[name] = x
+        if "pos" not in arrays:
+            raise SnapshotError("snapshot: 'pos' is required: (N, 3) positions")
+        n = arrays["pos"].shape[0]
+        for name, x in arrays.items():
+            if x.shape[0] != n:
+                raise SnapshotError(
+                    f"snapshot: array '{name}' has {x.shape[0]} rows but 'pos' has {n}; "
+                    "all particle arrays must have the same length"
+                )
+        if rows is None and not isinstance(arrays["pos"], da.Array):
+            rows = default_chunk_size()
+        pos_d = _as_dask("pos", arrays["pos"], rows)
+        rows = rows or pos_d.chunks[0][0]
+        darrays = {k: (pos_d if k == "pos" else _as_dask(k, v, rows)) for k, v in arrays.items()}
+        # all arrays share pos's chunking along axis 0
+        for k, v in darrays.items():
+            if v.chunks[0] != pos_d.chunks[0]:
+                darrays[k] = v.rechunk((pos_d.chunks[0],) + v.chunks[1:])
+        attrs = {
+            "box_size": None if box_size is None else float(box_size),
+            "scale_factor": None if scale_factor is None else float(scale_factor),
+            "redshift": None if scale_factor is None else 1.0 / float(scale_factor) - 1.0,
+            "cosmology": None if cosmology is None else _jsonable(dict(cosmology)),
+            "units": None if units is None else {str(k): str(v) for k, v in dict(units).items()},
+            "particle_mass": None if particle_mass is None else particle_mass,
+            "lagrangian_shape": None if lagrangian_shape is None else list(lagrangian_shape),
+            "G": G,
+        }
+        for key in ("particle_mass", "G"):
+            if isinstance(attrs[key], (np.floating, np.integer)):
+                attrs[key] = attrs[key].item()
+        return cls(darrays, attrs)
+
+    # ---------------------------------------------------------------- arrays
+    def _get(self, name: str) -> da.Array | None:
+        arr = self._arrays.get(name)
+        if arr is None or not self._check_values:
+            return arr
+        if name not in self._checked:
+            self._checked[name] = checked_array(arr, name, self.box_size, self._source)
+        return self._checked[name]
+
+    @property
+    def pos(self) -> da.Array:
+        """(N, 3) positions, dask array (NumPy or CuPy chunks)."""
+        return self._get("pos")
+
+    @property
+    def vel(self) -> da.Array | None:
+        """(N, 3) velocities or None."""
+        return self._get("vel")
+
+    @property
+    def ids(self) -> da.Array | None:
+        """(N,) integer ids or None."""
+        return self._get("ids")
+
+    @property
+    def mass(self) -> da.Array | None:
+        """(N,) masses or None (then every particle has ``particle_mass``)."""
+        return self._get("mass")
+
+    @property
+    def arrays(self) -> dict[str, da.Array]:
+        """The present particle arrays by name (pos, vel, ids, mass)."""
+        return {k: self._get(k) for k in ARRAY_NAMES if k in self._arrays}
+
+    def particle_masses(self) -> da.Array:
+        """(N,) masses as a dask array: the ``mass`` array or ``particle_mass`` broadcast.
+
+        Raises SnapshotError when the snapshot carries neither.
+        """
+        if self.mass is not None:
+            return self.mass
+        if self.particle_mass is None:
+            raise SnapshotError(
+                f"{self._source or 'snapshot'}: has no 'mass' array and no "
+                "'particle_mass' attribute; masses are unknown"
+            )
+        pos = self._arrays["pos"]
+        const = da.full(pos.shape[:1], self.particle_mass, dtype=pos.dtype, chunks=(pos.chunks[0],))
+        return to_device(const, self.device)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """A copy of the snapshot attributes."""
+        return json.loads(json.dumps(self._attrs))
+
+    @property
+    def source(self) -> str | None:
+        """Path the snapshot was opened from (None for in-memory snapshots)."""
+        return self._source
+
+    @property
+    def n_particles(self) -> int:
+        return self._n
+
+    @property
+    def box_size(self) -> float | None:
+        """Periodic box side; None for an isolated system."""
+        return self._attrs["box_size"]
+
+    @property
+    def periodic(self) -> bool:
+        return self.box_size is not None
+
+    @property
+    def scale_factor(self) -> float | None:
+        return self._attrs["scale_factor"]
+
+    @property
+    def redshift(self) -> float | None:
+        z = self._attrs.get("redshift")
+        if z is None and self.scale_factor is not None:
+            z = 1.0 / self.scale_factor - 1.0
+        return z
+
+    @property
+    def cosmology(self) -> dict | None:
+        c = self._attrs["cosmology"]
+        return None if c is None else dict(c)
+
+    @property
+    def units(self) -> dict | None:
+        u = self._attrs["units"]
+        return None if u is None else dict(u)
+
+    @property
+    def particle_mass(self) -> float | None:
+        return self._attrs["particle_mass"]
+
+    @property
+    def lagrangian_shape(self) -> tuple[int, int, int] | None:
+        s = self._attrs["lagrangian_shape"]
+        return None if s is None else tuple(int(v) for v in s)
+
+    @property
+    def G(self) -> float | None:  # noqa: N802 (physics symbol)
+        return self._attrs["G"]
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Particles per chunk (the chunking of axis 0 shared by all arrays)."""
+        return self._arrays["pos"].chunks[0]
+
+    @property
+    def device(self) -> str:
+        """'gpu' when the arrays have CuPy chunks, else 'cpu'."""
+        return device_of(self._arrays["pos"])
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self._arrays.values()))
+
+    def __repr__(self) -> str:
+        arrays = ", ".join(f"{k}{tuple(v.shape)} {v.dtype}" for k, v in self._arrays.items())
+        box = "isolated" if self.box_size is None else f"box {self.box_size:g}"
+        src = f" from {self._source}" if self._source else ""
+        return (
+            f"<Snapshot N={self._n} {box} [{arrays}] {len(self.chunks)} chunks "
+            f"on {self.device}{src}>"
+        )
+
+    # ---------------------------------------------------------------- transforms
+    def _replace(self, arrays: Mapping[str, da.Array]) -> Snapshot:
+        return Snapshot(arrays, self._attrs, source=self._source, check_values=self._check_values)
+
+    def to_device(self, device: str) -> Snapshot:
+        """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
+        device = check_device(device)
+        return self._replace({k: to_device(v, device) for k, v in self._arrays.items()})
+
+    def rechunk(self, chunks: int) -> Snapshot:
+        """The same snapshot with ``chunks`` particles per chunk (lazy)."""
+        rows = _row_chunks(chunks)
+        return self._replace({k: v.rechunk((rows,) + v.shape[1:]) for k, v in self._arrays.items()})
+
+    # ---------------------------------------------------------------- validation
+    def validate(self, full: bool = False, *, raise_errors: bool = True) -> ValidationReport:
+        """Check the snapshot.
+
+        ``full=False`` checks what construction already checked (metadata: no
+        data read). ``full=True`` also reads everything: finite values,
+        positions inside [0, box_size) when periodic, masses > 0 and unique ids.
+
+        Raises
+        ------
+        SnapshotError
+            Listing every problem found, unless ``raise_errors=False`` (then the
+            report's ``problems`` holds them).
+        """
+        if full:
+            raw = Snapshot(self._arrays, self._attrs, source=self._source, check_values=False)
+            report = full_report(raw)
+        else:
+            report = ValidationReport(n_particles=self._n, full=False)
+        if raise_errors and not report.ok:
+            raise SnapshotError("; ".join(report.problems))
+        return report
+
+    # ---------------------------------------------------------------- output
+    def to_xarray(self):
+        """An ``xarray.Dataset`` over dims (``particle``, ``axis``) holding the dask arrays."""
+        import xarray as xr
+
+        data = {}
+        for name, arr in self.arrays.items():
+            dims = ("particle", "axis") if arr.ndim == 2 else ("particle",)
+            data[name] = (dims, arr)
+        attrs = {k: v for k, v in self.attrs.items() if v is not None}
+        return xr.Dataset(data, coords={"axis": ["x", "y", "z"]}, attrs=attrs)
+
+    def store_attrs(self) -> dict[str, Any]:
+        """The attributes written to ``zarr.json`` (format header included)."""
+        attrs = {"format": FORMAT, "format_version": FORMAT_VERSION}
+        attrs.update(_jsonable(self._attrs))
+        attrs["n_particles"] = self._n
+        attrs["created_by"] = f"cosmo_dask {__version__}"
+        return attrs
+
+    def to_zarr(
+        self,
+        path: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        compressor: str | None = None,
+        progress: bool | None = None,
+    ) -> str:
+        """Write the snapshot as a Zarr v3 store, atomically.
+
+        Values are checked while writing (finite, inside the box, masses > 0);
+        a failed or interrupted write leaves nothing at ``path`` (and an existing
+        store there untouched).
+
+        Parameters
+        ----------
+        path : str or path-like
+            Target directory (local or shared filesystem).
+        overwrite : bool
+            Replace an existing store at ``path`` (only once the new one is complete).
+        compressor : {None, "zstd", "blosc"}
+            Chunk compression. Default None: particle coordinates are nearly
+            incompressible and uncompressed chunks read fastest.
+        progress : bool, optional
+            Show a progress bar (default: dask config ``cosmo_dask.progress``).
+
+        Returns
+        -------
+        str
+            The path written.
+        """
+        from .zarr_write import codecs_for, create_arrays
+
+        compressors = codecs_for(compressor)
+        sources, names = [], []
+        for name, arr in self._arrays.items():
+            arr = to_device(arr, "cpu")
+            if len(set(arr.chunks[0][:-1])) > 1 or (
+                len(arr.chunks[0]) > 1 and arr.chunks[0][-1] > arr.chunks[0][0]
+            ):
+                arr = arr.rechunk((max(arr.chunks[0]),) + arr.shape[1:])
+            sources.append(checked_array(arr, name, self.box_size, self._source))
+            names.append(name)
+        with atomic_directory(path, overwrite=overwrite, what="snapshot store") as tmp:
+            group = zarr.open_group(
+                str(tmp), mode="w", zarr_format=3, attributes=self.store_attrs()
+            )
+            targets = create_arrays(group, names, sources, compressors)
+            stored = da.store(sources, targets, lock=False, compute=False)
+            compute_with_progress(stored, label=f"writing {path}", show=progress)
+        return str(local_path(path))
+
+
+# ------------------------------------------------------------------------------- open
+def _check_store_path(path) -> None:
+    p = local_path(path)
+    if not p.exists():
+        raise SnapshotError(f"{p}: no such snapshot store (path does not exist)")
+    if p.is_file():
+        raise SnapshotError(f"{p}: is a file; a snapshot store is a Zarr v3 directory")
+    if (p / ".zgroup").exists() or (p / ".zarray").exists():
+        raise SnapshotError(
+            f"{p}: is a Zarr v2 store; cosmo_dask reads Zarr v3 snapshot stores "
+            "(convert with zarr 3, or re-create it with cosmo_dask)"
+        )
+    if not (p / "zarr.json").exists():
+        raise SnapshotError(
+            f"{p}: not a cosmo_dask snapshot store (no zarr.json: not a Zarr v3 group)"
+        )
+
+
+def open_snapshot(
+    path: str | os.PathLike,
+    *,
+    device: str = "cpu",
+    chunks: int | None = None,
+    wrap: bool = False,
+    check: bool = True,
+    storage_options: dict | None = None,
+) -> Snapshot:
+    """Open a snapshot store lazily (reads metadata only).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The store directory (or an fsspec URL, read through zarr).
+    device : {"cpu", "gpu"}
+        Chunk type of the returned arrays: NumPy or CuPy.
+    chunks : int, optional
+        Particles per dask chunk; default: the store's own chunking.
+    wrap : bool
+        Wrap periodic positions into [0, box_size) while reading (instead of
+        raising for positions outside the box).
+    check : bool
+        Check each chunk's values when it is computed (finite, inside the box,
+        masses > 0); a bad chunk raises SnapshotError naming the particle.
+
+    Raises
+    ------
+    SnapshotError
+        Missing path, a file, a Zarr v2 store, not a cosmo_dask store, an
+        unknown format_version, missing ``pos``, wrong shapes/dtypes/lengths,
+        or inconsistent attributes.
+    """
+    device = check_device(device)
+    rows = None if chunks is None else _row_chunks(chunks)
+    remote = is_remote(path)
+    if not remote:
+        _check_store_path(path)
+    src = str(path) if remote else str(local_path(path))
+    try:
+        group = zarr.open_group(src, mode="r", storage_options=storage_options)
+    except Exception as exc:  # zarr raises many types for unreadable stores
+        raise SnapshotError(f"{src}: not a readable Zarr v3 group ({exc})") from None
+    if not isinstance(group, zarr.Group):
+        raise SnapshotError(f"{src}: is a Zarr array, not a cosmo_dask snapshot group")
+    attrs = dict(group.attrs)
+    fmt = attrs.get("format")
+    if fmt != FORMAT:
+        raise SnapshotError(
+            f"{src}: not a cosmo_dask snapshot store (attribute 'format' is {fmt!r}, "
+            f"expected {FORMAT!r})"
+        )
+    version = attrs.get("format_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise SnapshotError(
+            f"{src}: format_version {version!r} is not supported; this cosmo_dask reads "
+            f"version(s) {', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade cosmo_dask?)"
+        )
+    members = {name: arr for name, arr in group.arrays() if name in ARRAY_NAMES}
+    shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
+    check_metadata(shapes, attrs, src)
+    arrays = {name: read_array(arr, name, src, rows) for name, arr in members.items()}
+    if wrap and attrs.get("box_size") is not None:
+        arrays["pos"] = wrapped_positions(arrays["pos"], float(attrs["box_size"]))
+    if device == "gpu":
+        arrays = {k: to_device(v, "gpu") for k, v in arrays.items()}
+    return Snapshot(arrays, attrs, source=src, check_values=check)
+
+
+__all__ = ["Snapshot", "open_snapshot", "ARRAY_NAMES"]
