@@ -13,21 +13,28 @@ import sys
 import dask
 
 
-def active_client():
-    """The current distributed Client, or None."""
-    try:
-        from distributed import get_client
+def active_client(*collections):
+    """The distributed Client dask would use for ``collections`` now, or None.
 
-        return get_client()
-    except (ImportError, ValueError):
+    Follows dask's own scheduler resolution, so ``dask.config.set(scheduler=...)``
+    and ``compute(scheduler=...)`` choices are respected.
+    """
+    from dask.base import get_scheduler
+
+    scheduler = get_scheduler(collections=list(collections) or None)
+    owner = getattr(scheduler, "__self__", None)
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover - distributed is a core dependency
         return None
+    return owner if isinstance(owner, Client) else None
 
 
 def compute(*collections, label: str | None = None, show: bool | None = None):
     """``dask.compute`` that shows progress when asked; returns the results tuple."""
     if show is None:
         show = bool(dask.config.get("cosmo_dask.progress", False))
-    client = active_client()
+    client = active_client(*collections)
     if label and show:
         print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
     if client is not None:

@@ -1,0 +1,66 @@
+"""Shared fixtures: a real distributed cluster, raw-store writers, GPU skipping."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+
+def _has_gpu() -> bool:
+    from cosmo_dask.backend import gpu_available
+
+    return gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A distributed LocalCluster with two single-threaded in-process workers."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def write_raw_store(path, arrays: dict, attrs: dict | None, *, zarr_format: int = 3,
+                    chunks: int = 64):
+    """Write a Zarr group directly (no cosmo_dask validation): for malformed-store tests."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    if attrs is not None:
+        group.attrs.update(attrs)
+    for name, data in arrays.items():
+        data = np.asarray(data)
+        arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
+                                 chunks=(chunks,) + data.shape[1:], compressors=None)
+        arr[...] = data
+    return path
+
+
+def good_attrs(**extra):
+    attrs = {"format": "cosmo_dask.snapshot", "format_version": 1, "box_size": None}
+    attrs.update(extra)
+    return attrs
+
+
+def read_json(path):
+    with open(os.path.join(path, "zarr.json")) as f:
+        return json.load(f)
