@@ -9,7 +9,9 @@ import pytest
 from cosmo_dask import Snapshot, SnapshotError, open_snapshot
 
 
-def _exploding_pos(n=1000, rows=100, fail_at=7, exc=RuntimeError("disk on fire")):
+def _exploding_pos(n=1000, rows=100, fail_at=7, exc=None):
+    exc = RuntimeError("disk on fire") if exc is None else exc
+
     def block(b, block_info=None):
         if block_info[0]["chunk-location"][0] == fail_at:
             raise exc

@@ -1,0 +1,25 @@
+"""Synthetic snapshot generators, lazy and chunk by chunk.
+
+Isolated N-body models (N-body units, centred on the origin):
+
+* :func:`plummer`   -- Plummer sphere, isotropic DF velocities;
+* :func:`hernquist` -- Hernquist (1990) sphere, isotropic DF velocities;
+* :func:`ferrers`   -- Ferrers ellipsoid, positions only.
+
+Periodic boxes:
+
+* :func:`perturbed_lattice` -- cubic lattice with uniform random offsets;
+* :func:`zeldovich`         -- Zel'dovich initial conditions for flat LambdaCDM
+  (see :class:`Cosmology`).
+
+Every generator returns a :class:`~cosmo_dask.snapshot.Snapshot` of dask arrays.
+Random numbers come in fixed generation blocks of 2**16 particles, so a given
+seed gives bitwise the same particles for any chunk size. See ``docs/models.md``.
+"""
+
+from .cosmology import Cosmology
+from .isolated import ferrers, hernquist, plummer
+from .lattice import perturbed_lattice
+from .zeldovich import zeldovich
+
+__all__ = ["Cosmology", "plummer", "hernquist", "ferrers", "perturbed_lattice", "zeldovich"]

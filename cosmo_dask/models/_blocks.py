@@ -1,0 +1,197 @@
+"""Chunk-by-chunk generation of particle arrays, independent of the dask chunking.
+
+Random numbers are drawn in fixed *generation blocks* of :data:`GEN_BLOCK`
+particles: block ``b`` holds particles ``[b*GEN_BLOCK, (b+1)*GEN_BLOCK)`` and draws
+from ``np.random.default_rng(np.random.SeedSequence([seed, b, tag]))``, where
+``tag`` is a small constant per model (so that two models with the same seed
+use unrelated streams). A dask chunk ``[start, stop)`` generates every block it
+overlaps and keeps the rows it owns, so the values do not depend on the chunk
+size, and no task ever holds more than one chunk plus one block.
+
+Also here: parameter checks shared by the generators (all raise
+:class:`~cosmo_dask.errors.ParameterError` naming the parameter and its valid
+range) and the wrapping of periodic positions into ``[0, box_size)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.highlevelgraph import HighLevelGraph
+
+from ..backend import default_chunk_size
+from ..errors import ParameterError
+
+#: particles per generation block (fixed: changing it changes every realisation)
+GEN_BLOCK = 2**16
+
+#: per-model stream tags mixed into the seed sequence
+TAGS = {"plummer": 1, "hernquist": 2, "ferrers": 3, "lattice": 4, "zeldovich": 5}
+
+BlockFn = Callable[..., tuple[np.ndarray, ...]]
+
+
+# --------------------------------------------------------------------------- random streams
+def block_rng(seed: int, block: int, tag: int) -> np.random.Generator:
+    """The generator of generation block ``block`` of a model with stream ``tag``."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(block), int(tag)]))
+
+
+def uniform_open(rng: np.random.Generator, size) -> np.ndarray:
+    """Uniform deviates in the open interval (0, 1) (53-bit, never 0 or 1)."""
+    return (rng.integers(0, 2**53, size=size, dtype=np.int64) + 0.5) * 2.0**-53
+
+
+def isotropic_directions(rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n, 3) unit vectors uniformly distributed on the sphere."""
+    cos_t = rng.uniform(-1.0, 1.0, n)
+    phi = rng.uniform(0.0, 2.0 * np.pi, n)
+    sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
+    return np.stack([sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t], axis=1)
+
+
+# --------------------------------------------------------------------------- chunking
+def chunk_lengths(n: int, chunks: int | None) -> tuple[int, ...]:
+    """Lengths of the dask chunks along the particle axis."""
+    size = default_chunk_size() if chunks is None else check_positive_int(chunks, "chunks")
+    full, rest = divmod(n, size)
+    return (size,) * full + ((rest,) if rest else ())
+
+
+def _generate_chunk(block_fn: BlockFn, n: int, tag: int, seed: int, start: int, stop: int,
+                    kwargs: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """Rows ``[start, stop)`` of every output of ``block_fn``, via whole generation blocks."""
+    pieces: list[tuple[np.ndarray, ...]] = []
+    for b in range(start // GEN_BLOCK, (stop - 1) // GEN_BLOCK + 1):
+        b0 = b * GEN_BLOCK
+        size = min(GEN_BLOCK, n - b0)
+        out = block_fn(block_rng(seed, b, tag), b0, size, **kwargs)
+        lo, hi = max(start, b0) - b0, min(stop, b0 + size) - b0
+        pieces.append(tuple(o[lo:hi] for o in out))
+    if len(pieces) == 1:
+        return tuple(np.ascontiguousarray(o) for o in pieces[0])
+    return tuple(np.concatenate(parts, axis=0) for parts in zip(*pieces, strict=True))
+
+
+def _chunk_from_mesh(chunk_fn: Callable[..., tuple[np.ndarray, ...]], start: int, stop: int,
+                     kwargs: dict[str, Any], mesh: np.ndarray) -> tuple[np.ndarray, ...]:
+    return chunk_fn(mesh, start, stop, **kwargs)
+
+
+def _output_arrays(graph_layer: dict, gen_name: str, dependencies: Sequence[Any],
+                   lengths: tuple[int, ...], label: str, token: str,
+                   outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]]) -> dict[str, da.Array]:
+    """Turn a layer of tuple-valued chunk tasks into one dask array per output."""
+    base = HighLevelGraph.from_collections(gen_name, graph_layer, dependencies=list(dependencies))
+    arrays = {}
+    for index, (out_name, trailing, dtype) in enumerate(outputs):
+        name = f"{label}-{out_name}-{token}"
+        zeros = (0,) * len(trailing)
+        layer = {(name, i, *zeros): (operator.getitem, (gen_name, i), index)
+                 for i in range(len(lengths))}
+        graph = HighLevelGraph({**base.layers, name: layer},
+                               {**base.dependencies, name: {gen_name}})
+        chunks = (lengths,) + tuple((t,) for t in trailing)
+        meta = np.empty((0,) + tuple(trailing), dtype=dtype)
+        arrays[out_name] = da.Array(graph, name, chunks=chunks, dtype=dtype, meta=meta)
+    return arrays
+
+
+def generate(label: str, token: str, block_fn: BlockFn, *, n: int, seed: int, chunks: int | None,
+             outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+             **kwargs: Any) -> dict[str, da.Array]:
+    """Lazy arrays of ``n`` particles produced by ``block_fn`` one generation block at a time.
+
+    Parameters
+    ----------
+    label, token : str
+        Task names are ``"{label}-gen-{token}"`` (one task per chunk, returning a
+        tuple) and ``"{label}-{output}-{token}"`` (the arrays).
+    block_fn : callable
+        ``block_fn(rng, first, size, **kwargs)`` returns a tuple of arrays with
+        ``size`` rows for particles ``[first, first + size)``, one per output.
+    n, seed, chunks : int
+        Number of particles, seed, particles per dask chunk (None: default).
+    outputs : sequence of (name, trailing shape, dtype)
+        The arrays returned, in the order ``block_fn`` returns them.
+    """
+    lengths = chunk_lengths(n, chunks)
+    gen_name = f"{label}-gen-{token}"
+    tag = TAGS[label]
+    layer = {}
+    start = 0
+    for i, length in enumerate(lengths):
+        layer[(gen_name, i)] = (partial(_generate_chunk, block_fn, n, tag, seed, start,
+                                        start + length, kwargs),)
+        start += length
+    return _output_arrays(layer, gen_name, [], lengths, label, token, outputs)
+
+
+def from_mesh(label: str, token: str, mesh, chunk_fn: Callable[..., tuple[np.ndarray, ...]], *,
+              n: int, chunks: int | None, outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+              **kwargs: Any) -> dict[str, da.Array]:
+    """Lazy arrays whose chunks are computed from one shared ``dask.delayed`` mesh.
+
+    ``chunk_fn(mesh, start, stop, **kwargs)`` returns a tuple of arrays with
+    ``stop - start`` rows, one per output.
+    """
+    lengths = chunk_lengths(n, chunks)
+    gen_name = f"{label}-particles-{token}"
+    layer = {}
+    start = 0
+    for i, length in enumerate(lengths):
+        layer[(gen_name, i)] = (partial(_chunk_from_mesh, chunk_fn, start, start + length, kwargs),
+                                mesh.key)
+        start += length
+    return _output_arrays(layer, gen_name, [mesh], lengths, label, token, outputs)
+
+
+# --------------------------------------------------------------------------- periodic wrapping
+def wrap_into_box(x: np.ndarray, box_size: float, dtype: np.dtype) -> np.ndarray:
+    """Wrap float64 coordinates into ``[0, box_size)`` and cast to ``dtype``.
+
+    After the cast no value equals or exceeds ``box_size``, whether compared in
+    float64 or in ``dtype``: values that round up to the box edge (they come
+    from tiny negative coordinates) are set to 0, their periodic image.
+    """
+    out = np.mod(x, box_size).astype(dtype, copy=False)
+    hi = np.nextafter(dtype.type(box_size), dtype.type(0))  # largest valid value
+    out[out > hi] = 0
+    return out
+
+
+# --------------------------------------------------------------------------- parameter checks
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` (integral floats such as ``2e5`` are accepted)."""
+    ok = _is_number(value) and math.isfinite(float(value)) and float(value) == int(value)
+    if not ok or int(value) < minimum:
+        raise ParameterError(
+            f"{name} must be an integer >= {minimum}, got {value!r}"
+        )
+    return int(value)
+
+
+def check_seed(seed: Any) -> int:
+    """A non-negative integer seed."""
+    return check_positive_int(seed, "seed", minimum=0)
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """A finite number > 0 (or >= 0 with ``allow_zero``)."""
+    ok = _is_number(value) and math.isfinite(float(value))
+    ok = ok and (float(value) >= 0 if allow_zero else float(value) > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ParameterError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
