@@ -21,7 +21,8 @@ def active_client(*collections):
     """
     from dask.base import get_scheduler
 
-    scheduler = get_scheduler(collections=list(collections) or None)
+    collections = [c for c in collections if dask.is_dask_collection(c)]
+    scheduler = get_scheduler(collections=collections or None)
     owner = getattr(scheduler, "__self__", None)
     try:
         from distributed import Client

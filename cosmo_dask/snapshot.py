@@ -454,7 +454,8 @@ class Snapshot:
             )
             targets = create_arrays(group, names, sources, compressors)
             stored = da.store(sources, targets, lock=False, compute=False)
-            compute_with_progress(stored, label=f"writing {path}", show=progress)
+            stored = stored if isinstance(stored, (tuple, list)) else (stored,)
+            compute_with_progress(*stored, label=f"writing {path}", show=progress)
         return str(local_path(path))
 
 
@@ -534,7 +535,8 @@ def open_snapshot(
             f"{src}: format_version {version!r} is not supported; this cosmo_dask reads "
             f"version(s) {', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade cosmo_dask?)"
         )
-    members = {name: arr for name, arr in group.arrays() if name in ARRAY_NAMES}
+    found = dict(group.arrays())
+    members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     check_metadata(shapes, attrs, src)
     arrays = {name: read_array(arr, name, src, rows) for name, arr in members.items()}

@@ -1,0 +1,344 @@
+"""The ``cosmo-dask`` command.
+
+::
+
+    cosmo-dask [--scheduler ADDR] [--gpu|--cpu] [--workers N] [--verbose] COMMAND ...
+
+    generate {plummer,hernquist,ferrers,lattice,zeldovich} OUT.zarr [options]
+    info SNAP [--quick] [--json]
+    convert gadget IN OUT.zarr [--part-type 1]
+    demo [--dir DIR] [--n-side 64]
+
+Bad input exits with status 2 and one line ``cosmo-dask: error: ...`` naming
+the problem (add ``--verbose`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import dask
+
+from . import __version__
+from .errors import CosmoDaskError
+
+MODELS = ("plummer", "hernquist", "ferrers", "lattice", "zeldovich")
+
+
+# --------------------------------------------------------------------------- helpers
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("cluster")
+    group.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=default,
+        help="Dask scheduler address or scheduler file (else COSMO_DASK_SCHEDULER, "
+        "else a local cluster)",
+    )
+    dev = group.add_mutually_exclusive_group()
+    dev.add_argument(
+        "--gpu",
+        dest="gpu",
+        action="store_const",
+        const=True,
+        default=default,
+        help="require a local GPU cluster (dask-cuda)",
+    )
+    dev.add_argument(
+        "--cpu",
+        dest="gpu",
+        action="store_const",
+        const=False,
+        default=default,
+        help="use a CPU LocalCluster even if GPUs are present",
+    )
+    group.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        default=default,
+        help="workers of a new local cluster",
+    )
+    group.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="show tracebacks and more detail",
+    )
+
+
+@contextlib.contextmanager
+def _cluster(args, needed: bool = True):
+    """A client for the command: the asked scheduler, or a local cluster when ``needed``."""
+    from .cluster import connect
+
+    gpu = "auto" if args.gpu is None else args.gpu
+    if not needed and args.scheduler is None and args.gpu is None and args.workers is None:
+        yield None
+        return
+    address = scheduler_file = None
+    if args.scheduler:
+        import os
+
+        if os.path.isfile(args.scheduler):
+            scheduler_file = args.scheduler
+        else:
+            address = args.scheduler
+    client = connect(
+        address, scheduler_file=scheduler_file, gpu=gpu, n_workers=args.workers, quiet=False
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# --------------------------------------------------------------------------- generate
+def _generate_snapshot(args):
+    from . import models
+
+    common = {"seed": args.seed, "precision": args.precision, "chunks": args.chunk_size}
+    if args.model in ("plummer", "hernquist", "ferrers"):
+        if args.n is None:
+            raise CosmoDaskError(f"generate {args.model}: --n (number of particles) is required")
+        if args.model == "ferrers":
+            return models.ferrers(
+                args.n, axes=tuple(args.axes), index=args.index, mass=args.mass, **common
+            )
+        fn = getattr(models, args.model)
+        return fn(args.n, scale=args.scale, mass=args.mass, **common)
+    if args.n_side is None or args.box_size is None:
+        raise CosmoDaskError(f"generate {args.model}: --n-side and --box-size are required")
+    if args.model == "lattice":
+        return models.perturbed_lattice(
+            args.n_side, box_size=args.box_size, amplitude=args.amplitude, **common
+        )
+    if args.redshift is None:
+        raise CosmoDaskError("generate zeldovich: --redshift is required")
+    return models.zeldovich(args.n_side, box_size=args.box_size, redshift=args.redshift, **common)
+
+
+def cmd_generate(args) -> int:
+    snap = _generate_snapshot(args)
+    with _cluster(args):
+        t0 = time.perf_counter()
+        path = snap.to_zarr(args.out, overwrite=args.overwrite)
+        dt = time.perf_counter() - t0
+    _say(
+        f"wrote {args.model} snapshot: N={snap.n_particles} -> {path} "
+        f"({_human_bytes(snap.nbytes)}, {dt:.2f} s)"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- info
+def snapshot_info(snap, *, full: bool = True) -> dict:
+    """The facts ``cosmo-dask info`` prints, as a dict."""
+    info = {
+        "path": snap.source,
+        "n_particles": snap.n_particles,
+        "arrays": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in snap.arrays.items()
+        },
+        "chunks": {"n_chunks": len(snap.chunks), "particles_per_chunk": max(snap.chunks)},
+        "bytes": snap.nbytes,
+    }
+    info.update({k: v for k, v in snap.attrs.items() if v is not None})
+    report = snap.validate(full=full, raise_errors=False)
+    info["validation"] = {"ok": report.ok, "summary": report.summary(), **report.figures}
+    return info
+
+
+def cmd_info(args) -> int:
+    from .snapshot import open_snapshot
+
+    snap = open_snapshot(args.snapshot)
+    with _cluster(args, needed=False):
+        info = snapshot_info(snap, full=not args.quick)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        box = info.get("box_size")
+        _say(f"snapshot      {info['path']}")
+        _say(f"particles     {info['n_particles']}")
+        _say(f"box           {'isolated' if box is None else box}")
+        for key in ("scale_factor", "redshift", "particle_mass", "G", "lagrangian_shape"):
+            if key in info:
+                _say(f"{key:<13} {info[key]}")
+        for key in ("units", "cosmology"):
+            if key in info:
+                _say(f"{key:<13} " + ", ".join(f"{k}={v}" for k, v in info[key].items()))
+        for name, a in info["arrays"].items():
+            _say(f"array {name:<7} {tuple(a['shape'])} {a['dtype']}")
+        _say(
+            f"chunks        {info['chunks']['n_chunks']} x <= "
+            f"{info['chunks']['particles_per_chunk']} particles"
+        )
+        _say(f"bytes         {_human_bytes(info['bytes'])}")
+        _say(f"validation    {info['validation']['summary']}")
+    return 0 if info["validation"]["ok"] else 1
+
+
+# --------------------------------------------------------------------------- convert
+def cmd_convert(args) -> int:
+    from .io import from_gadget_hdf5
+
+    snap = from_gadget_hdf5(args.input, part_type=args.part_type)
+    with _cluster(args):
+        path = snap.to_zarr(args.out, overwrite=args.overwrite)
+    _say(f"converted {args.input} (PartType{args.part_type}, N={snap.n_particles}) -> {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    with _cluster(args) as client:
+        run_demo(
+            directory=args.dir,
+            n_side=args.n_side,
+            box_size=args.box_size,
+            redshift=args.redshift,
+            seed=args.seed,
+            client=client,
+            say=_say,
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cosmo-dask",
+        description="Distributed N-body analysis on Dask (CPU or GPU workers).",
+    )
+    parser.add_argument("--version", action="version", version=f"cosmo_dask {__version__}")
+    _add_cluster_options(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def subparser(name, **kw):
+        p = sub.add_parser(name, **kw)
+        _add_cluster_options(p, suppress=True)
+        return p
+
+    g = subparser(
+        "generate",
+        help="write a synthetic snapshot",
+        description="Generate a synthetic snapshot into a Zarr store.",
+    )
+    g.add_argument("model", choices=MODELS)
+    g.add_argument("out", metavar="OUT.zarr")
+    g.add_argument("--n", type=_positive_int, help="particles (plummer, hernquist, ferrers)")
+    g.add_argument("--n-side", type=_positive_int, help="particles per side (lattice, zeldovich)")
+    g.add_argument(
+        "--box-size", type=float, help="periodic box side (lattice: box units; zeldovich: Mpc/h)"
+    )
+    g.add_argument("--redshift", type=float, help="zeldovich: output redshift")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--scale", type=float, default=1.0, help="plummer/hernquist scale radius")
+    g.add_argument("--mass", type=float, default=1.0, help="total mass (isolated models)")
+    g.add_argument(
+        "--axes",
+        type=float,
+        nargs=3,
+        default=(1.0, 0.5, 0.25),
+        metavar=("A", "B", "C"),
+        help="ferrers semi-axes",
+    )
+    g.add_argument("--index", type=int, default=1, help="ferrers index n")
+    g.add_argument(
+        "--amplitude", type=float, default=0.5, help="lattice: offset amplitude in cells"
+    )
+    g.add_argument("--precision", choices=("float32", "float64"), default=None)
+    g.add_argument(
+        "--chunk-size",
+        type=_positive_int,
+        default=None,
+        help="particles per chunk (default: dask config cosmo_dask.chunk_size)",
+    )
+    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    g.set_defaults(func=cmd_generate)
+
+    i = subparser("info", help="describe and validate a snapshot")
+    i.add_argument("snapshot", metavar="SNAP")
+    i.add_argument("--quick", action="store_true", help="metadata only (reads no particle data)")
+    i.add_argument("--json", action="store_true", help="print JSON")
+    i.set_defaults(func=cmd_info)
+
+    c = subparser("convert", help="convert a foreign snapshot to a cosmo_dask store")
+    c.add_argument("format", choices=("gadget",))
+    c.add_argument("input", metavar="IN", help="file, first file of a set, base name or glob")
+    c.add_argument("out", metavar="OUT.zarr")
+    c.add_argument("--part-type", type=int, default=1, help="Gadget particle type 0..5")
+    c.add_argument("--overwrite", action="store_true")
+    c.set_defaults(func=cmd_convert)
+
+    d = subparser("demo", help="run the end-to-end demo on a local cluster")
+    d.add_argument(
+        "--dir",
+        default=None,
+        help="directory for the demo's stores (default: a temporary directory, removed afterwards)",
+    )
+    d.add_argument("--n-side", type=_positive_int, default=64)
+    d.add_argument("--box-size", type=float, default=100.0)
+    d.add_argument("--redshift", type=float, default=0.0)
+    d.add_argument("--seed", type=int, default=1)
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    dask.config.set({"cosmo_dask.progress": True})
+    try:
+        return int(args.func(args) or 0)
+    except CosmoDaskError as exc:
+        if args.verbose:
+            raise
+        msg = " ".join(str(exc).split())
+        print(f"cosmo-dask: error: {msg}", file=sys.stderr)
+        return 2
+    except NotImplementedError as exc:
+        if args.verbose:
+            raise
+        print(f"cosmo-dask: not implemented: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cosmo-dask: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

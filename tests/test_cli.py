@@ -1,0 +1,126 @@
+"""The cosmo-dask command: generate, info, convert, demo and error handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosmo_dask import open_snapshot
+from cosmo_dask.cli import main
+
+
+@pytest.mark.parametrize("argv", [
+    ["plummer", "--n", "3000", "--seed", "2"],
+    ["hernquist", "--n", "3000", "--scale", "2"],
+    ["ferrers", "--n", "3000", "--axes", "3", "2", "1", "--index", "2"],
+    ["lattice", "--n-side", "12", "--box-size", "5", "--amplitude", "0.3"],
+    ["zeldovich", "--n-side", "16", "--box-size", "50", "--redshift", "10",
+     "--precision", "float32", "--chunk-size", "1000"],
+])
+def test_generate_then_info(tmp_path, capsys, argv):
+    out = tmp_path / "s.zarr"
+    assert main(["--cpu", "--workers", "1", "generate", argv[0], str(out)] + argv[1:]) == 0
+    snap = open_snapshot(out)
+    assert snap.validate(full=True).ok
+    capsys.readouterr()
+    assert main(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["n_particles"] == snap.n_particles
+    assert info["validation"]["ok"] is True
+    if argv[0] == "zeldovich":
+        assert snap.pos.dtype == np.float32 and snap.chunks[0] == 1000
+        assert info["lagrangian_shape"] == [16, 16, 16]
+
+
+def test_acceptance_zeldovich_64_via_installed_command(tmp_path):
+    """The issue's acceptance commands, run as a user would (subprocesses)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "cosmo-dask")
+    out = tmp_path / "s.zarr"
+    gen = subprocess.run([exe, "--workers", "2", "generate", "zeldovich", str(out),
+                          "--n-side", "64", "--box-size", "100", "--redshift", "0",
+                          "--seed", "1"], capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    info = subprocess.run([exe, "info", str(out)], capture_output=True, text=True, timeout=300)
+    assert info.returncode == 0, info.stderr
+    assert "262144" in info.stdout and "valid (full check" in info.stdout
+    snap = open_snapshot(out)
+    assert snap.pos.shape == (262144, 3) and type(snap.pos).__name__ == "Array"
+    bad = subprocess.run([exe, "info", str(tmp_path / "missing.zarr")], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "does not exist" in bad.stderr
+
+
+def test_generate_refuses_existing_store_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "s.zarr"
+    args = ["--cpu", "--workers", "1", "generate", "plummer", str(out), "--n", "100"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "already exists; pass overwrite=True" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "zeldovich", "x.zarr", "--n-side", "8"], "--n-side and --box-size"),
+    (["generate", "zeldovich", "x.zarr", "--n-side", "8", "--box-size", "-1", "--redshift", "0"],
+     "box_size"),
+    (["generate", "plummer", "x.zarr"], "--n (number of particles) is required"),
+    (["generate", "plummer", "x.zarr", "--n", "10", "--scale", "0"], "scale"),
+    (["convert", "gadget", "no_such_snap_*.hdf5", "x.zarr"], "no_such_snap"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--cpu", "--workers", "1"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cosmo-dask: error:") and "\n" not in err and message in err
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    with pytest.raises(Exception, match="does not exist"):
+        main(["--verbose", "info", str(tmp_path / "missing.zarr")])
+
+
+def test_convert_gadget(tmp_path, capsys):
+    h5py = pytest.importorskip("h5py")
+    n = 500
+    rng = np.random.default_rng(3)
+    pos = rng.random((n, 3)).astype(np.float32) * 1000
+    with h5py.File(tmp_path / "snap_000.hdf5", "w") as f:
+        h = f.create_group("Header")
+        h.attrs.update({"NumPart_ThisFile": [0, n, 0, 0, 0, 0],
+                        "NumPart_Total": [0, n, 0, 0, 0, 0],
+                        "NumPart_Total_HighWord": [0] * 6,
+                        "MassTable": [0, 0.5, 0, 0, 0, 0], "NumFilesPerSnapshot": 1,
+                        "BoxSize": 1000.0, "Time": 0.25, "Redshift": 3.0, "Omega0": 0.3,
+                        "OmegaLambda": 0.7, "HubbleParam": 0.7})
+        g = f.create_group("PartType1")
+        g["Coordinates"] = pos
+        g["Velocities"] = rng.normal(size=(n, 3)).astype(np.float32)
+        g["ParticleIDs"] = np.arange(n, dtype=np.uint64)
+    out = tmp_path / "s.zarr"
+    assert main(["--cpu", "--workers", "1", "convert", "gadget",
+                 str(tmp_path / "snap_000.hdf5"), str(out)]) == 0
+    snap = open_snapshot(out)
+    np.testing.assert_array_equal(snap.pos.compute(), pos)
+    assert snap.particle_mass == 0.5 and snap.box_size == 1000.0 and snap.scale_factor == 0.25
+
+
+def test_demo_runs_and_matches_linear_theory(tmp_path, capsys):
+    assert main(["--cpu", "--workers", "2", "demo", "--dir", str(tmp_path), "--n-side", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "[generate]" in out and "[inspect]" in out and "valid (full check" in out
+    assert (tmp_path / "ics.zarr").is_dir()
+
+
+def test_demo_displacement_agrees_with_linear_theory(tmp_path):
+    from cosmo_dask.demo import run_demo
+
+    ctx = run_demo(tmp_path, n_side=32, box_size=200.0, redshift=0.0, seed=4, say=lambda s: None)
+    # the rms of a Gaussian field over a 200 Mpc/h box scatters by a few per cent
+    assert ctx["rms_displacement"] == pytest.approx(ctx["expected_rms_displacement"], rel=0.15)
