@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,5 +79,12 @@ def atomic_directory(
         else:
             os.rename(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_eventually(tmp)
         raise
+
+
+def _remove_eventually(tmp: Path) -> None:
+    """Remove ``tmp``, again if a writer that was already in flight recreates it."""
+    for delay in (0.0, 0.05, 0.2, 0.5):
+        time.sleep(delay)
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -40,12 +40,16 @@ def compute(*collections, label: str | None = None, show: bool | None = None):
         print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
     if client is not None:
         futures = client.compute(list(collections))
-        if show:
-            from distributed import progress
+        try:
+            if show:
+                from distributed import progress
 
-            progress(futures, notebook=False)
-            print(file=sys.stderr, flush=True)
-        return tuple(client.gather(futures))
+                progress(futures, notebook=False)
+                print(file=sys.stderr, flush=True)
+            return tuple(client.gather(futures))
+        except BaseException:
+            client.cancel(futures)  # stop queued tasks of a failed computation
+            raise
     if show:
         from dask.diagnostics import ProgressBar
 

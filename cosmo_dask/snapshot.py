@@ -119,13 +119,14 @@ class Snapshot:
         attrs: Mapping[str, Any],
         *,
         source: str | None = None,
-        check_values: bool = False,
+        unchecked: Mapping[str, da.Array] | None = None,
     ):
         self._arrays = {k: v for k, v in arrays.items() if v is not None}
         self._attrs = {k: attrs.get(k) for k in ATTR_NAMES}
         self._source = source
-        self._check_values = check_values
-        self._checked: dict[str, da.Array] = {}
+        # arrays read without per-chunk value checks (stores only): full
+        # validation counts every problem instead of stopping at the first
+        self._unchecked = dict(unchecked) if unchecked is not None else None
         shapes = {k: (v.shape, v.dtype) for k, v in self._arrays.items()}
         self._n = check_metadata(shapes, self._attrs, source)
 
@@ -220,11 +221,7 @@ class Snapshot:
     # ---------------------------------------------------------------- arrays
     def _get(self, name: str) -> da.Array | None:
         arr = self._arrays.get(name)
-        if arr is None or not self._check_values:
-            return arr
-        if name not in self._checked:
-            self._checked[name] = checked_array(arr, name, self.box_size, self._source)
-        return self._checked[name]
+        return arr
 
     @property
     def pos(self) -> da.Array:
@@ -349,18 +346,27 @@ class Snapshot:
         )
 
     # ---------------------------------------------------------------- transforms
-    def _replace(self, arrays: Mapping[str, da.Array]) -> Snapshot:
-        return Snapshot(arrays, self._attrs, source=self._source, check_values=self._check_values)
+    def _map(self, fn) -> Snapshot:
+        """The same snapshot with ``fn(array)`` applied to every array (lazy)."""
+        unchecked = None
+        if self._unchecked is not None:
+            unchecked = {k: fn(v) for k, v in self._unchecked.items()}
+        return Snapshot(
+            {k: fn(v) for k, v in self._arrays.items()},
+            self._attrs,
+            source=self._source,
+            unchecked=unchecked,
+        )
 
     def to_device(self, device: str) -> Snapshot:
         """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
         device = check_device(device)
-        return self._replace({k: to_device(v, device) for k, v in self._arrays.items()})
+        return self._map(lambda v: to_device(v, device))
 
     def rechunk(self, chunks: int) -> Snapshot:
         """The same snapshot with ``chunks`` particles per chunk (lazy)."""
         rows = _row_chunks(chunks)
-        return self._replace({k: v.rechunk((rows,) + v.shape[1:]) for k, v in self._arrays.items()})
+        return self._map(lambda v: v.rechunk((rows,) + v.shape[1:]))
 
     # ---------------------------------------------------------------- validation
     def validate(self, full: bool = False, *, raise_errors: bool = True) -> ValidationReport:
@@ -377,7 +383,7 @@ class Snapshot:
             report's ``problems`` holds them).
         """
         if full:
-            raw = Snapshot(self._arrays, self._attrs, source=self._source, check_values=False)
+            raw = Snapshot(self._unchecked or self._arrays, self._attrs, source=self._source)
             report = full_report(raw)
         else:
             report = ValidationReport(n_particles=self._n, full=False)
@@ -452,7 +458,7 @@ class Snapshot:
             group = zarr.open_group(
                 str(tmp), mode="w", zarr_format=3, attributes=self.store_attrs()
             )
-            targets = create_arrays(group, names, sources, compressors)
+            targets = create_arrays(group, names, sources, compressors, root=str(tmp))
             stored = da.store(sources, targets, lock=False, compute=False)
             stored = stored if isinstance(stored, (tuple, list)) else (stored,)
             compute_with_progress(*stored, label=f"writing {path}", show=progress)
@@ -539,12 +545,20 @@ def open_snapshot(
     members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     check_metadata(shapes, attrs, src)
-    arrays = {name: read_array(arr, name, src, rows) for name, arr in members.items()}
-    if wrap and attrs.get("box_size") is not None:
-        arrays["pos"] = wrapped_positions(arrays["pos"], float(attrs["box_size"]))
-    if device == "gpu":
-        arrays = {k: to_device(v, "gpu") for k, v in arrays.items()}
-    return Snapshot(arrays, attrs, source=src, check_values=check)
+    box = attrs.get("box_size")
+    check_box = None if wrap else box  # with wrap=True: check finiteness, then wrap
+    arrays = {
+        n: read_array(a, n, src, rows, check=check, box_size=check_box) for n, a in members.items()
+    }
+    unchecked = None
+    if check:
+        unchecked = {n: read_array(a, n, src, rows) for n, a in members.items()}
+    if wrap and box is not None:
+        arrays["pos"] = wrapped_positions(arrays["pos"], float(box))
+        if unchecked is not None:
+            unchecked["pos"] = wrapped_positions(unchecked["pos"], float(box))
+    snap = Snapshot(arrays, attrs, source=src, unchecked=unchecked)
+    return snap.to_device(device) if device == "gpu" else snap
 
 
 __all__ = ["Snapshot", "open_snapshot", "ARRAY_NAMES"]

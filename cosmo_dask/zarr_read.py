@@ -21,8 +21,11 @@ import numpy as np
 from dask.base import tokenize
 
 from .errors import SnapshotError
+from .validation import CHECKED_ARRAYS, check_block, checked_array, range_is_valid
 
 _NUMCODECS = {"zstd": "zstd", "blosc": "blosc", "gzip": "gzip"}
+#: bytes read per ``readinto`` call; each piece is range-checked while it is in cache
+_PIECE_BYTES = 1 << 20
 
 
 def _chunk_rows(n: int, rows: int) -> tuple[int, ...]:
@@ -82,58 +85,102 @@ def _decode(raw: bytes, compressor: str | None) -> bytes:
     return numcodecs.get_codec({"id": _NUMCODECS[compressor]}).decode(raw)
 
 
-def _read_rows(plan: dict[str, Any], lo: int, hi: int, name: str) -> np.ndarray:
-    """Rows [lo, hi) of the stored array, read chunk file by chunk file."""
+def _read_into(path: str, dest: np.ndarray, skip_rows: int, width: int, what: str) -> tuple:
+    """``readinto`` ``dest`` from ``path`` piece by piece; returns the (min, max) seen."""
+    lo, hi = np.inf, -np.inf
+    view = memoryview(dest).cast("B")
+    step = max(width, _PIECE_BYTES // width * width)
+    check = dest.dtype.kind == "f"
+    with open(path, "rb", buffering=0) as f:
+        if skip_rows:
+            f.seek(skip_rows * width)
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done : done + step])
+            if not got:
+                raise SnapshotError(
+                    f"{what}: chunk file {path} is truncated ({done} of {len(view)} bytes)"
+                )
+            if check and got % width == 0:
+                piece = dest[done // width : (done + got) // width]
+                lo, hi = min(lo, piece.min()), max(hi, piece.max())
+            elif check:  # a short read that split a row: fall back to a full range
+                lo, hi = -np.inf, np.inf
+            done += got
+    return lo, hi
+
+
+def _read_rows(
+    plan: dict[str, Any], lo: int, hi: int, name: str, check: dict | None = None
+) -> np.ndarray:
+    """Rows [lo, hi) of the stored array, read chunk file by chunk file.
+
+    With ``check`` (``{"box_size": ..., "source": ...}``) the values are checked
+    as they are read (see :func:`cosmo_dask.validation.check_block`).
+    """
     rows = plan["rows"]
     dtype = np.dtype(plan["dtype"])
     out = np.empty((hi - lo,) + tuple(plan["trailing"]), dtype=dtype)
     flat = out.reshape(hi - lo, -1)
     width = flat.shape[1] * dtype.itemsize
+    vmin, vmax = np.inf, -np.inf
+    what = f"{plan['root']}: array '{name}'"
     for c in range(lo // rows, (hi - 1) // rows + 1 if hi > lo else lo // rows):
-        c_lo, c_hi = c * rows, (c + 1) * rows
-        a, b = max(lo, c_lo), min(hi, c_hi)
+        c_lo = c * rows
+        a, b = max(lo, c_lo), min(hi, c_lo + rows)
         dest = flat[a - lo : b - lo]
         path = os.path.join(plan["root"], plan["keys"][c])
         try:
             if plan["compressor"] is None:
-                with open(path, "rb", buffering=0) as f:
-                    if a > c_lo:
-                        f.seek((a - c_lo) * width)
-                    view = memoryview(dest).cast("B")
-                    got = f.readinto(view)
-                    while got < len(view):  # short reads happen on some filesystems
-                        more = f.readinto(view[got:])
-                        if not more:
-                            raise SnapshotError(
-                                f"{plan['root']}: chunk file {plan['keys'][c]} of '{name}' is "
-                                f"truncated ({got} of {len(view)} bytes)"
-                            )
-                        got += more
+                c_min, c_max = _read_into(path, dest, a - c_lo, width, what)
             else:
                 with open(path, "rb") as f:
                     raw = _decode(f.read(), plan["compressor"])
                 block = np.frombuffer(raw, dtype=dtype).reshape(-1, flat.shape[1])
                 dest[:] = block[a - c_lo : b - c_lo]
+                c_min, c_max = (dest.min(), dest.max()) if dest.size else (np.inf, -np.inf)
         except FileNotFoundError:
             dest[:] = plan["fill"]  # zarr does not write chunks that hold only the fill value
+            c_min = c_max = plan["fill"]
+        vmin, vmax = min(vmin, c_min), max(vmax, c_max)
     if dtype.byteorder not in ("=", "|") and dtype.byteorder != np.dtype(dtype.name).byteorder:
         out = out.astype(dtype.newbyteorder("="))
+    if (
+        check is not None
+        and out.size
+        and not range_is_valid(float(vmin), float(vmax), name, check["box_size"])
+    ):
+        check_block(out, name, check["box_size"], check["source"], lo)
     return out
 
 
-def read_array(zarray, name: str, source: str, rows: int | None = None) -> da.Array:
+def read_array(
+    zarray,
+    name: str,
+    source: str,
+    rows: int | None = None,
+    *,
+    check: bool = False,
+    box_size: float | None = None,
+) -> da.Array:
     """A lazy dask array over a stored particle array (chunks of ``rows`` particles).
 
-    ``rows`` defaults to the store's own chunk length. Task keys are named
-    ``read-<name>-<token>`` so the dashboard shows what is being read.
+    ``rows`` defaults to the store's own chunk length. With ``check`` each chunk's
+    values are checked as it is read (finite; masses > 0; positions inside
+    ``[0, box_size)`` when ``box_size`` is given), raising SnapshotError. Task
+    keys are named ``read-<name>-<token>`` so the dashboard shows what is read.
     """
     n = zarray.shape[0]
     store_rows = zarray.chunks[0]
     rows = rows or store_rows
-    key = f"read-{name}-{tokenize(source, name, zarray.shape, str(zarray.dtype), rows)}"
+    check = check and name in CHECKED_ARRAYS
+    token = tokenize(source, name, zarray.shape, str(zarray.dtype), rows, check, box_size)
+    key = f"read-{name}-{token}"
     plan = _direct_plan(zarray)
     if plan is None:
-        return da.from_zarr(zarray, chunks=(rows,) + tuple(zarray.shape[1:]), name=key)
+        arr = da.from_zarr(zarray, chunks=(rows,) + tuple(zarray.shape[1:]), name=key)
+        return checked_array(arr, name, box_size, source) if check else arr
+    spec = {"box_size": box_size, "source": source} if check else None
     chunks = (_chunk_rows(n, rows),) + tuple((s,) for s in zarray.shape[1:])
     bounds = np.cumsum((0,) + chunks[0])
     dsk = {}
@@ -144,6 +191,7 @@ def read_array(zarray, name: str, source: str, rows: int | None = None) -> da.Ar
             int(bounds[i]),
             int(bounds[i + 1]),
             name,
+            spec,
         )
     dtype = np.dtype(plan["dtype"]).newbyteorder("=")
     return da.Array(dsk, key, chunks, dtype=dtype, meta=np.empty((0,) * zarray.ndim, dtype))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import dask.array as da
 
-from .errors import ParameterError
+from .errors import ParameterError, SnapshotError
 
 COMPRESSORS = (None, "zstd", "blosc")
 
@@ -28,8 +29,30 @@ def dims_of(arr: da.Array) -> tuple[str, ...]:
     return ("particle", "axis") if arr.ndim == 2 else ("particle",)
 
 
-def create_arrays(group, names: Sequence[str], sources: Sequence[da.Array], compressors):
-    """Create one stored array per dask array, chunked like its (regular) dask chunks."""
+class GuardedTarget:
+    """A stored array that refuses writes once its store directory has been removed.
+
+    An atomic write removes its temporary directory when any chunk fails; chunk
+    writes still in flight must not recreate it (zarr creates missing parents).
+    """
+
+    def __init__(self, array, root: str):
+        self.array, self.root = array, root
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __setitem__(self, key, value):
+        if not os.path.isdir(self.root):
+            raise SnapshotError(f"{self.root}: write aborted (temporary store was removed)")
+        self.array[key] = value
+
+
+def create_arrays(
+    group, names: Sequence[str], sources: Sequence[da.Array], compressors, root: str | None = None
+):
+    """Create one stored array per dask array, chunked like its (regular) dask chunks.
+
+    With ``root`` (the store directory) the targets are :class:`GuardedTarget`.
+    """
     targets = []
     for name, arr in zip(names, sources, strict=True):
         rows = max(1, arr.chunks[0][0]) if arr.shape[0] else 1
@@ -44,4 +67,6 @@ def create_arrays(group, names: Sequence[str], sources: Sequence[da.Array], comp
                 fill_value=0,
             )
         )
+    if root is not None:
+        targets = [GuardedTarget(t, root) for t in targets]
     return targets
