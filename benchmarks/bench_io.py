@@ -57,6 +57,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--log2n", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: read into CuPy (open_snapshot(device='gpu')) against "
+                         "cupy.asarray(numpy.load(...))")
     args = ap.parse_args(argv)
 
     n = 2**args.log2n
@@ -80,11 +83,38 @@ def main(argv=None) -> dict:
         for k, a in arrays.items():
             np.save(npy / f"{k}.npy", a)
 
-    def read_zarr():
-        return open_snapshot(store).pos.compute()
+    if args.device == "gpu":
+        import cupy
 
-    def read_npy():
-        return np.load(npy / "pos.npy")
+        sync = cupy.cuda.Device().synchronize
+
+        def read_zarr():
+            out = open_snapshot(store, device="gpu").pos.compute()
+            sync()
+            return out.get()
+
+        def read_npy():
+            out = cupy.asarray(np.load(npy / "pos.npy"))
+            sync()
+            return out.get()
+
+        def run_read(fn):  # time to data on the device, not the copy back
+            t0 = time.perf_counter()
+            if fn is read_zarr:
+                open_snapshot(store, device="gpu").pos.compute()
+            else:
+                cupy.asarray(np.load(npy / "pos.npy"))
+            sync()
+            return time.perf_counter() - t0
+    else:
+        def read_zarr():
+            return open_snapshot(store).pos.compute()
+
+        def read_npy():
+            return np.load(npy / "pos.npy")
+
+        def run_read(fn):
+            return timed(fn)[0]
 
     times = {k: [] for k in ("write_zarr", "write_npy", "read_zarr_hot", "read_npy_hot",
                              "read_zarr_cold", "read_npy_cold")}
@@ -98,9 +128,9 @@ def main(argv=None) -> dict:
             order = [("zarr", read_zarr, store), ("npy", read_npy, npy / "pos.npy")]
             for name, fn, path in order if r % 2 == 0 else order[::-1]:
                 fn()  # bring it into the page cache
-                times[f"read_{name}_hot"].append(timed(fn)[0])
+                times[f"read_{name}_hot"].append(run_read(fn))
                 evict(path)
-                times[f"read_{name}_cold"].append(timed(fn)[0])
+                times[f"read_{name}_cold"].append(run_read(fn))
 
     med = {k: statistics.median(v) for k, v in times.items()}
     pos_bytes = pos.nbytes
@@ -116,9 +146,10 @@ def main(argv=None) -> dict:
         print(json.dumps({"workload": k, "library": "cosmo_dask" if lib == "zarr" else "numpy",
                           "n_particles": n, "bytes": size, "seconds_median": med[k],
                           "seconds_all": [round(t, 5) for t in v],
-                          "throughput_GBps": size / med[k] / 1e9, "device": "cpu"}))
+                          "throughput_GBps": size / med[k] / 1e9,
+                          "device": args.device if kind == "read" else "cpu"}))
     summary = {
-        "workload": "summary", "n_particles": n, "repeat": args.repeat,
+        "workload": "summary", "n_particles": n, "repeat": args.repeat, "device": args.device,
         "write_ratio": med["write_zarr"] / med["write_npy"],
         "read_ratio_hot": med["read_zarr_hot"] / med["read_npy_hot"],
         "read_ratio_cold": med["read_zarr_cold"] / med["read_npy_cold"],
