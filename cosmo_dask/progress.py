@@ -8,6 +8,7 @@ shown defaults to dask config ``cosmo_dask.progress`` (the CLI turns it on).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import dask
@@ -44,7 +45,8 @@ def compute(*collections, label: str | None = None, show: bool | None = None):
             if show:
                 from distributed import progress
 
-                progress(futures, notebook=False)
+                with contextlib.redirect_stdout(sys.stderr):  # keep stdout for results
+                    progress(futures, notebook=False)
                 print(file=sys.stderr, flush=True)
             return tuple(client.gather(futures))
         except BaseException:

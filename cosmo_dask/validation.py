@@ -27,6 +27,7 @@ from dask.base import tokenize
 
 from .backend import array_module
 from .errors import SnapshotError
+from .progress import compute
 
 FORMAT = "cosmo_dask.snapshot"
 FORMAT_VERSION = 1
@@ -325,7 +326,7 @@ def duplicate_ids(ids: da.Array) -> tuple[int, Any]:
         )
         for j in range(nb)
     ]
-    results = dask.compute(*checks)
+    results = compute(*checks, label="checking ids for duplicates")
     total = sum(int(n) for n, _ in results)
     example = next((ex for n, ex in results if n), None)
     return total, example
@@ -337,7 +338,8 @@ def full_report(snap, *, check_ids: bool = True) -> ValidationReport:
     box = snap.box_size
     report = ValidationReport(n_particles=snap.n_particles, full=True)
     names = [n for n in ("pos", "vel", "mass") if getattr(snap, n) is not None]
-    stats = dask.compute(*[_stats(getattr(snap, n), box if n == "pos" else None) for n in names])
+    stats = compute(*[_stats(getattr(snap, n), box if n == "pos" else None) for n in names],
+                    label=f"validating {src or 'snapshot'}")
     for name, (nonfinite, outside, vmin) in zip(names, stats, strict=True):
         report.figures[f"{name}_nonfinite"] = int(nonfinite)
         if nonfinite:

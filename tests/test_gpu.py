@@ -120,3 +120,16 @@ def test_zeldovich_on_gpu_matches_cpu(cupy):
     gpu = snap.to_device("gpu").pos.compute()
     assert isinstance(gpu, cupy.ndarray)
     np.testing.assert_array_equal(gpu.get(), cpu)
+
+
+def test_rmm_options_need_rmm(cupy):
+    import importlib.util
+
+    from cosmo_dask.errors import ClusterError
+
+    if importlib.util.find_spec("rmm") is not None:
+        with connect(gpu=True, rmm_pool_size="1GB", rmm_cupy=True, quiet=True) as client:
+            assert len(client.scheduler_info()["workers"]) == gpu_count()
+    else:
+        with pytest.raises(ClusterError, match="'rmm' package is not installed"):
+            connect(gpu=True, rmm_pool_size="1GB", quiet=True)
