@@ -22,7 +22,7 @@ from typing import Any
 
 import dask
 
-from .backend import gpu_available
+from .backend import gpu_available, gpu_count
 from .errors import ClusterError, DeviceError, ParameterError
 
 ENV_VAR = "COSMO_DASK_SCHEDULER"
@@ -161,9 +161,19 @@ def connect(
                 raise DeviceError(
                     "connect(gpu=True): dask-cuda is not installed; pip install 'cosmo_dask[gpu]'"
                 )
+            if n_workers is not None and n_workers > gpu_count():
+                raise DeviceError(
+                    f"connect(gpu=True): {n_workers} GPU workers asked for but {gpu_count()} "
+                    "GPU(s) are visible; a GPU cluster runs one worker per GPU"
+                )
             use_gpu = True
         elif gpu == "auto":
-            use_gpu = _dask_cuda_installed() and gpu_available()
+            # one worker per GPU: more workers than GPUs means a CPU cluster
+            use_gpu = (
+                _dask_cuda_installed()
+                and gpu_available()
+                and (n_workers is None or n_workers <= gpu_count())
+            )
         if use_gpu:
             cluster = _local_cuda_cluster(
                 n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **cluster_kwargs
@@ -180,9 +190,11 @@ def connect(
             cluster = LocalCluster(**options)
         client = _owning_client(cluster, quiet)
     if not quiet:
+        kind = type(getattr(client, "cluster", None)).__name__
+        kind = "existing scheduler" if kind == "NoneType" else kind
         print(
-            f"cosmo_dask: connected to {client.scheduler.address} "
-            f"({len(client.scheduler_info().get('workers', {}))} workers); "
+            f"cosmo_dask: connected to {client.scheduler.address} ({kind}, "
+            f"{len(client.scheduler_info().get('workers', {}))} workers); "
             f"dashboard: {client.dashboard_link}",
             file=sys.stderr,
             flush=True,

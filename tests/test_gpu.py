@@ -133,3 +133,15 @@ def test_rmm_options_need_rmm(cupy):
     else:
         with pytest.raises(ClusterError, match="'rmm' package is not installed"):
             connect(gpu=True, rmm_pool_size="1GB", quiet=True)
+
+
+def test_worker_count_against_gpu_count(cupy):
+    from cosmo_dask.errors import DeviceError
+
+    n = gpu_count()
+    with pytest.raises(DeviceError, match=f"{n + 1} GPU workers asked for"):
+        connect(gpu=True, n_workers=n + 1, quiet=True)
+    # "auto" with more workers than GPUs runs CPU workers
+    with connect(gpu="auto", n_workers=n + 1, processes=False, quiet=True) as client:
+        assert type(client.cluster).__name__ == "LocalCluster"
+        assert len(client.scheduler_info()["workers"]) == n + 1

@@ -1,0 +1,88 @@
+"""connect(): explicit address, scheduler file, environment variable, local clusters."""
+
+from __future__ import annotations
+
+import dask
+import pytest
+from distributed import LocalCluster
+
+from cosmo_dask import connect
+from cosmo_dask.backend import gpu_available
+from cosmo_dask.cluster import ENV_VAR
+from cosmo_dask.errors import ClusterError, DeviceError, ParameterError
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as c:
+        yield c
+
+
+def test_local_cluster_is_started_printed_and_closed(capsys):
+    with connect(gpu=False, n_workers=2, threads_per_worker=1, processes=False) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        assert sum(client.nthreads().values()) == 2
+        own = client.cluster
+        assert client.submit(lambda x: x + 1, 41).result() == 42
+    err = capsys.readouterr().err
+    assert "LocalCluster" in err and "dashboard: http" in err
+    assert own.status.name == "closed"
+
+
+def test_explicit_address_does_not_close_the_cluster(cluster):
+    with connect(cluster.scheduler_address, quiet=True) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+    assert cluster.status.name == "running"
+
+
+def test_scheduler_file_and_environment_variable(cluster, tmp_path, monkeypatch):
+    path = tmp_path / "scheduler.json"
+    with connect(cluster.scheduler_address, quiet=True) as client:
+        client.write_scheduler_file(str(path))
+    with connect(scheduler_file=path, quiet=True) as client:
+        assert client.scheduler.address == cluster.scheduler_address
+    monkeypatch.setenv(ENV_VAR, cluster.scheduler_address)
+    with connect(quiet=True) as client:
+        assert client.scheduler.address == cluster.scheduler_address
+    monkeypatch.setenv(ENV_VAR, str(path))
+    with connect(quiet=True) as client:
+        assert client.scheduler.address == cluster.scheduler_address
+
+
+def test_explicit_address_wins_over_environment(cluster, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "tcp://127.0.0.1:1")  # nothing listens there
+    with connect(cluster.scheduler_address, quiet=True) as client:
+        assert client.scheduler.address == cluster.scheduler_address
+
+
+def test_unreachable_scheduler_is_a_cluster_error():
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(ClusterError, match="cannot reach the Dask scheduler"):
+        connect("tcp://127.0.0.1:1", quiet=True)
+    with pytest.raises(ClusterError, match="does not exist"):
+        connect(scheduler_file="/no/such/scheduler.json", quiet=True)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"gpu": "maybe"}, "gpu must be"),
+    ({"n_workers": 0}, "n_workers must be a positive integer"),
+    ({"threads_per_worker": 1.5}, "threads_per_worker"),
+    ({"address": "tcp://a:1", "scheduler_file": "f"}, "either address or scheduler_file"),
+    ({"gpu": False, "rmm_pool_size": "1GB"}, "only to a GPU cluster"),
+])
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(ParameterError, match=match):
+        connect(quiet=True, **kwargs)
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the no-GPU error")
+def test_gpu_true_without_gpu_is_a_clear_error():
+    with pytest.raises(DeviceError, match="no CUDA GPU is visible"):
+        connect(gpu=True, quiet=True)
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the no-GPU fallback")
+def test_gpu_auto_without_gpu_starts_a_cpu_cluster():
+    with connect(gpu="auto", n_workers=1, processes=False, quiet=True) as client:
+        assert type(client.cluster).__name__ == "LocalCluster"
