@@ -30,7 +30,7 @@ from dask.base import tokenize
 from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
 from .backend import check_device, default_chunk_size, device_of, to_device
-from .errors import SnapshotError
+from .errors import ParameterError, SnapshotError
 from .progress import compute as compute_with_progress
 from .validation import (
     ARRAY_SCHEMA,
@@ -72,11 +72,17 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> Any:
+    """float(value) for real numbers; anything else unchanged, for validation to report."""
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    return float(value) if real else value
+
+
 def _row_chunks(chunks: int | None) -> int:
     if chunks is None:
         return default_chunk_size()
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
-        raise SnapshotError(f"chunks must be a positive number of particles, got {chunks!r}")
+        raise ParameterError(f"chunks must be a positive number of particles, got {chunks!r}")
     return int(chunks)
 
 
@@ -203,50 +209,48 @@ class Snapshot:
         for k, v in darrays.items():
             if v.chunks[0] != pos_d.chunks[0]:
                 darrays[k] = v.rechunk((pos_d.chunks[0],) + v.chunks[1:])
+        a = _number(scale_factor)
+        mappings = {"cosmology": cosmology, "units": units}
+        for key, value in mappings.items():
+            if value is not None and not isinstance(value, Mapping):
+                raise SnapshotError(f"snapshot: '{key}' must be a mapping, got {value!r}")
         attrs = {
-            "box_size": None if box_size is None else float(box_size),
-            "scale_factor": None if scale_factor is None else float(scale_factor),
-            "redshift": None if scale_factor is None else 1.0 / float(scale_factor) - 1.0,
+            "box_size": _number(box_size),
+            "scale_factor": a,
+            "redshift": 1.0 / a - 1.0 if isinstance(a, float) and a > 0 else None,
             "cosmology": None if cosmology is None else _jsonable(dict(cosmology)),
-            "units": None if units is None else {str(k): str(v) for k, v in dict(units).items()},
-            "particle_mass": None if particle_mass is None else particle_mass,
-            "lagrangian_shape": None if lagrangian_shape is None else list(lagrangian_shape),
-            "G": G,
+            "units": None if units is None else {str(k): str(v) for k, v in units.items()},
+            "particle_mass": _number(particle_mass),
+            "lagrangian_shape": None if lagrangian_shape is None else _jsonable(lagrangian_shape),
+            "G": _number(G),
         }
-        for key in ("particle_mass", "G"):
-            if isinstance(attrs[key], (np.floating, np.integer)):
-                attrs[key] = attrs[key].item()
-        return cls(darrays, attrs)
+        return cls(darrays, attrs)  # checks the attributes
 
     # ---------------------------------------------------------------- arrays
-    def _get(self, name: str) -> da.Array | None:
-        arr = self._arrays.get(name)
-        return arr
-
     @property
     def pos(self) -> da.Array:
         """(N, 3) positions, dask array (NumPy or CuPy chunks)."""
-        return self._get("pos")
+        return self._arrays.get("pos")
 
     @property
     def vel(self) -> da.Array | None:
         """(N, 3) velocities or None."""
-        return self._get("vel")
+        return self._arrays.get("vel")
 
     @property
     def ids(self) -> da.Array | None:
         """(N,) integer ids or None."""
-        return self._get("ids")
+        return self._arrays.get("ids")
 
     @property
     def mass(self) -> da.Array | None:
         """(N,) masses or None (then every particle has ``particle_mass``)."""
-        return self._get("mass")
+        return self._arrays.get("mass")
 
     @property
     def arrays(self) -> dict[str, da.Array]:
         """The present particle arrays by name (pos, vel, ids, mass)."""
-        return {k: self._get(k) for k in ARRAY_NAMES if k in self._arrays}
+        return {k: self._arrays[k] for k in ARRAY_NAMES if k in self._arrays}
 
     def particle_masses(self) -> da.Array:
         """(N,) masses as a dask array: the ``mass`` array or ``particle_mass`` broadcast.

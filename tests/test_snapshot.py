@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cosmo_dask
-from cosmo_dask import Snapshot, SnapshotError, open_snapshot, zarr_read
+from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot, zarr_read
 
 
 def _snap(rng, n=1000, box=10.0, chunks=128, dtype=np.float64, **kw):
@@ -108,6 +108,14 @@ def test_from_arrays_shape_errors(rng):
         Snapshot.from_arrays(rng.random((10, 3)), box_size=-1.0)
     with pytest.raises(SnapshotError, match="both a 'mass' array and a 'particle_mass'"):
         Snapshot.from_arrays(rng.random((10, 3)), mass=np.ones(10), particle_mass=1.0)
+    for key, bad in (("box_size", "ten"), ("scale_factor", 0), ("particle_mass", -2.0),
+                     ("G", float("nan"))):
+        with pytest.raises(SnapshotError, match=f"attribute '{key}' is"):
+            Snapshot.from_arrays(rng.random((10, 3)), **{key: bad})
+    with pytest.raises(SnapshotError, match="'units' must be a mapping"):
+        Snapshot.from_arrays(rng.random((10, 3)), units="Mpc")
+    with pytest.raises(ParameterError, match="chunks must be a positive"):
+        Snapshot.from_arrays(rng.random((10, 3)), chunks=0)
 
 
 def test_from_arrays_defers_value_checks_to_validate(rng):
