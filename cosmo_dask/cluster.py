@@ -186,7 +186,6 @@ def connect(
                 options["n_workers"] = n_workers
             if threads_per_worker is not None:
                 options["threads_per_worker"] = threads_per_worker
-            options.setdefault("dashboard_address", ":0")
             cluster = LocalCluster(**options)
         client = _owning_client(cluster, quiet)
     if not quiet:
