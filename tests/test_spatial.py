@@ -1,0 +1,76 @@
+"""Domain decomposition with ghost zones, against a brute-force reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from cosmo_dask.errors import ParameterError
+from cosmo_dask.spatial import domain_grid, scatter_to_domains
+from cosmo_dask.spatial.domains import _factor3
+
+
+@pytest.mark.parametrize("n, shape", [(1, (1, 1, 1)), (8, (2, 2, 2)), (27, (3, 3, 3)),
+                                      (12, (3, 2, 2)), (4, (2, 2, 1)), (7, (7, 1, 1))])
+def test_factor3(n, shape):
+    assert _factor3(n) == shape
+
+
+def _expected(pos, grid, gw, d):
+    """Brute force: (index, image position) of everything domain d must hold."""
+    cell = np.array(np.unravel_index(d, grid.shape))
+    lo = np.asarray(grid.origin) + cell * grid.width
+    hi = lo + grid.width
+    shape = np.asarray(grid.shape)
+    found = set()
+    shifts = [(0.0,)] * 3
+    if grid.box_size is not None:
+        shifts = [(-grid.box_size, 0.0, grid.box_size) if shape[a] > 1 else (0.0,)
+                  for a in range(3)]
+    for s in itertools.product(*shifts):
+        img = pos + np.asarray(s)
+        inside = np.ones(len(pos), bool)
+        for a in range(3):
+            if shape[a] > 1:
+                inside &= (img[:, a] >= lo[a] - gw) & (img[:, a] < hi[a] + gw)
+        for i in np.nonzero(inside)[0]:
+            found.add((int(i), *np.round(img[i], 9)))
+    return found
+
+
+@pytest.mark.parametrize("n_domains", [1, 8, 27, (3, 1, 2)])
+@pytest.mark.parametrize("periodic", [True, False])
+def test_owned_once_and_ghosts_complete(rng, n_domains, periodic):
+    n, box, gw = 3000, 10.0, 0.7
+    pos = rng.random((n, 3)) * box
+    pos[:50] = rng.choice([0.0, box * (1 - 1e-12), 3.3333333333, 0.7], size=(50, 3))
+    if periodic:
+        grid = domain_grid(n_domains, box_size=box)
+    else:
+        grid = domain_grid(n_domains, bounds=(pos.min(0), pos.max(0)))
+    parts = dask.compute(*scatter_to_domains(da.from_array(pos, chunks=(700, 3)), grid, gw))
+    owners = np.concatenate([p.index[p.owned] for p in parts])
+    assert np.array_equal(np.sort(owners), np.arange(n))
+    for d, part in enumerate(parts):
+        got = {(int(i), *np.round(x, 9)) for i, x in zip(part.index, part.pos, strict=True)}
+        assert got == _expected(pos, grid, gw, d), f"domain {d}"
+        assert part.owned[: part.n_owned].all() and not part.owned[part.n_owned:].any()
+        ghosts = set(part.index[~part.owned].tolist())
+        exported_elsewhere = {i for q in parts if q is not part for i in q.index[~q.owned]}
+        assert set(part.index[part.exported].tolist()) == \
+            set(part.index[part.owned].tolist()) & exported_elsewhere
+        assert not (ghosts & set(part.index[part.owned].tolist()))
+
+
+def test_kernel_periods_and_ghost_width_limit():
+    grid = domain_grid((2, 1, 1), box_size=4.0)
+    np.testing.assert_array_equal(grid.kernel_periods, [0.0, 4.0, 4.0])
+    assert domain_grid(8, bounds=(np.zeros(3), np.ones(3))).kernel_periods.tolist() == [0] * 3
+    with pytest.raises(ParameterError, match="not smaller than the domain side 2"):
+        grid.check_ghost_width(2.5)
+    with pytest.raises(ParameterError, match="n_domains must be a positive integer"):
+        domain_grid(0, box_size=1.0)
