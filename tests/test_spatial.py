@@ -52,7 +52,9 @@ def test_owned_once_and_ghosts_complete(rng, n_domains, periodic):
         grid = domain_grid(n_domains, box_size=box)
     else:
         grid = domain_grid(n_domains, bounds=(pos.min(0), pos.max(0)))
-    parts = dask.compute(*scatter_to_domains(da.from_array(pos, chunks=(700, 3)), grid, gw))
+    ids = da.from_array(np.arange(n) * 7 + 3, chunks=700)
+    parts = dask.compute(*scatter_to_domains(da.from_array(pos, chunks=(700, 3)), grid, gw,
+                                             extra={"ids": ids}))
     owners = np.concatenate([p.index[p.owned] for p in parts])
     assert np.array_equal(np.sort(owners), np.arange(n))
     for d, part in enumerate(parts):
@@ -64,6 +66,7 @@ def test_owned_once_and_ghosts_complete(rng, n_domains, periodic):
         assert set(part.index[part.exported].tolist()) == \
             set(part.index[part.owned].tolist()) & exported_elsewhere
         assert not (ghosts & set(part.index[part.owned].tolist()))
+        np.testing.assert_array_equal(part.extra["ids"], part.index * 7 + 3)
 
 
 def test_kernel_periods_and_ghost_width_limit():

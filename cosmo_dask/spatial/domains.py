@@ -152,7 +152,8 @@ class DomainPart:
     ``pos`` (m, 3) float64 in the domain's frame (ghosts shifted across
     periodic faces), ``index`` (m,) global particle indices (snapshot order),
     ``owned`` (m,) True for the domain's own particles, ``exported`` (m,) True
-    for owned particles that are ghosts in some other domain.
+    for owned particles that are ghosts in some other domain, ``extra`` the
+    other per-particle arrays asked for (same order), by name.
     """
 
     domain: int
@@ -160,6 +161,7 @@ class DomainPart:
     index: np.ndarray
     owned: np.ndarray
     exported: np.ndarray
+    extra: dict
 
     @property
     def n_owned(self) -> int:
@@ -169,14 +171,18 @@ class DomainPart:
 _OFFSETS = [o for o in itertools.product((-1, 0, 1), repeat=3) if o != (0, 0, 0)]
 
 
-def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float) -> list:
+def _host(x):
+    return x.get() if array_module(x) is not np else np.asarray(x)
+
+
+def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -> list:
     """Split one particle chunk among the domains: owned particles and ghost copies.
 
-    Returns one tuple ``(pos, index, owned, exported)`` per domain (NumPy arrays).
+    Returns one tuple ``(pos, index, owned, exported, *extra)`` per domain
+    (NumPy arrays; ``extra`` are other per-particle arrays of the chunk).
     """
-    if array_module(pos) is not np:
-        pos = pos.get()
-    pos = np.asarray(pos, dtype=np.float64)
+    pos = np.asarray(_host(pos), dtype=np.float64)
+    extra = [_host(e) for e in extra]
     m = pos.shape[0]
     index = np.arange(start, start + m, dtype=np.int64)
     shape = np.asarray(grid.shape)
@@ -221,35 +227,38 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float) -> list:
         bounds = np.searchsorted(dom, np.arange(grid.n_domains + 1))
         for d in np.unique(dom):
             s = slice(bounds[d], bounds[d + 1])
-            pieces[d].append((pos[sel[s]] + shift[s], index[sel[s]], False))
+            pieces[d].append((pos[sel[s]] + shift[s], sel[s]))
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(grid.n_domains + 1))
     out = []
     for d in range(grid.n_domains):
         own = order[bounds[d]:bounds[d + 1]]
-        parts_pos = [pos[own]] + [p for p, _, _ in pieces[d]]
-        parts_idx = [index[own]] + [i for _, i, _ in pieces[d]]
-        owned = np.zeros(sum(len(i) for i in parts_idx), dtype=bool)
+        rows = np.concatenate([own] + [r for _, r in pieces[d]])
+        ghost_pos = [p for p, _ in pieces[d]]
+        owned = np.zeros(rows.size, dtype=bool)
         owned[:own.size] = True
         exp = np.zeros_like(owned)
         exp[:own.size] = exported[own]
-        out.append((np.concatenate(parts_pos), np.concatenate(parts_idx), owned, exp))
+        out.append((np.concatenate([pos[own]] + ghost_pos), index[rows], owned, exp,
+                    *[e[rows] for e in extra]))
     return out
 
 
-def gather_domain(domain: int, *pieces) -> DomainPart:
+def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
     """Concatenate one domain's pieces from every chunk (owned particles first)."""
-    pos = np.concatenate([p[0] for p in pieces]) if pieces else np.empty((0, 3))
-    index = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
-    owned = np.concatenate([p[2] for p in pieces]) if pieces else np.empty(0, bool)
-    exported = np.concatenate([p[3] for p in pieces]) if pieces else np.empty(0, bool)
-    order = np.argsort(~owned, kind="stable")  # owned first, each group in index order
-    return DomainPart(domain, pos[order], index[order], owned[order], exported[order])
+    cols = [np.concatenate([p[k] for p in pieces]) for k in range(4 + len(names))]
+    pos, index, owned, exported = cols[:4]
+    order = np.argsort(~owned, kind="stable")  # owned first, each group in chunk order
+    extra = {n: c[order] for n, c in zip(names, cols[4:], strict=True)}
+    return DomainPart(domain, pos[order], index[order], owned[order], exported[order], extra)
 
 
 def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
-                       name: str = "domains") -> list:
+                       name: str = "domains", extra: dict | None = None) -> list:
     """Delayed :class:`DomainPart` objects, one per domain of ``grid``.
+
+    ``extra`` maps names to other per-particle dask arrays (ids, masses, ...)
+    to carry along, chunked like ``pos`` along axis 0.
 
     Graph size: ``n_chunks`` split tasks, ``n_chunks * n_domains`` piece keys
     and ``n_domains`` domain tasks; keep ``n_chunks * n_domains`` below ~1e5.
@@ -257,17 +266,24 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     if ghost_width < 0 or not math.isfinite(ghost_width):
         raise ParameterError(f"ghost_width must be finite and >= 0, got {ghost_width!r}")
     grid.check_ghost_width(ghost_width)
-    token = tokenize(pos, grid, ghost_width)
+    extra = dict(extra or {})
+    names = tuple(extra)
+    for key, arr in extra.items():
+        if arr.chunks[0] != pos.chunks[0]:
+            extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
+    token = tokenize(pos, grid, ghost_width, *extra.values())
     starts = np.cumsum((0,) + pos.chunks[0][:-1])
     blocks = pos.to_delayed().ravel()
+    extra_blocks = [a.to_delayed().ravel() for a in extra.values()]
     n_dom = grid.n_domains
     splits = [
         dask.delayed(split_chunk, nout=n_dom, pure=True)(
-            b, int(s), grid, ghost_width, dask_key_name=f"{name}-split-{token}-{i}")
+            b, int(s), grid, ghost_width, *[e[i] for e in extra_blocks],
+            dask_key_name=f"{name}-split-{token}-{i}")
         for i, (b, s) in enumerate(zip(blocks, starts, strict=True))
     ]
     return [
         dask.delayed(gather_domain, pure=True)(
-            d, *[s[d] for s in splits], dask_key_name=f"{name}-domain-{token}-{d}")
+            d, names, *[s[d] for s in splits], dask_key_name=f"{name}-domain-{token}-{d}")
         for d in range(n_dom)
     ]
