@@ -58,3 +58,30 @@ def compute(*collections, label: str | None = None, show: bool | None = None):
         with ProgressBar(out=sys.stderr, minimum=0.5):
             return dask.compute(*collections)
     return dask.compute(*collections)
+
+
+def persist(*collections, label: str | None = None, show: bool | None = None):
+    """``dask.persist`` with the same client choice and progress display as :func:`compute`.
+
+    With a distributed client the results stay in worker memory.
+    """
+    if show is None:
+        show = bool(dask.config.get("cosmo_dask.progress", False))
+    client = active_client(*collections)
+    if label and show:
+        print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
+    if client is not None:
+        persisted = client.persist(list(collections))
+        if show:
+            from distributed import progress
+
+            with contextlib.redirect_stdout(sys.stderr):
+                progress(persisted, notebook=False)
+            print(file=sys.stderr, flush=True)
+        return tuple(persisted)
+    if show:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=sys.stderr, minimum=0.5):
+            return dask.persist(*collections)
+    return dask.persist(*collections)

@@ -1,0 +1,306 @@
+"""Distributed friends-of-friends: the Dask graph around the per-domain kernel.
+
+1. ``fof-split``/``fof-domain``: particles (with ids) are cut into domains by
+   :mod:`cosmo_dask.spatial`, each with a ghost shell one linking length wide
+   (two with ``min_friends > 1``, so ghosts' friend counts are complete).
+2. ``fof-local``: the kernel links each domain's particles; every particle gets
+   a representative (the global index of its local component's root).
+3. ``fof-merge``: a ghost particle and its owner's copy must end in one group,
+   so each (representative in the ghost's domain, representative in the owner's
+   domain) pair is an edge of a small graph whose nodes are the representatives
+   of boundary particles; its connected components merge groups across domains
+   and the periodic boundary exactly. Only ghost and exported particles (a thin
+   surface layer) reach this task.
+4. ``fof-count``/``fof-catalog``: per-domain group sizes and smallest member ids
+   (only groups that are large enough or cross a domain face), reduced into the
+   halo order: decreasing size, ties by smallest member id.
+5. ``fof-labels``: halo ids scattered back into the snapshot's particle order.
+
+Why exact: a pair closer than the linking length always lies inside the domain
+(plus ghost shell) of the particle that owns it, so the kernel sees every link;
+links are never invented, because ghosts' friend counts can only be too low.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ..errors import ParameterError, SnapshotError
+from ..progress import compute, persist
+from ..spatial import DomainPart, domain_grid, scatter_to_domains
+
+#: particles per domain aimed at by the default domain count
+DOMAIN_PARTICLES = 2**21
+
+
+@dataclass
+class FOFLabels:
+    """Friends-of-friends groups of a snapshot.
+
+    Attributes
+    ----------
+    labels : dask.array.Array
+        (N,) int64 halo id of each particle in snapshot order; -1 for particles
+        in no group of at least ``min_members``. Halo ``h`` is row ``h`` of the
+        arrays below: ordered by decreasing ``n_members``, ties by smallest
+        member particle id.
+    n_members : numpy.ndarray
+        (H,) members per halo.
+    first_member_id : numpy.ndarray
+        (H,) smallest particle id in each halo (``ids`` array, else snapshot index).
+    linking_length : float
+        The absolute linking length used (box units).
+    parameters : dict
+        Everything the result depends on.
+    """
+
+    labels: da.Array
+    n_members: np.ndarray
+    first_member_id: np.ndarray
+    linking_length: float
+    parameters: dict = field(default_factory=dict)
+
+    @property
+    def n_halos(self) -> int:
+        return int(self.n_members.size)
+
+
+# ----------------------------------------------------------------------------- tasks
+def _local(part: DomainPart, periods, ll: float, min_friends: int) -> dict:
+    from .fof_kernels import fof_local
+
+    root, friends = fof_local(part.pos, periods, ll, min_friends)
+    rep = part.index[root]
+    owned = part.owned
+    ids = part.extra.get("ids", part.index)
+    return {
+        "index": part.index[owned],
+        "rep": rep[owned],
+        "ids": np.asarray(ids[owned], dtype=np.int64),
+        "friends": friends[owned],
+        "ghost_index": part.index[~owned],
+        "ghost_rep": rep[~owned],
+        "export_index": part.index[part.exported],
+        "export_rep": rep[part.exported],
+    }
+
+
+def _merge(*locals_: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Representatives joined across domains -> their merged class (sorted keys)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    g_idx = np.concatenate([o["ghost_index"] for o in locals_])
+    g_rep = np.concatenate([o["ghost_rep"] for o in locals_])
+    e_idx = np.concatenate([o["export_index"] for o in locals_])
+    e_rep = np.concatenate([o["export_rep"] for o in locals_])
+    if g_idx.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(e_idx, kind="stable")
+    e_idx, e_rep = e_idx[order], e_rep[order]
+    at = np.searchsorted(e_idx, g_idx)
+    if np.any(at >= e_idx.size) or np.any(e_idx[np.minimum(at, e_idx.size - 1)] != g_idx):
+        raise RuntimeError("fof-merge: a ghost particle has no owner copy (decomposition bug)")
+    owner_rep = e_rep[at]
+    a, b = g_rep, owner_rep
+    nodes = np.unique(np.concatenate([a, b]))
+    ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
+    k = nodes.size
+    graph = coo_matrix((np.ones(ia.size, np.int8), (ia, ib)), shape=(k, k))
+    _, comp = connected_components(graph, directed=False)
+    smallest = np.full(comp.max() + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(smallest, comp, nodes)
+    return nodes, smallest[comp]
+
+
+def _classes(local: dict, merged) -> tuple[np.ndarray, np.ndarray]:
+    """Class of each owned particle and whether it crosses a domain face."""
+    nodes, cls = merged
+    rep = local["rep"]
+    out = rep.copy()
+    crossing = np.zeros(rep.size, dtype=bool)
+    if nodes.size:
+        at = np.minimum(np.searchsorted(nodes, rep), nodes.size - 1)
+        crossing = nodes[at] == rep
+        out[crossing] = cls[at[crossing]]
+    return out, crossing
+
+
+def _count(local: dict, merged, min_members: int) -> np.ndarray:
+    """Rows (class, local count, smallest id) worth reporting from one domain."""
+    cls, crossing = _classes(local, merged)
+    if cls.size == 0:
+        return np.empty((0, 3), np.int64)
+    order = np.argsort(cls, kind="stable")
+    c, ids, cross = cls[order], local["ids"][order], crossing[order]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    counts = np.diff(np.r_[starts, c.size])
+    min_id = np.minimum.reduceat(ids, starts)
+    any_cross = np.logical_or.reduceat(cross, starts)
+    keep = (counts >= min_members) | any_cross
+    return np.stack([c[starts][keep], counts[keep], min_id[keep]], axis=1)
+
+
+def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class keys sorted, halo id of each key, counts in halo order, first ids)."""
+    rows = np.concatenate(tables) if tables else np.empty((0, 3), np.int64)
+    if rows.size == 0:
+        e = np.empty(0, np.int64)
+        return e, e, e, e
+    order = np.argsort(rows[:, 0], kind="stable")
+    rows = rows[order]
+    starts = np.flatnonzero(np.r_[True, rows[1:, 0] != rows[:-1, 0]])
+    keys = rows[starts, 0]
+    counts = np.add.reduceat(rows[:, 1], starts)
+    first = np.minimum.reduceat(rows[:, 2], starts)
+    keep = counts >= min_members
+    keys, counts, first = keys[keep], counts[keep], first[keep]
+    rank = np.lexsort((first, -counts))  # decreasing size, ties by smallest id
+    halo_of_key = np.empty(keys.size, np.int64)
+    halo_of_key[rank] = np.arange(keys.size)
+    return keys, halo_of_key, counts[rank], first[rank]
+
+
+def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
+    """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
+    keys, halo_of_key = catalog[0], catalog[1]
+    cls, _ = _classes(local, merged)
+    labels = np.full(cls.size, -1, dtype=np.int64)
+    if keys.size:
+        at = np.minimum(np.searchsorted(keys, cls), keys.size - 1)
+        hit = keys[at] == cls
+        labels[hit] = halo_of_key[at[hit]]
+    index = local["index"]
+    order = np.argsort(index, kind="stable")
+    index, labels = index[order], labels[order]
+    cuts = np.searchsorted(index, bounds)
+    return [(index[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]])
+            for i in range(len(bounds) - 1)]
+
+
+def _chunk_labels(start: int, stop: int, *pieces) -> np.ndarray:
+    out = np.full(stop - start, -1, dtype=np.int64)
+    for index, labels in pieces:
+        sel = (index >= start) & (index < stop)
+        out[index[sel] - start] = labels[sel]
+    return out
+
+
+# ----------------------------------------------------------------------------- API
+def absolute_linking_length(snap, linking_length: float, absolute: bool) -> float:
+    """The linking length in box units (mean interparticle spacing units unless absolute)."""
+    ok = isinstance(linking_length, (int, float, np.integer, np.floating)) and not isinstance(
+        linking_length, bool)
+    if not ok or not math.isfinite(float(linking_length)) or linking_length <= 0:
+        raise ParameterError(f"linking_length must be a positive number, got {linking_length!r}")
+    if absolute:
+        return float(linking_length)
+    if snap.box_size is None:
+        raise ParameterError(
+            "linking_length is in units of the mean interparticle spacing box_size/N^(1/3), "
+            "which an isolated snapshot does not have: pass absolute=True with a length"
+        )
+    return float(linking_length) * snap.box_size / max(snap.n_particles, 1) ** (1 / 3)
+
+
+def _default_domains(snap, ghost: float) -> int:
+    n = max(1, min(64, math.ceil(snap.n_particles / DOMAIN_PARTICLES)))
+    cube = max(1, round(n ** (1 / 3)))
+    n = cube**3
+    if snap.box_size is not None:
+        while n > 1 and ghost >= snap.box_size / round(n ** (1 / 3)):
+            cube -= 1
+            n = cube**3
+    return n
+
+
+def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
+               min_members: int = 20, min_friends: int = 1,
+               n_domains: int | tuple[int, int, int] | None = None) -> FOFLabels:
+    """Friends-of-friends groups of a snapshot, computed domain by domain.
+
+    Parameters
+    ----------
+    snap : Snapshot
+    linking_length : float
+        In units of the mean interparticle spacing ``box_size / N^(1/3)``
+        (default 0.2), or in box units with ``absolute=True`` (required for
+        isolated snapshots).
+    min_members : int
+        Groups with fewer members get label -1 (>= 2).
+    min_friends : int
+        1 for classic FOF; k > 1 for the DBSCAN-like variant in which
+        particles with fewer than k friends join no group and carry no links.
+    n_domains : int or (int, int, int), optional
+        Domain count (default: about 2^21 particles per domain, a cube number,
+        at most 64); each is one ``fof-local`` task.
+
+    Returns
+    -------
+    FOFLabels
+        Labels stay lazy (backed by persisted per-domain results); the per-halo
+        arrays are computed.
+    """
+    ll = absolute_linking_length(snap, linking_length, absolute)
+    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    ghost = ll if min_friends == 1 else 2.0 * ll
+    params = {"linking_length": ll, "linking_length_input": float(linking_length),
+              "absolute": bool(absolute), "min_members": int(min_members),
+              "min_friends": int(min_friends)}
+    n = snap.n_particles
+    if n == 0:
+        return FOFLabels(da.empty(0, dtype=np.int64, chunks=1), np.empty(0, np.int64),
+                         np.empty(0, np.int64), ll, params)
+    if n_domains is None:
+        n_domains = _default_domains(snap, ghost)
+    if snap.box_size is not None:
+        grid = domain_grid(n_domains, box_size=snap.box_size)
+    else:
+        lo, hi = compute(snap.pos.min(axis=0), snap.pos.max(axis=0), label="bounding box")
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            raise SnapshotError(f"{snap.source or 'snapshot'}: non-finite positions")
+        grid = domain_grid(n_domains, bounds=(np.asarray(lo), np.asarray(hi)))
+    grid.check_ghost_width(ghost, what="linking length" if min_friends == 1
+                           else "ghost width (2 x linking length for min_friends > 1)")
+    params["n_domains"] = list(grid.shape)
+
+    extra = {"ids": snap.ids} if snap.ids is not None else None
+    parts = scatter_to_domains(snap.pos, grid, ghost, name="fof", extra=extra)
+    token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends)
+    periods = grid.kernel_periods
+    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends,
+                                               dask_key_name=f"fof-local-{token}-{d}")
+               for d, p in enumerate(parts)]
+    merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")
+    tables = [dask.delayed(_count, pure=True)(lo_, merged, min_members,
+                                              dask_key_name=f"fof-count-{token}-{d}")
+              for d, lo_ in enumerate(locals_)]
+    catalog = dask.delayed(_catalog, pure=True)(min_members, *tables,
+                                                dask_key_name=f"fof-catalog-{token}")
+    bounds = np.cumsum((0,) + snap.pos.chunks[0])
+    n_chunks = len(bounds) - 1
+    per_domain = [dask.delayed(_domain_labels, pure=True, nout=n_chunks)(
+        lo_, merged, catalog, bounds, dask_key_name=f"fof-dlabels-{token}-{d}")
+        for d, lo_ in enumerate(locals_)]
+    persisted = persist(catalog, *per_domain, label="friends-of-friends")
+    catalog_p, per_domain_p = persisted[0], persisted[1:]
+    _, _, counts, first = compute(catalog_p, label=None)[0]
+
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_chunk_labels, pure=True)(
+                int(bounds[i]), int(bounds[i + 1]), *[dl[i] for dl in per_domain_p],
+                dask_key_name=f"fof-labels-{token}-{i}"),
+            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64)
+        for i in range(n_chunks)
+    ]
+    labels = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+    return FOFLabels(labels, np.asarray(counts), np.asarray(first), ll, params)
