@@ -72,14 +72,23 @@ class FOFLabels:
 
 
 # ----------------------------------------------------------------------------- tasks
-def _local(part: DomainPart, periods, ll: float, min_friends: int) -> dict:
-    from .fof_kernels import fof_local
+def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str = "cpu") -> dict:
+    if device == "gpu":
+        from .fof_kernels_gpu import fof_local_gpu
 
-    root, friends = fof_local(part.pos, periods, ll, min_friends)
+        root, friends = (a.get() for a in fof_local_gpu(part.pos, periods, ll, min_friends))
+    else:
+        from .fof_kernels import fof_local
+
+        root, friends = fof_local(part.pos, periods, ll, min_friends)
     rep = part.index[root]
     owned = part.owned
     ids = part.extra.get("ids", part.index)
+    extra = {k: (v[owned] if v is not None else None) for k, v in
+             (("vel", part.extra.get("vel")), ("mass", part.extra.get("mass")))}
     return {
+        "pos": part.pos[owned],
+        **extra,
         "index": part.index[owned],
         "rep": rep[owned],
         "ids": np.asarray(ids[owned], dtype=np.int64),
@@ -167,8 +176,8 @@ def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndar
     return keys, halo_of_key, counts[rank], first[rank]
 
 
-def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
-    """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
+def _halo_ids(local: dict, merged, catalog) -> np.ndarray:
+    """Halo id (or -1) of each owned particle of one domain."""
     keys, halo_of_key = catalog[0], catalog[1]
     cls, _ = _classes(local, merged)
     labels = np.full(cls.size, -1, dtype=np.int64)
@@ -176,6 +185,31 @@ def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
         at = np.minimum(np.searchsorted(keys, cls), keys.size - 1)
         hit = keys[at] == cls
         labels[hit] = halo_of_key[at[hit]]
+    return labels
+
+
+def _members(local: dict, merged, catalog, particle_mass: float) -> dict:
+    """The domain's halo members, sorted by halo id (what catalog tasks read)."""
+    labels = _halo_ids(local, merged, catalog)
+    sel = np.flatnonzero(labels >= 0)
+    sel = sel[np.argsort(labels[sel], kind="stable")]
+    mass = local.get("mass")
+    out = {
+        "label": labels[sel],
+        "index": local["index"][sel],
+        "ids": local["ids"][sel],
+        "friends": local["friends"][sel],
+        "pos": local["pos"][sel],
+        "vel": None if local.get("vel") is None else local["vel"][sel],
+        "mass": (np.full(sel.size, particle_mass) if mass is None
+                 else np.asarray(mass[sel], dtype=np.float64)),
+    }
+    return out
+
+
+def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
+    """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
+    labels = _halo_ids(local, merged, catalog)
     index = local["index"]
     order = np.argsort(index, kind="stable")
     index, labels = index[order], labels[order]
@@ -220,6 +254,103 @@ def _default_domains(snap, ghost: float) -> int:
     return n
 
 
+@dataclass
+class FOFGraph:
+    """What the FOF graph leaves behind: the labels, and (optionally) the persisted
+    per-domain member tables that catalog tasks read."""
+
+    result: FOFLabels
+    members: list | None
+    box_size: float | None
+
+
+def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
+            min_members: int = 20, min_friends: int = 1,
+            n_domains: int | tuple[int, int, int] | None = None,
+            with_members: bool = False) -> FOFGraph:
+    """Build and run the FOF graph (see :func:`fof_labels` for the parameters).
+
+    With ``with_members`` the per-domain member tables (halo-sorted owned
+    members: label, index, ids, friends, pos, vel, mass) are persisted too.
+    """
+    ll = absolute_linking_length(snap, linking_length, absolute)
+    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    ghost = ll if min_friends == 1 else 2.0 * ll
+    params = {"linking_length": ll, "linking_length_input": float(linking_length),
+              "absolute": bool(absolute), "min_members": int(min_members),
+              "min_friends": int(min_friends)}
+    n = snap.n_particles
+    if n == 0:
+        empty = FOFLabels(da.empty(0, dtype=np.int64, chunks=1), np.empty(0, np.int64),
+                          np.empty(0, np.int64), ll, params)
+        return FOFGraph(empty, [] if with_members else None, snap.box_size)
+    if n_domains is None:
+        n_domains = _default_domains(snap, ghost)
+    if snap.box_size is not None:
+        grid = domain_grid(n_domains, box_size=snap.box_size)
+    else:
+        lo, hi = compute(snap.pos.min(axis=0), snap.pos.max(axis=0), label="bounding box")
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            raise SnapshotError(f"{snap.source or 'snapshot'}: non-finite positions")
+        grid = domain_grid(n_domains, bounds=(np.asarray(lo), np.asarray(hi)))
+    grid.check_ghost_width(ghost, what="linking length" if min_friends == 1
+                           else "ghost width (2 x linking length for min_friends > 1)")
+    params["n_domains"] = list(grid.shape)
+
+    extra = {}
+    if snap.ids is not None:
+        extra["ids"] = snap.ids
+    if with_members:
+        if snap.vel is not None:
+            extra["vel"] = snap.vel
+        if snap.mass is not None:
+            extra["mass"] = snap.mass
+    device = snap.device
+    parts = scatter_to_domains(snap.pos, grid, ghost, name="fof", extra=extra)
+    token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends, with_members,
+                     device)
+    periods = grid.kernel_periods
+    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, device,
+                                               dask_key_name=f"fof-local-{token}-{d}")
+               for d, p in enumerate(parts)]
+    merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")
+    tables = [dask.delayed(_count, pure=True)(lo_, merged, min_members,
+                                              dask_key_name=f"fof-count-{token}-{d}")
+              for d, lo_ in enumerate(locals_)]
+    catalog = dask.delayed(_catalog, pure=True)(min_members, *tables,
+                                                dask_key_name=f"fof-catalog-{token}")
+    bounds = np.cumsum((0,) + snap.pos.chunks[0])
+    n_chunks = len(bounds) - 1
+    per_domain = [dask.delayed(_domain_labels, pure=True, nout=n_chunks)(
+        lo_, merged, catalog, bounds, dask_key_name=f"fof-dlabels-{token}-{d}")
+        for d, lo_ in enumerate(locals_)]
+    members = []
+    if with_members:
+        pm = snap.particle_mass if snap.particle_mass is not None else 1.0
+        members = [dask.delayed(_members, pure=True)(lo_, merged, catalog, pm,
+                                                     dask_key_name=f"fof-members-{token}-{d}")
+                   for d, lo_ in enumerate(locals_)]
+    persisted = persist(catalog, *per_domain, *members, label="friends-of-friends")
+    catalog_p = persisted[0]
+    per_domain_p = persisted[1:1 + len(per_domain)]
+    members_p = list(persisted[1 + len(per_domain):])
+    _, _, counts, first = compute(catalog_p, label=None)[0]
+
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_chunk_labels, pure=True)(
+                int(bounds[i]), int(bounds[i + 1]), *[dl[i] for dl in per_domain_p],
+                dask_key_name=f"fof-labels-{token}-{i}"),
+            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64)
+        for i in range(n_chunks)
+    ]
+    labels = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+    result = FOFLabels(labels, np.asarray(counts), np.asarray(first), ll, params)
+    return FOFGraph(result, members_p if with_members else None, snap.box_size)
+
+
 def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
                min_members: int = 20, min_friends: int = 1,
                n_domains: int | tuple[int, int, int] | None = None) -> FOFLabels:
@@ -247,60 +378,5 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
         Labels stay lazy (backed by persisted per-domain results); the per-halo
         arrays are computed.
     """
-    ll = absolute_linking_length(snap, linking_length, absolute)
-    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
-    ghost = ll if min_friends == 1 else 2.0 * ll
-    params = {"linking_length": ll, "linking_length_input": float(linking_length),
-              "absolute": bool(absolute), "min_members": int(min_members),
-              "min_friends": int(min_friends)}
-    n = snap.n_particles
-    if n == 0:
-        return FOFLabels(da.empty(0, dtype=np.int64, chunks=1), np.empty(0, np.int64),
-                         np.empty(0, np.int64), ll, params)
-    if n_domains is None:
-        n_domains = _default_domains(snap, ghost)
-    if snap.box_size is not None:
-        grid = domain_grid(n_domains, box_size=snap.box_size)
-    else:
-        lo, hi = compute(snap.pos.min(axis=0), snap.pos.max(axis=0), label="bounding box")
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-            raise SnapshotError(f"{snap.source or 'snapshot'}: non-finite positions")
-        grid = domain_grid(n_domains, bounds=(np.asarray(lo), np.asarray(hi)))
-    grid.check_ghost_width(ghost, what="linking length" if min_friends == 1
-                           else "ghost width (2 x linking length for min_friends > 1)")
-    params["n_domains"] = list(grid.shape)
-
-    extra = {"ids": snap.ids} if snap.ids is not None else None
-    parts = scatter_to_domains(snap.pos, grid, ghost, name="fof", extra=extra)
-    token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends)
-    periods = grid.kernel_periods
-    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends,
-                                               dask_key_name=f"fof-local-{token}-{d}")
-               for d, p in enumerate(parts)]
-    merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")
-    tables = [dask.delayed(_count, pure=True)(lo_, merged, min_members,
-                                              dask_key_name=f"fof-count-{token}-{d}")
-              for d, lo_ in enumerate(locals_)]
-    catalog = dask.delayed(_catalog, pure=True)(min_members, *tables,
-                                                dask_key_name=f"fof-catalog-{token}")
-    bounds = np.cumsum((0,) + snap.pos.chunks[0])
-    n_chunks = len(bounds) - 1
-    per_domain = [dask.delayed(_domain_labels, pure=True, nout=n_chunks)(
-        lo_, merged, catalog, bounds, dask_key_name=f"fof-dlabels-{token}-{d}")
-        for d, lo_ in enumerate(locals_)]
-    persisted = persist(catalog, *per_domain, label="friends-of-friends")
-    catalog_p, per_domain_p = persisted[0], persisted[1:]
-    _, _, counts, first = compute(catalog_p, label=None)[0]
-
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_chunk_labels, pure=True)(
-                int(bounds[i]), int(bounds[i + 1]), *[dl[i] for dl in per_domain_p],
-                dask_key_name=f"fof-labels-{token}-{i}"),
-            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64)
-        for i in range(n_chunks)
-    ]
-    labels = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-    return FOFLabels(labels, np.asarray(counts), np.asarray(first), ll, params)
+    return run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
+                   min_friends=min_friends, n_domains=n_domains).result

@@ -1,0 +1,209 @@
+"""Halo catalog: per-domain partial properties reduced per halo, and halo centres.
+
+Works on the per-domain *member tables* that the FOF graph keeps (owned
+particles with a halo label >= 0, sorted by label; positions in the domain's
+frame, float64). Every task here reads one member table or one batch of
+halos; the reductions see one small row per (domain, halo) pair.
+
+* mass, centre of mass (periodic-aware: each domain sums offsets from its own
+  reference member; the reduction aligns the references by minimum image),
+  mean velocity, most-connected particle (MCP: most friends, ties by smallest
+  id), first member id;
+* ``r_max``: a second pass, the largest member distance from the centre of mass;
+* most-bound particle (MBP): halos whose members all sit in one domain are
+  done there (``halo-mbp-local``); the others are gathered by halo into
+  ``halo-mbp-batch`` tasks. Exact potentials come from
+  :func:`center_kernels.segment_potentials` (one pass over halo-sorted
+  members, segment bounds from a scan); halos above ``grid_threshold`` members
+  use the grid-Poisson approximation :func:`center_kernels.grid_mbp`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: default member count above which "mbp" uses the grid-Poisson approximation
+GRID_THRESHOLD = 20000
+
+
+def _segments(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Halo ids present in label-sorted ``labels`` and their segment starts (h+1)."""
+    if labels.size == 0:
+        return np.empty(0, np.int64), np.zeros(1, np.int64)
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    return labels[starts], np.r_[starts, labels.size].astype(np.int64)
+
+
+def _min_image(d: np.ndarray, box: float | None) -> np.ndarray:
+    return d if box is None else d - box * np.round(d / box)
+
+
+# ----------------------------------------------------------------------------- pass 1
+def partial_props(members: dict, box: float | None) -> dict:
+    """Per-halo partial sums of one domain's members."""
+    lab = members["label"]
+    halos, starts = _segments(lab)
+    m, pos = members["mass"], members["pos"]
+    first = starts[:-1]
+    ref = pos[first] if halos.size else np.empty((0, 3))
+    seg = np.repeat(np.arange(halos.size), np.diff(starts))
+    dx = _min_image(pos - ref[seg], box)
+    out = {
+        "halo": halos,
+        "count": np.diff(starts),
+        "mass": np.add.reduceat(m, first) if halos.size else np.empty(0),
+        "ref": ref,
+        "mdx": np.add.reduceat(m[:, None] * dx, first, axis=0) if halos.size else ref,
+    }
+    if members.get("vel") is not None:
+        v = members["vel"].astype(np.float64)
+        out["mv"] = np.add.reduceat(m[:, None] * v, first, axis=0) if halos.size else ref
+    # most-connected particle per halo: most friends, ties by smallest id
+    order = np.lexsort((members["ids"], -members["friends"].astype(np.int64), lab))
+    best = order[starts[:-1]] if halos.size else np.empty(0, np.int64)
+    out["mcp_friends"] = members["friends"][best]
+    out["mcp_id"] = members["ids"][best]
+    out["mcp_index"] = members["index"][best]
+    out["mcp_pos"] = pos[best] if halos.size else np.empty((0, 3))
+    return out
+
+
+def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
+    """Combine partial sums into per-halo mass, centre of mass, velocity and MCP."""
+    mass = np.zeros(n_halos)
+    ref = np.full((n_halos, 3), np.nan)
+    mdx = np.zeros((n_halos, 3))
+    mv = np.zeros((n_halos, 3))
+    has_vel = all("mv" in p for p in partials) and bool(partials)
+    mcp = np.full(n_halos, -1, np.int64)
+    mcp_f = np.full(n_halos, -1, np.int64)
+    mcp_id = np.full(n_halos, np.iinfo(np.int64).max)
+    mcp_pos = np.full((n_halos, 3), np.nan)
+    for p in partials:
+        h = p["halo"]
+        if h.size == 0:
+            continue
+        new = np.isnan(ref[h, 0])
+        ref[h[new]] = p["ref"][new]
+        shift = _min_image(p["ref"] - ref[h], box)  # align this domain's reference
+        np.add.at(mdx, h, p["mdx"] + p["mass"][:, None] * shift)
+        np.add.at(mass, h, p["mass"])
+        if has_vel:
+            np.add.at(mv, h, p["mv"])
+        better = (p["mcp_friends"] > mcp_f[h]) | (
+            (p["mcp_friends"] == mcp_f[h]) & (p["mcp_id"] < mcp_id[h]))
+        hb = h[better]
+        mcp_f[hb], mcp_id[hb] = p["mcp_friends"][better], p["mcp_id"][better]
+        mcp[hb], mcp_pos[hb] = p["mcp_index"][better], p["mcp_pos"][better]
+    com = ref + mdx / np.where(mass > 0, mass, 1.0)[:, None]
+    if box is not None:
+        com = np.mod(com, box)
+        com[com >= box] = 0.0
+    out = {"mass": mass, "center_of_mass": com, "mcp_index": mcp, "mcp_friends": mcp_f,
+           "mcp_position": mcp_pos}
+    if has_vel:
+        out["velocity"] = mv / np.where(mass > 0, mass, 1.0)[:, None]
+    return out
+
+
+# ----------------------------------------------------------------------------- pass 2
+def partial_rmax(members: dict, com: np.ndarray, box: float | None) -> tuple:
+    lab = members["label"]
+    halos, starts = _segments(lab)
+    if halos.size == 0:
+        return halos, np.empty(0)
+    d = _min_image(members["pos"] - com[lab], box)
+    r = np.sqrt((d * d).sum(axis=1))
+    return halos, np.maximum.reduceat(r, starts[:-1])
+
+
+def reduce_rmax(n_halos: int, *parts) -> np.ndarray:
+    out = np.zeros(n_halos)
+    for h, r in parts:
+        np.maximum.at(out, h, r)
+    return out
+
+
+# ----------------------------------------------------------------------------- MBP
+def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, device):
+    """(halo, particle index, position, exact potential) of each halo's most-bound member."""
+    from .center_kernels import grid_mbp, segment_potentials, segmented_argmin
+
+    order = np.argsort(lab, kind="stable")
+    lab, index, pos, mass = lab[order], index[order], pos[order], mass[order]
+    halos, starts = _segments(lab)
+    if halos.size == 0:
+        return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, 3)), np.empty(0))
+    sizes = np.diff(starts)
+    use_grid = np.zeros(halos.size, bool) if mode == "exact" else (
+        np.ones(halos.size, bool) if mode == "grid" else sizes > grid_threshold)
+    rows = np.empty(halos.size, np.int64)
+    pot_best = np.empty(halos.size)
+    exact = np.flatnonzero(~use_grid)
+    if exact.size:
+        sel = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in exact])
+        sub_starts = np.r_[0, np.cumsum(sizes[exact])].astype(np.int64)
+        if device == "gpu":
+            import cupy
+
+            from .center_kernels_gpu import segment_potentials_gpu
+
+            pot = segment_potentials_gpu(cupy.asarray(pos[sel]), cupy.asarray(mass[sel]),
+                                         cupy.asarray(sub_starts), box_size=box,
+                                         softening=softening, G=G).get()
+        else:
+            pot = segment_potentials(pos[sel], mass[sel], sub_starts, box_size=box,
+                                     softening=softening, G=G)
+        best = segmented_argmin(pot, sub_starts)
+        rows[exact] = sel[best]
+        pot_best[exact] = pot[best]
+    for s in np.flatnonzero(use_grid):
+        a, b = starts[s], starts[s + 1]
+        r = grid_mbp(pos[a:b], mass[a:b], box_size=box, softening=softening, G=G)
+        rows[s] = a + r
+        one = segment_potentials(pos[a:b], mass[a:b], np.array([0, b - a], np.int64),
+                                 box_size=box, softening=softening, G=G)
+        pot_best[s] = one[r]
+    return halos, index[rows], pos[rows], pot_best
+
+
+def mbp_local(members: dict, n_members: np.ndarray, box, softening, G, grid_threshold, mode,
+              device) -> tuple:
+    """MBP of the halos whose members all live in this domain."""
+    lab = members["label"]
+    halos, starts = _segments(lab)
+    whole = np.zeros(lab.size, bool)
+    if halos.size:
+        complete = np.diff(starts) == n_members[halos]
+        whole = np.repeat(complete, np.diff(starts))
+    return _mbp_rows(lab[whole], members["index"][whole], members["pos"][whole],
+                     members["mass"][whole], box, softening, G, grid_threshold, mode, device)
+
+
+def mbp_export(members: dict, n_members: np.ndarray, n_batches: int) -> list:
+    """Members of halos split across domains, cut into ``n_batches`` pieces by halo id."""
+    lab = members["label"]
+    halos, starts = _segments(lab)
+    part = np.zeros(lab.size, bool)
+    if halos.size:
+        part = np.repeat(np.diff(starts) != n_members[halos], np.diff(starts))
+    lab, idx = lab[part], members["index"][part]
+    pos, mass = members["pos"][part], members["mass"][part]
+    batch = lab % n_batches
+    return [(lab[batch == b], idx[batch == b], pos[batch == b], mass[batch == b])
+            for b in range(n_batches)]
+
+
+def mbp_batch(box, softening, G, grid_threshold, mode, device, *pieces) -> tuple:
+    """MBP of the gathered split halos of one batch."""
+    cat = [np.concatenate([p[k] for p in pieces]) for k in range(4)]
+    return _mbp_rows(*cat, box, softening, G, grid_threshold, mode, device)
+
+
+def reduce_mbp(n_halos: int, *rows) -> dict:
+    idx = np.full(n_halos, -1, np.int64)
+    pos = np.full((n_halos, 3), np.nan)
+    pot = np.full(n_halos, np.nan)
+    for h, i, x, p in rows:
+        idx[h], pos[h], pot[h] = i, x, p
+    return {"mbp_index": idx, "mbp_position": pos, "mbp_potential": pot}

@@ -1,0 +1,137 @@
+"""``cosmo_dask.halos.fof``: friends-of-friends halos with their catalog and centres."""
+
+from __future__ import annotations
+
+import time
+
+import dask
+import numpy as np
+import xarray as xr
+from dask.base import tokenize
+
+from ..errors import ParameterError
+from ..progress import compute
+from . import catalog as cat
+from .fof import run_fof
+from .result import HaloResult
+
+CENTERS = ("mbp", "mbp_grid", "mcp")
+
+
+def _check_centers(centers) -> tuple[str, ...]:
+    if isinstance(centers, str):
+        centers = (centers,)
+    centers = tuple(centers)
+    bad = [c for c in centers if c not in CENTERS]
+    if bad:
+        raise ParameterError(f"centers must be a subset of {CENTERS}, got {bad}")
+    if "mbp" in centers and "mbp_grid" in centers:
+        raise ParameterError("ask for 'mbp' (exact, grid above grid_threshold) or 'mbp_grid' "
+                             "(grid approximation for every halo), not both")
+    return centers
+
+
+def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_members: int = 20,
+        min_friends: int = 1, centers=("mbp",), potential_softening: float | None = None,
+        grid_threshold: int = cat.GRID_THRESHOLD, n_domains=None) -> HaloResult:
+    """Friends-of-friends halos of a snapshot, with a halo catalog.
+
+    Parameters
+    ----------
+    snap : Snapshot
+    linking_length : float
+        In units of the mean interparticle spacing (default 0.2), or in box
+        units with ``absolute=True`` (required for isolated snapshots).
+    min_members : int
+        Smallest group kept (>= 2).
+    min_friends : int
+        k > 1: particles with fewer than k friends join no halo (DBSCAN-like).
+    centers : tuple of {"mbp", "mbp_grid", "mcp"}
+        Centres to compute: most-bound particle (exact; halos above
+        ``grid_threshold`` members use the grid-Poisson approximation), the
+        grid approximation for every halo, most-connected particle. ``()``
+        computes none.
+    potential_softening : float, optional
+        Plummer softening of the MBP potentials, box units (default 0.1 x the
+        linking length).
+    grid_threshold : int
+        Member count above which "mbp" uses the grid approximation.
+    n_domains : int or (int, int, int), optional
+        Domains of the decomposition (default: about 2^21 particles each).
+
+    Returns
+    -------
+    HaloResult
+    """
+    centers = _check_centers(centers)
+    t0 = time.perf_counter()
+    graph = run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
+                    min_friends=min_friends, n_domains=n_domains, with_members=True)
+    res = graph.result
+    box = graph.box_size
+    n_halos = res.n_halos
+    G = snap.G if snap.G is not None else 1.0
+    soft = 0.1 * res.linking_length if potential_softening is None else float(
+        potential_softening)
+    if soft < 0:
+        raise ParameterError(f"potential_softening must be >= 0, got {potential_softening!r}")
+    members = graph.members
+    token = tokenize(res.parameters, [m.key for m in members], centers, soft)
+
+    partials = [dask.delayed(cat.partial_props, pure=True)(m, box,
+                                                           dask_key_name=f"halo-props-{token}-{d}")
+                for d, m in enumerate(members)]
+    props = compute(dask.delayed(cat.reduce_props, pure=True)(
+        n_halos, box, *partials, dask_key_name=f"halo-props-reduce-{token}"),
+        label="halo properties")[0] if members else cat.reduce_props(n_halos, box)
+    com = props["center_of_mass"]
+    rparts = [dask.delayed(cat.partial_rmax, pure=True)(m, com, box,
+                                                        dask_key_name=f"halo-rmax-{token}-{d}")
+              for d, m in enumerate(members)]
+    rmax = compute(dask.delayed(cat.reduce_rmax)(n_halos, *rparts),
+                   label=None)[0] if members else np.zeros(n_halos)
+
+    data = {
+        "n_members": ("halo", res.n_members),
+        "mass": ("halo", props["mass"]),
+        "center_of_mass": (("halo", "axis"), props["center_of_mass"]),
+        "r_max": ("halo", rmax),
+        "first_member_id": ("halo", res.first_member_id),
+    }
+    if "velocity" in props:
+        data["velocity"] = (("halo", "axis"), props["velocity"])
+    if "mcp" in centers:
+        data["mcp_index"] = ("halo", props["mcp_index"])
+        data["mcp_position"] = (("halo", "axis"), props["mcp_position"])
+        data["mcp_friends"] = ("halo", props["mcp_friends"])
+    if ("mbp" in centers or "mbp_grid" in centers) and members:
+        mode = "grid" if "mbp_grid" in centers else "auto"
+        device = snap.device
+        n_members = res.n_members
+        n_batches = max(1, len(members))
+        local = [dask.delayed(cat.mbp_local, pure=True)(
+            m, n_members, box, soft, G, grid_threshold, mode, device,
+            dask_key_name=f"halo-mbp-local-{token}-{d}") for d, m in enumerate(members)]
+        exports = [dask.delayed(cat.mbp_export, pure=True, nout=n_batches)(
+            m, n_members, n_batches, dask_key_name=f"halo-mbp-export-{token}-{d}")
+            for d, m in enumerate(members)]
+        batches = [dask.delayed(cat.mbp_batch, pure=True)(
+            box, soft, G, grid_threshold, mode, device, *[e[b] for e in exports],
+            dask_key_name=f"halo-mbp-batch-{token}-{b}") for b in range(n_batches)]
+        mbp = compute(dask.delayed(cat.reduce_mbp)(n_halos, *local, *batches),
+                      label="most-bound particles")[0]
+        for key in ("mbp_index", "mbp_potential"):
+            data[key] = ("halo", mbp[key])
+        data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])
+
+    units = snap.units or {}
+    catalog = xr.Dataset(data, coords={"halo": np.arange(n_halos), "axis": ["x", "y", "z"]})
+    catalog.attrs = {"linking_length": res.linking_length, "box_size": box,
+                     "length_unit": units.get("length"), "mass_unit": units.get(
+                         "mass", "particle masses" if snap.particle_mass is None else None),
+                     "potential_softening": soft, "G": G, "centers": list(centers)}
+    catalog.attrs = {k: v for k, v in catalog.attrs.items() if v is not None}
+    params = dict(res.parameters, centers=list(centers), potential_softening=soft,
+                  grid_threshold=int(grid_threshold), snapshot=snap.source,
+                  seconds=round(time.perf_counter() - t0, 3))
+    return HaloResult(res.labels, catalog, params)

@@ -1,0 +1,109 @@
+"""HaloResult: labels + catalog, and their store (written atomically).
+
+Store layout (Zarr v3 group)::
+
+    halos.zarr/
+      zarr.json      attrs: format="cosmo_dask.halos", format_version=1, parameters,
+                     snapshot (source path), box_size, units
+      labels  (N,)   int64, chunks like the snapshot
+      catalog/       the catalog Dataset (xarray's Zarr layout, dims halo and axis)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+
+from ..atomic import atomic_directory, local_path
+from ..errors import SnapshotError
+from ..progress import compute
+
+FORMAT = "cosmo_dask.halos"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class HaloResult:
+    """Friends-of-friends halos of a snapshot.
+
+    Attributes
+    ----------
+    labels : dask.array.Array
+        (N,) int64, aligned with the snapshot's particle order; halo id h is
+        row h of the catalog; -1 for particles in no kept halo.
+    catalog : xarray.Dataset
+        Over dim ``halo`` (and ``axis``): ``n_members``, ``mass``,
+        ``center_of_mass``, ``velocity``, ``r_max``, ``first_member_id`` and,
+        when asked for, ``mbp_index``/``mbp_position``/``mbp_potential`` and
+        ``mcp_index``/``mcp_position``/``mcp_friends``.
+    parameters : dict
+        Everything the result depends on.
+    """
+
+    labels: da.Array
+    catalog: xr.Dataset
+    parameters: dict = field(default_factory=dict)
+
+    @property
+    def n_halos(self) -> int:
+        return int(self.catalog.sizes.get("halo", 0))
+
+    def __repr__(self) -> str:
+        largest = int(self.catalog["n_members"][0]) if self.n_halos else 0
+        return (f"<HaloResult {self.n_halos} halos (largest {largest} members), "
+                f"linking length {self.parameters.get('linking_length')}>")
+
+    def to_zarr(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write labels, catalog and parameters to a Zarr v3 store, atomically."""
+        with atomic_directory(path, overwrite=overwrite, what="halo store") as tmp:
+            attrs = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                     "parameters": _plain(self.parameters)}
+            group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
+            labels = self.labels
+            rows = max(1, labels.chunks[0][0]) if labels.shape[0] else 1
+            if len(set(labels.chunks[0][:-1])) > 1:
+                labels = labels.rechunk(rows)
+            target = group.create_array("labels", shape=labels.shape, dtype=np.int64,
+                                        chunks=(rows,), fill_value=-1, compressors=None,
+                                        dimension_names=("particle",))
+            compute(da.store(labels, target, lock=False, compute=False),
+                    label=f"writing {path}")
+            ds = self.catalog.drop_vars("axis", errors="ignore")  # strings: no stable v3 dtype
+            ds.attrs = {k: _plain(v) for k, v in ds.attrs.items()}
+            ds.to_zarr(str(tmp / "catalog"), mode="w", zarr_format=3, consolidated=False)
+        return str(local_path(path))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def open_catalog(path: str | os.PathLike) -> HaloResult:
+    """Open a halo store written by :meth:`HaloResult.to_zarr` (labels lazily)."""
+    p = local_path(path)
+    if not p.is_dir() or not (p / "zarr.json").exists():
+        raise SnapshotError(f"{p}: no halo store here (expected a Zarr v3 directory)")
+    group = zarr.open_group(str(p), mode="r")
+    attrs = dict(group.attrs)
+    if attrs.get("format") != FORMAT:
+        raise SnapshotError(f"{p}: not a cosmo_dask halo store (format is "
+                            f"{attrs.get('format')!r}, expected {FORMAT!r})")
+    if attrs.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{p}: halo store format_version {attrs.get('format_version')!r} "
+                            f"is not supported (this cosmo_dask reads {FORMAT_VERSION})")
+    labels = da.from_zarr(group["labels"])
+    catalog = xr.open_zarr(str(p / "catalog"), consolidated=False).load()
+    if "axis" in catalog.dims:
+        catalog = catalog.assign_coords(axis=["x", "y", "z"])
+    return HaloResult(labels, catalog, dict(attrs.get("parameters", {})))
