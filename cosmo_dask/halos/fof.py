@@ -24,6 +24,7 @@ links are never invented, because ghosts' friend counts can only be too low.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import dask
@@ -37,6 +38,8 @@ from ..spatial import DomainPart, domain_grid, scatter_to_domains
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21
+#: snapshots smaller than this run as one domain by default
+SMALL_SNAPSHOT = 2**17
 
 
 @dataclass
@@ -243,15 +246,28 @@ def absolute_linking_length(snap, linking_length: float, absolute: bool) -> floa
     return float(linking_length) * snap.box_size / max(snap.n_particles, 1) ** (1 / 3)
 
 
+def _threads() -> int:
+    """Threads that will run the domain tasks (the client's workers, else this machine)."""
+    from ..progress import active_client
+
+    client = active_client()
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    return os.cpu_count() or 1
+
+
 def _default_domains(snap, ghost: float) -> int:
-    n = max(1, min(64, math.ceil(snap.n_particles / DOMAIN_PARTICLES)))
-    cube = max(1, round(n ** (1 / 3)))
-    n = cube**3
+    """A cube number of domains: ~4 per thread (load balance on clustered data), at least
+    N / DOMAIN_PARTICLES, at most 64; one for small snapshots."""
+    n = snap.n_particles
+    if n < SMALL_SNAPSHOT:
+        return 1
+    target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
+    cube = min(4, math.ceil(target ** (1 / 3) - 1e-9))
     if snap.box_size is not None:
-        while n > 1 and ghost >= snap.box_size / round(n ** (1 / 3)):
+        while cube > 1 and ghost >= snap.box_size / cube:
             cube -= 1
-            n = cube**3
-    return n
+    return cube**3
 
 
 @dataclass
@@ -369,8 +385,9 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
         1 for classic FOF; k > 1 for the DBSCAN-like variant in which
         particles with fewer than k friends join no group and carry no links.
     n_domains : int or (int, int, int), optional
-        Domain count (default: about 2^21 particles per domain, a cube number,
-        at most 64); each is one ``fof-local`` task.
+        Domain count; each is one ``fof-local`` task. Default: one for fewer
+        than 2^17 particles, else a cube number with about four domains per
+        worker thread and at most 2^21 particles each (at most 64).
 
     Returns
     -------
