@@ -75,7 +75,8 @@ class FOFLabels:
 
 
 # ----------------------------------------------------------------------------- tasks
-def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str = "cpu") -> dict:
+def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str = "cpu",
+           with_members: bool = False) -> dict:
     if device == "gpu":
         from .fof_kernels_gpu import fof_local_gpu
 
@@ -85,19 +86,20 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str =
 
         root, friends = fof_local(part.pos, periods, ll, min_friends)
     rep = part.index[root]
-    owned = part.owned
+    n_own = part.n_owned  # owned rows come first, ghosts after
     ids = part.extra.get("ids", part.index)
-    extra = {k: (v[owned] if v is not None else None) for k, v in
-             (("vel", part.extra.get("vel")), ("mass", part.extra.get("mass")))}
+    extra = {k: v[:n_own] for k, v in (("vel", part.extra.get("vel")),
+                                       ("mass", part.extra.get("mass"))) if v is not None}
+    if with_members:
+        extra["pos"] = part.pos[:n_own]
     return {
-        "pos": part.pos[owned],
         **extra,
-        "index": part.index[owned],
-        "rep": rep[owned],
-        "ids": np.asarray(ids[owned], dtype=np.int64),
-        "friends": friends[owned],
-        "ghost_index": part.index[~owned],
-        "ghost_rep": rep[~owned],
+        "index": part.index[:n_own],
+        "rep": rep[:n_own],
+        "ids": np.asarray(ids[:n_own], dtype=np.int64),
+        "friends": friends[:n_own],
+        "ghost_index": part.index[n_own:],
+        "ghost_rep": rep[n_own:],
         "export_index": part.index[part.exported],
         "export_rep": rep[part.exported],
     }
@@ -328,7 +330,7 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends, with_members,
                      device)
     periods = grid.kernel_periods
-    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, device,
+    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, device, with_members,
                                                dask_key_name=f"fof-local-{token}-{d}")
                for d, p in enumerate(parts)]
     merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")

@@ -245,12 +245,17 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
 
 
 def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
-    """Concatenate one domain's pieces from every chunk (owned particles first)."""
-    cols = [np.concatenate([p[k] for p in pieces]) for k in range(4 + len(names))]
-    pos, index, owned, exported = cols[:4]
-    order = np.argsort(~owned, kind="stable")  # owned first, each group in chunk order
-    extra = {n: c[order] for n, c in zip(names, cols[4:], strict=True)}
-    return DomainPart(domain, pos[order], index[order], owned[order], exported[order], extra)
+    """Concatenate one domain's pieces from every chunk: all owned rows first (each
+    piece lists its owned rows before its ghosts), then all ghosts, in chunk order."""
+    n_own = [int(p[2].sum()) for p in pieces]
+
+    def column(k):
+        return np.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
+                              + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
+
+    cols = [column(k) for k in range(4 + len(names))]
+    extra = dict(zip(names, cols[4:], strict=True))
+    return DomainPart(domain, cols[0], cols[1], cols[2], cols[3], extra)
 
 
 def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
