@@ -32,9 +32,11 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from ..backend import array_module, empty_meta
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute, persist
 from ..spatial import DomainPart, domain_grid, scatter_to_domains
+from ..spatial.domains import host
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21
@@ -75,12 +77,15 @@ class FOFLabels:
 
 
 # ----------------------------------------------------------------------------- tasks
-def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str = "cpu",
+# Per-domain functions work on NumPy or CuPy arrays (following the chunks); the
+# cross-domain tables (_merge, _count output, _catalog) are small and on the host.
+def _local(part: DomainPart, periods, ll: float, min_friends: int,
            with_members: bool = False) -> dict:
-    if device == "gpu":
+    xp = array_module(part.pos)
+    if xp is not np:
         from .fof_kernels_gpu import fof_local_gpu
 
-        root, friends = (a.get() for a in fof_local_gpu(part.pos, periods, ll, min_friends))
+        root, friends = fof_local_gpu(part.pos, periods, ll, min_friends)
     else:
         from .fof_kernels import fof_local
 
@@ -96,12 +101,12 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int, device: str =
         **extra,
         "index": part.index[:n_own],
         "rep": rep[:n_own],
-        "ids": np.asarray(ids[:n_own], dtype=np.int64),
+        "ids": ids[:n_own].astype(np.int64, copy=False),
         "friends": friends[:n_own],
-        "ghost_index": part.index[n_own:],
-        "ghost_rep": rep[n_own:],
-        "export_index": part.index[part.exported],
-        "export_rep": rep[part.exported],
+        "ghost_index": host(part.index[n_own:]),
+        "ghost_rep": host(rep[n_own:]),
+        "export_index": host(part.index[part.exported]),
+        "export_rep": host(rep[part.exported]),
     }
 
 
@@ -133,32 +138,37 @@ def _merge(*locals_: dict) -> tuple[np.ndarray, np.ndarray]:
     return nodes, smallest[comp]
 
 
-def _classes(local: dict, merged) -> tuple[np.ndarray, np.ndarray]:
+def _classes(local: dict, merged):
     """Class of each owned particle and whether it crosses a domain face."""
-    nodes, cls = merged
     rep = local["rep"]
+    xp = array_module(rep)
+    nodes, cls = (xp.asarray(a) for a in merged)
     out = rep.copy()
-    crossing = np.zeros(rep.size, dtype=bool)
+    crossing = xp.zeros(rep.size, dtype=bool)
     if nodes.size:
-        at = np.minimum(np.searchsorted(nodes, rep), nodes.size - 1)
+        at = xp.minimum(xp.searchsorted(nodes, rep), nodes.size - 1)
         crossing = nodes[at] == rep
         out[crossing] = cls[at[crossing]]
     return out, crossing
 
 
 def _count(local: dict, merged, min_members: int) -> np.ndarray:
-    """Rows (class, local count, smallest id) worth reporting from one domain."""
+    """Rows (class, local count, smallest id) worth reporting from one domain (host)."""
     cls, crossing = _classes(local, merged)
+    xp = array_module(cls)
     if cls.size == 0:
         return np.empty((0, 3), np.int64)
-    order = np.argsort(cls, kind="stable")
+    order = xp.lexsort(xp.stack([local["ids"], cls]))  # by class, then id
     c, ids, cross = cls[order], local["ids"][order], crossing[order]
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
-    counts = np.diff(np.r_[starts, c.size])
-    min_id = np.minimum.reduceat(ids, starts)
-    any_cross = np.logical_or.reduceat(cross, starts)
+    first = xp.concatenate([xp.ones(1, bool), c[1:] != c[:-1]])
+    starts = xp.flatnonzero(first)
+    counts = xp.diff(xp.concatenate([starts, xp.asarray([c.size])]))
+    min_id = ids[starts]  # ids are sorted within each class
+    n_cross = xp.cumsum(cross.astype(np.int64))
+    before = xp.concatenate([xp.zeros(1, np.int64), n_cross])[starts]
+    any_cross = (n_cross[starts + counts - 1] - before) > 0
     keep = (counts >= min_members) | any_cross
-    return np.stack([c[starts][keep], counts[keep], min_id[keep]], axis=1)
+    return host(xp.stack([c[starts][keep], counts[keep], min_id[keep]], axis=1))
 
 
 def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,53 +191,58 @@ def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndar
     return keys, halo_of_key, counts[rank], first[rank]
 
 
-def _halo_ids(local: dict, merged, catalog) -> np.ndarray:
+def _halo_ids(local: dict, merged, catalog):
     """Halo id (or -1) of each owned particle of one domain."""
-    keys, halo_of_key = catalog[0], catalog[1]
     cls, _ = _classes(local, merged)
-    labels = np.full(cls.size, -1, dtype=np.int64)
+    xp = array_module(cls)
+    keys, halo_of_key = xp.asarray(catalog[0]), xp.asarray(catalog[1])
+    labels = xp.full(cls.size, -1, dtype=np.int64)
     if keys.size:
-        at = np.minimum(np.searchsorted(keys, cls), keys.size - 1)
+        at = xp.minimum(xp.searchsorted(keys, cls), keys.size - 1)
         hit = keys[at] == cls
         labels[hit] = halo_of_key[at[hit]]
     return labels
 
 
 def _members(local: dict, merged, catalog, particle_mass: float) -> dict:
-    """The domain's halo members, sorted by halo id (what catalog tasks read)."""
-    labels = _halo_ids(local, merged, catalog)
+    """The domain's halo members sorted by halo id, on the host (what catalog tasks read)."""
+    labels = host(_halo_ids(local, merged, catalog))
     sel = np.flatnonzero(labels >= 0)
     sel = sel[np.argsort(labels[sel], kind="stable")]
     mass = local.get("mass")
-    out = {
+
+    def pick(key):
+        return host(local[key])[sel]
+
+    return {
         "label": labels[sel],
-        "index": local["index"][sel],
-        "ids": local["ids"][sel],
-        "friends": local["friends"][sel],
-        "pos": local["pos"][sel],
-        "vel": None if local.get("vel") is None else local["vel"][sel],
+        "index": pick("index"),
+        "ids": pick("ids"),
+        "friends": pick("friends"),
+        "pos": pick("pos"),
+        "vel": None if local.get("vel") is None else pick("vel"),
         "mass": (np.full(sel.size, particle_mass) if mass is None
-                 else np.asarray(mass[sel], dtype=np.float64)),
+                 else pick("mass").astype(np.float64)),
     }
-    return out
 
 
 def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
     """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
     labels = _halo_ids(local, merged, catalog)
     index = local["index"]
-    order = np.argsort(index, kind="stable")
+    xp = array_module(index)
+    order = xp.argsort(index)
     index, labels = index[order], labels[order]
-    cuts = np.searchsorted(index, bounds)
+    cuts = host(xp.searchsorted(index, xp.asarray(bounds)))
     return [(index[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]])
             for i in range(len(bounds) - 1)]
 
 
-def _chunk_labels(start: int, stop: int, *pieces) -> np.ndarray:
-    out = np.full(stop - start, -1, dtype=np.int64)
+def _chunk_labels(start: int, stop: int, *pieces):
+    xp = array_module(pieces[0][0]) if pieces else np
+    out = xp.full(stop - start, -1, dtype=np.int64)
     for index, labels in pieces:
-        sel = (index >= start) & (index < stop)
-        out[index[sel] - start] = labels[sel]
+        out[index - start] = labels  # pieces hold only this chunk's rows
     return out
 
 
@@ -330,7 +345,7 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends, with_members,
                      device)
     periods = grid.kernel_periods
-    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, device, with_members,
+    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, with_members,
                                                dask_key_name=f"fof-local-{token}-{d}")
                for d, p in enumerate(parts)]
     merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")
@@ -361,7 +376,8 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
             dask.delayed(_chunk_labels, pure=True)(
                 int(bounds[i]), int(bounds[i + 1]), *[dl[i] for dl in per_domain_p],
                 dask_key_name=f"fof-labels-{token}-{i}"),
-            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64)
+            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64,
+            meta=empty_meta(snap.pos, 1, np.int64))
         for i in range(n_chunks)
     ]
     labels = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]

@@ -80,11 +80,14 @@ class DomainGrid:
                 f"domains or a {what} below {maximum:g}"
             )
 
-    def cell_of(self, pos: np.ndarray) -> np.ndarray:
-        """(m, 3) integer domain coordinates of positions (clipped into the grid)."""
-        rel = (np.asarray(pos, dtype=np.float64) - np.asarray(self.origin)) / self.width
-        cell = np.floor(rel).astype(np.int64)
-        return np.clip(cell, 0, np.asarray(self.shape) - 1)
+    def cell_of(self, pos):
+        """(m, 3) integer domain coordinates of positions (clipped into the grid).
+
+        NumPy or CuPy, following ``pos``."""
+        xp = array_module(pos)
+        rel = (pos - xp.asarray(self.origin)) / xp.asarray(self.width)
+        cell = xp.floor(rel).astype(np.int64)
+        return xp.clip(cell, 0, xp.asarray(self.shape) - 1)
 
     def flat(self, cell: np.ndarray) -> np.ndarray:
         nx, ny, nz = self.shape
@@ -171,28 +174,36 @@ class DomainPart:
 _OFFSETS = [o for o in itertools.product((-1, 0, 1), repeat=3) if o != (0, 0, 0)]
 
 
-def _host(x):
+def host(x) -> np.ndarray:
+    """A NumPy array of ``x`` (copied from the GPU when it is a CuPy array)."""
     return x.get() if array_module(x) is not np else np.asarray(x)
+
+
+def _like(xp, x):
+    """``x`` as an array of module ``xp`` (NumPy or CuPy)."""
+    return host(x) if xp is np else xp.asarray(x)
 
 
 def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -> list:
     """Split one particle chunk among the domains: owned particles and ghost copies.
 
-    Returns one tuple ``(pos, index, owned, exported, *extra)`` per domain
-    (NumPy arrays; ``extra`` are other per-particle arrays of the chunk).
+    Returns one tuple ``(pos, index, owned, exported, *extra)`` per domain:
+    NumPy arrays for NumPy chunks, CuPy arrays (staying on the GPU) for CuPy
+    chunks; ``extra`` are other per-particle arrays of the chunk.
     """
-    pos = np.asarray(_host(pos), dtype=np.float64)
-    extra = [_host(e) for e in extra]
+    xp = array_module(pos)
+    pos = pos.astype(np.float64, copy=False)
+    extra = [_like(xp, e) for e in extra]
     m = pos.shape[0]
-    index = np.arange(start, start + m, dtype=np.int64)
+    index = xp.arange(start, start + m, dtype=np.int64)
     shape = np.asarray(grid.shape)
     width = grid.width
     if grid.box_size is not None:
-        pos = np.mod(pos, grid.box_size)
+        pos = xp.mod(pos, grid.box_size)
         pos[pos >= grid.box_size] = 0.0
     cell = grid.cell_of(pos)
     owner = grid.flat(cell)
-    local = pos - (np.asarray(grid.origin) + cell * width)  # offset inside the owner's cell
+    local = pos - (xp.asarray(grid.origin) + cell * xp.asarray(width))  # offset in owner cell
     near = [[None, None, None] for _ in range(3)]  # near[axis][offset+1]
     for a in range(3):
         if shape[a] == 1:
@@ -203,54 +214,61 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
             near[a][0] &= cell[:, a] > 0
             near[a][2] &= cell[:, a] < shape[a] - 1
     pieces: list[list] = [[] for _ in range(grid.n_domains)]
-    exported = np.zeros(m, dtype=bool)
+    exported = xp.zeros(m, dtype=bool)
     for offset in _OFFSETS:
         if any(o != 0 and shape[a] == 1 for a, o in enumerate(offset)):
             continue
-        mask = np.ones(m, dtype=bool)
+        mask = xp.ones(m, dtype=bool)
         for a, o in enumerate(offset):
             if o:
                 mask &= near[a][o + 1]
-        if not mask.any():
+        if not bool(mask.any()):
             continue
         exported |= mask
-        sel = np.nonzero(mask)[0]
-        target = cell[sel] + np.asarray(offset)
-        shift = np.zeros((sel.size, 3))
+        sel = xp.nonzero(mask)[0]
+        target = cell[sel] + xp.asarray(offset)
+        shift = xp.zeros((sel.size, 3))
         if grid.box_size is not None:
-            shift -= (target >= shape) * grid.box_size
+            xshape = xp.asarray(shape)
+            shift -= (target >= xshape) * grid.box_size
             shift += (target < 0) * grid.box_size
-            target %= shape
+            target %= xshape
         dom = grid.flat(target)
-        order = np.argsort(dom, kind="stable")
+        order = _stable_argsort(dom)
         dom, sel, shift = dom[order], sel[order], shift[order]
-        bounds = np.searchsorted(dom, np.arange(grid.n_domains + 1))
-        for d in np.unique(dom):
-            s = slice(bounds[d], bounds[d + 1])
+        bounds = host(xp.searchsorted(dom, xp.arange(grid.n_domains + 1)))
+        for d in np.flatnonzero(np.diff(bounds)):
+            s = slice(int(bounds[d]), int(bounds[d + 1]))
             pieces[d].append((pos[sel[s]] + shift[s], sel[s]))
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(grid.n_domains + 1))
+    order = _stable_argsort(owner)
+    bounds = host(xp.searchsorted(owner[order], xp.arange(grid.n_domains + 1)))
     out = []
     for d in range(grid.n_domains):
-        own = order[bounds[d]:bounds[d + 1]]
-        rows = np.concatenate([own] + [r for _, r in pieces[d]])
+        own = order[int(bounds[d]):int(bounds[d + 1])]
+        rows = xp.concatenate([own] + [r for _, r in pieces[d]])
         ghost_pos = [p for p, _ in pieces[d]]
-        owned = np.zeros(rows.size, dtype=bool)
+        owned = xp.zeros(rows.size, dtype=bool)
         owned[:own.size] = True
-        exp = np.zeros_like(owned)
+        exp = xp.zeros_like(owned)
         exp[:own.size] = exported[own]
-        out.append((np.concatenate([pos[own]] + ghost_pos), index[rows], owned, exp,
+        out.append((xp.concatenate([pos[own]] + ghost_pos), index[rows], owned, exp,
                     *[e[rows] for e in extra]))
     return out
+
+
+def _stable_argsort(a):
+    xp = array_module(a)
+    return xp.argsort(a, kind="stable") if xp is np else xp.argsort(a)  # CuPy's sort is stable
 
 
 def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
     """Concatenate one domain's pieces from every chunk: all owned rows first (each
     piece lists its owned rows before its ghosts), then all ghosts, in chunk order."""
     n_own = [int(p[2].sum()) for p in pieces]
+    xp = array_module(pieces[0][0])
 
     def column(k):
-        return np.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
+        return xp.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
                               + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
 
     cols = [column(k) for k in range(4 + len(names))]
