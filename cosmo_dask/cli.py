@@ -219,6 +219,40 @@ def cmd_convert(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- halos
+def cmd_halos(args) -> int:
+    from .halos import fof
+    from .snapshot import open_snapshot
+
+    centers = tuple(c for c in args.centers.split(",") if c) if args.centers else ()
+    snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    with _cluster(args):
+        t0 = time.perf_counter()
+        result = fof(snap, args.linking_length, absolute=args.absolute,
+                     min_members=args.min_members, min_friends=args.min_friends,
+                     centers=centers, n_domains=args.domains)
+        path = result.to_zarr(args.out, overwrite=args.overwrite)
+        dt = time.perf_counter() - t0
+    n = result.n_halos
+    largest = int(result.catalog["n_members"][0]) if n else 0
+    in_halos = int(result.catalog["n_members"].sum()) if n else 0
+    _say(f"{n} halos (largest {largest} members; {in_halos} of {snap.n_particles} particles "
+         f"in halos), linking length {result.parameters['linking_length']:.4g}, "
+         f"{dt:.2f} s -> {path}")
+    if args.plot:
+        from .halos.mass_function import mass_function, plot_mass_function
+
+        if snap.box_size is None:
+            raise CosmoDaskError("--plot: a mass function needs a periodic snapshot (box size)")
+        if n == 0:
+            raise CosmoDaskError("--plot: no halos to plot")
+        ds = mass_function(result.catalog, min(20, max(1, n // 5)), snap.box_size)
+        plot_mass_function(ds, cosmology=snap.cosmology, redshift=snap.redshift or 0.0,
+                           path=args.plot)
+        _say(f"mass function plot -> {args.plot}")
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
     from .demo import run_demo
@@ -303,6 +337,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--part-type", type=int, default=1, help="Gadget particle type 0..5")
     c.add_argument("--overwrite", action="store_true")
     c.set_defaults(func=cmd_convert)
+
+    h = subparser("halos", help="friends-of-friends halos and their catalog",
+                  description="Find friends-of-friends halos and write labels + catalog.")
+    h.add_argument("snapshot", metavar="SNAP")
+    h.add_argument("out", metavar="OUT.zarr")
+    h.add_argument("--linking-length", type=float, default=0.2,
+                   help="in mean interparticle spacings (box units with --absolute)")
+    h.add_argument("--absolute", action="store_true", help="linking length in box units")
+    h.add_argument("--min-members", type=int, default=20)
+    h.add_argument("--min-friends", type=int, default=1)
+    h.add_argument("--centers", default="mbp,mcp", help="comma list of mbp, mbp_grid, mcp "
+                   "(empty for none)")
+    h.add_argument("--domains", type=_positive_int, default=None, help="domain count")
+    h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot")
+    h.add_argument("--overwrite", action="store_true")
+    h.set_defaults(func=cmd_halos)
 
     d = subparser("demo", help="run the end-to-end demo on a local cluster")
     d.add_argument(

@@ -1,0 +1,603 @@
+"""Halo-centre kernels on the CPU (numba, numpy, scipy).
+
+The halos' members are grouped in contiguous *segments* of a particle array
+(particles sorted by halo): segment ``s`` is rows ``starts[s]:starts[s+1]``.
+The kernels here follow the centre finders of HACC's PISTON analysis
+(Sewell et al. 2015, "Utilizing many-core accelerators for halo and center
+finding within a cosmology simulation"):
+
+* :func:`segment_potentials` -- the exact pairwise potential of every particle
+  due to the other members of its segment, ``O(sum n_s**2)`` work, in parallel
+  over particles (so one giant halo still uses every core).
+* :func:`segmented_argmin` -- the row of the smallest value in each segment;
+  with the potentials it gives each halo's most bound particle (MBP).
+* :func:`mcp_rows` -- the row with the most friends in each segment, the most
+  connected particle (MCP).
+* :func:`grid_mbp` -- the MBP of one halo found with the grid-Poisson method:
+  cloud-in-cell mass on a cubic grid over the halo, the potential solved with
+  a zero (Dirichlet) boundary by discrete sine transforms, then exact
+  potentials only for the members within a few cells of the grid minimum.
+  Work ``O(n_grid**3 log n_grid + r n)`` for ``r`` candidates instead of
+  ``O(n**2)``.
+
+Units: positions, ``box_size`` and ``softening`` are in one length unit,
+masses in one mass unit and ``G`` in length**3 / (mass time**2); potentials
+are then in length**2 / time**2 (with the default ``G = 1``: mass / length).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import scipy.fft
+import scipy.ndimage
+
+from ..errors import ParameterError
+
+__all__ = [
+    "grid_mbp",
+    "grid_potential",
+    "mcp_rows",
+    "poisson_dirichlet",
+    "segment_potentials",
+    "segmented_argmin",
+]
+
+# Reassociation lets LLVM vectorise the inner sums; no approximate reciprocals
+# or square roots are allowed (no 'arcp' / 'afn').
+_FASTMATH = {"nsz", "reassoc", "contract"}
+# Work chunks per thread in the pair kernels (chunks of equal pair count).
+_CHUNKS_PER_THREAD = 8
+# Empty cells between the members' extent and the zero-potential boundary of
+# the grid in grid_potential / grid_mbp, on every side.
+_PAD_CELLS = 4
+# grid_mbp evaluates the members near this many of the deepest local minima of
+# the grid potential (1 = the global minimum only, as in Sewell et al. 2015).
+_N_WELLS = 4
+
+
+# --------------------------------------------------------------------------- #
+# pairwise potentials
+# --------------------------------------------------------------------------- #
+
+
+@numba.njit(fastmath=_FASTMATH, inline="always")
+def _sum_open(x, y, z, m, xi, yi, zi, j0, j1, eps2):
+    """``sum_j m_j / sqrt(r_ij**2 + eps2)`` over ``j0 <= j < j1``; zero distances add 0."""
+    acc = 0.0
+    for j in range(j0, j1):
+        dx = x[j] - xi
+        dy = y[j] - yi
+        dz = z[j] - zi
+        s = dx * dx + dy * dy + dz * dz + eps2
+        if s > 0.0:
+            acc += m[j] / math.sqrt(s)
+    return acc
+
+
+@numba.njit(fastmath=_FASTMATH, inline="always")
+def _sum_periodic(x, y, z, m, xi, yi, zi, j0, j1, eps2, L, inv_L):
+    """As :func:`_sum_open` with minimum-image separations in a box of side ``L``."""
+    acc = 0.0
+    for j in range(j0, j1):
+        dx = x[j] - xi
+        dy = y[j] - yi
+        dz = z[j] - zi
+        dx -= L * np.rint(dx * inv_L)
+        dy -= L * np.rint(dy * inv_L)
+        dz -= L * np.rint(dz * inv_L)
+        s = dx * dx + dy * dy + dz * dz + eps2
+        if s > 0.0:
+            acc += m[j] / math.sqrt(s)
+    return acc
+
+
+@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, out):
+    """Potentials of the particles ``rows[k]`` due to rows ``lo[k]:hi[k]`` (self excluded).
+
+    ``chunk_bounds`` splits ``range(len(rows))`` into chunks of about equal
+    pair count; the chunks are spread over the threads. Separations use the
+    minimum image in a box of side ``L`` where ``wrap[k]`` is true. Results
+    go to ``out[k]``.
+    """
+    inv_L = 1.0 / L if L > 0.0 else 0.0
+    nchunk = chunk_bounds.shape[0] - 1
+    for c in numba.prange(nchunk):
+        for k in range(chunk_bounds[c], chunk_bounds[c + 1]):
+            i = rows[k]
+            xi = x[i]
+            yi = y[i]
+            zi = z[i]
+            if wrap[k]:
+                acc = _sum_periodic(x, y, z, m, xi, yi, zi, lo[k], i, eps2, L, inv_L)
+                acc += _sum_periodic(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2, L, inv_L)
+            else:
+                acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
+                acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
+            out[k] = -G * acc
+
+
+def _potentials(pos, mass, starts, rows, L, eps, G):
+    """Exact potentials of ``pos[rows]`` due to the other members of their segments.
+
+    Periodic segments are first moved, in coordinates relative to their first
+    member, to the minimum image of that member; a segment whose extent is
+    then below ``L / 2`` on every axis needs no further wrapping (every pair
+    separation is already its minimum image), the others wrap every pair.
+    Rows outside every segment get 0.
+    """
+    n = pos.shape[0]
+    h = starts.shape[0] - 1
+    out = np.zeros(rows.shape[0], dtype=np.float64)
+    if h == 0 or rows.shape[0] == 0:
+        return out
+    counts = np.diff(starts)
+    seg = np.full(n, -1, dtype=np.int64)
+    seg[starts[0]:starts[-1]] = np.repeat(np.arange(h, dtype=np.int64), counts)
+    wrap_seg = np.zeros(h, dtype=np.bool_)
+    if L > 0.0 and n > 0:
+        ref = np.arange(n, dtype=np.int64)
+        ref[starts[0]:starts[-1]] = np.repeat(starts[:-1], counts)
+        rel = pos - pos[ref]
+        rel -= L * np.rint(rel / L)
+        full = np.flatnonzero(counts > 0)
+        if full.size:
+            first = starts[full]
+            ext = np.maximum.reduceat(rel[starts[0]:starts[-1]], first - starts[0], axis=0)
+            ext -= np.minimum.reduceat(rel[starts[0]:starts[-1]], first - starts[0], axis=0)
+            wrap_seg[full] = np.any(ext >= 0.5 * L, axis=1)
+        pos = rel
+    rseg = seg[rows]
+    inside = rseg >= 0
+    lo = np.where(inside, starts[np.maximum(rseg, 0)], rows)
+    hi = np.where(inside, starts[np.maximum(rseg, 0) + 1], rows + 1)
+    wrap = inside & wrap_seg[np.maximum(rseg, 0)]
+    bounds = _work_chunks((hi - lo).astype(np.float64))
+    x, y, z = _soa(pos)
+    _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, out)
+    return out
+
+
+def _work_chunks(work: np.ndarray) -> np.ndarray:
+    """Bounds of contiguous chunks of ``work`` (per-item costs) with about equal sums."""
+    n = work.shape[0]
+    nchunk = max(1, min(n, _CHUNKS_PER_THREAD * numba.get_num_threads()))
+    cum = np.cumsum(work, dtype=np.float64)
+    total = cum[-1] if n else 0.0
+    targets = total * np.arange(1, nchunk, dtype=np.float64) / nchunk
+    inner = np.searchsorted(cum, targets, side="left") + 1
+    bounds = np.concatenate(([0], inner, [n])).astype(np.int64)
+    return np.maximum.accumulate(np.minimum(bounds, n))
+
+
+def _check_pos_mass(pos, mass):
+    pos = np.ascontiguousarray(pos, dtype=np.float64)
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise ParameterError(f"pos must have shape (n, 3), got {pos.shape}")
+    n = pos.shape[0]
+    mass = np.asarray(mass, dtype=np.float64)
+    if mass.ndim == 0:
+        mass = np.full(n, float(mass))
+    if mass.shape != (n,):
+        raise ParameterError(f"mass must have shape ({n},) like pos, got {mass.shape}")
+    if not (np.isfinite(pos).all() and np.isfinite(mass).all()):
+        raise ParameterError("pos and mass must be finite")
+    return pos, np.ascontiguousarray(mass)
+
+
+def _check_common(box_size, softening, G):
+    if box_size is None:
+        L = 0.0
+    else:
+        L = float(box_size)
+        if not (np.isfinite(L) and L > 0.0):
+            raise ParameterError(f"box_size must be None or a finite number > 0, got {box_size}")
+    eps = float(softening)
+    if not (np.isfinite(eps) and eps >= 0.0):
+        raise ParameterError(f"softening must be finite and >= 0, got {softening}")
+    G = float(G)
+    if not np.isfinite(G):
+        raise ParameterError(f"G must be finite, got {G}")
+    return L, eps, G
+
+
+def _check_starts(starts, n: int) -> np.ndarray:
+    starts = np.asarray(starts)
+    if starts.ndim != 1 or starts.shape[0] < 1 or not np.issubdtype(starts.dtype, np.integer):
+        raise ParameterError("starts must be a 1-d integer array of h + 1 segment bounds")
+    starts = starts.astype(np.int64)
+    if starts[0] < 0 or starts[-1] > n or np.any(np.diff(starts) < 0):
+        raise ParameterError(
+            f"starts must be non-decreasing within [0, {n}], got {starts[0]} .. {starts[-1]}"
+        )
+    return starts
+
+
+def _soa(pos: np.ndarray):
+    return (np.ascontiguousarray(pos[:, 0]), np.ascontiguousarray(pos[:, 1]),
+            np.ascontiguousarray(pos[:, 2]))
+
+
+def segment_potentials(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0) -> np.ndarray:
+    """Exact gravitational potential of every particle due to its own segment.
+
+    ``phi_i = -G * sum_{j in seg(i), j != i} m_j / sqrt(|r_i - r_j|**2 + eps**2)``
+    with Plummer softening ``eps = softening``. With ``softening = 0`` a pair
+    of distinct particles at the same position contributes 0 (instead of
+    ``-inf``); give ``softening > 0`` when duplicates are physical.
+
+    Parameters
+    ----------
+    pos : numpy.ndarray
+        float64 positions, shape ``(n, 3)``, in length units.
+    mass : numpy.ndarray or float
+        float64 masses, shape ``(n,)`` (a scalar is used for every particle),
+        in mass units.
+    starts : numpy.ndarray
+        int64 segment bounds, shape ``(h + 1,)``, non-decreasing within
+        ``[0, n]``: segment ``s`` is rows ``starts[s]:starts[s+1]``. Rows
+        outside every segment get potential 0.
+    box_size : float, optional
+        Side of the periodic box (length units); separations then use the
+        minimum image. Segments are first unwrapped around their first
+        member; one still spanning half the box or more wraps every pair.
+    softening : float, optional
+        Plummer softening length ``eps >= 0`` (length units).
+    G : float, optional
+        Gravitational constant (length**3 / (mass time**2)).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 potentials, shape ``(n,)``, in G mass / length
+        (length**2 / time**2); 0 for a segment of one particle.
+
+    Raises
+    ------
+    ParameterError
+        On wrong shapes, non-finite values, unsorted or out-of-range
+        ``starts``, ``box_size <= 0`` or ``softening < 0``.
+
+    Notes
+    -----
+    Work is ``sum_s n_s**2`` pair evaluations, spread over the numba threads in
+    chunks of equal pair count (so a single halo uses every core). Measured
+    for one halo: 1e4 particles 0.07 s and 1e5 particles 7.2 s on the 2-core
+    development VM (AVX-512), 0.012 s and 1.0 s on the 16 cores of the H200
+    host; periodic boxes cost the same (segments are unwrapped first).
+    """
+    pos, mass = _check_pos_mass(pos, mass)
+    L, eps, G = _check_common(box_size, softening, G)
+    n = pos.shape[0]
+    starts = _check_starts(starts, n)
+    return _potentials(pos, mass, starts, np.arange(n, dtype=np.int64), L, eps, G)
+
+
+# --------------------------------------------------------------------------- #
+# per-segment selections
+# --------------------------------------------------------------------------- #
+
+
+@numba.njit(parallel=True, cache=True)
+def _segmented_argmin(values, starts, out):
+    h = starts.shape[0] - 1
+    for s in numba.prange(h):
+        best = -1
+        bv = 0.0
+        for j in range(starts[s], starts[s + 1]):
+            v = values[j]
+            if v == v and (best < 0 or v < bv):  # NaN skipped, ties keep the first
+                best = j
+                bv = v
+        out[s] = best
+
+
+def segmented_argmin(values, starts) -> np.ndarray:
+    """Row of the smallest value in every segment.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Real values, shape ``(n,)`` (e.g. potentials, length**2 / time**2).
+    starts : numpy.ndarray
+        int64 segment bounds, shape ``(h + 1,)`` (see :func:`segment_potentials`).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(h,)``: absolute row index of each segment's minimum;
+        ties go to the first row, NaNs are skipped, and an empty or all-NaN
+        segment gives -1.
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if values.ndim != 1:
+        raise ParameterError(f"values must be 1-d, got shape {values.shape}")
+    starts = _check_starts(starts, values.shape[0])
+    out = np.empty(starts.shape[0] - 1, dtype=np.int64)
+    _segmented_argmin(values, starts, out)
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _mcp_rows(friends, ids, starts, out):
+    h = starts.shape[0] - 1
+    for s in numba.prange(h):
+        best = -1
+        for j in range(starts[s], starts[s + 1]):
+            if best < 0 or friends[j] > friends[best] or (
+                friends[j] == friends[best] and ids[j] < ids[best]
+            ):
+                best = j
+        out[s] = best
+
+
+def mcp_rows(friends, ids, starts) -> np.ndarray:
+    """Row of the most connected particle (most friends) in every segment.
+
+    Parameters
+    ----------
+    friends : numpy.ndarray
+        Integer friend counts (dimensionless), shape ``(n,)``.
+    ids : numpy.ndarray
+        Integer particle ids, shape ``(n,)``; they break ties.
+    starts : numpy.ndarray
+        int64 segment bounds, shape ``(h + 1,)`` (see :func:`segment_potentials`).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(h,)``: absolute row of the particle with the most
+        friends in each segment; among equal counts the one with the smallest
+        id; -1 for an empty segment.
+    """
+    friends = np.ascontiguousarray(friends)
+    ids = np.ascontiguousarray(ids)
+    if friends.ndim != 1 or ids.shape != friends.shape:
+        raise ParameterError(
+            f"friends and ids must be 1-d of one shape, got {friends.shape} and {ids.shape}"
+        )
+    if not (np.issubdtype(friends.dtype, np.integer) and np.issubdtype(ids.dtype, np.integer)):
+        raise ParameterError("friends and ids must be integer arrays")
+    starts = _check_starts(starts, friends.shape[0])
+    out = np.empty(starts.shape[0] - 1, dtype=np.int64)
+    _mcp_rows(friends.astype(np.int64), ids.astype(np.int64), starts, out)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# grid-Poisson most bound particle
+# --------------------------------------------------------------------------- #
+
+
+def poisson_dirichlet(rho, cell, *, G=1.0) -> np.ndarray:
+    """Solve ``laplacian(phi) = 4 pi G rho`` on a grid with ``phi = 0`` outside it.
+
+    The 7-point Laplacian is inverted exactly with type-1 discrete sine
+    transforms: ``rho`` holds the interior nodes, the nodes one step beyond
+    each face are the zero boundary. The discrete eigenvalues are
+    ``-(4 / cell**2) * sum_a sin(pi k_a / (2 (N_a + 1)))**2``, ``k_a = 1..N_a``.
+
+    Parameters
+    ----------
+    rho : numpy.ndarray
+        Density on the interior nodes, shape ``(N0, N1, N2)``, in
+        mass / length**3.
+    cell : float
+        Node spacing (length units), the same on every axis.
+    G : float, optional
+        Gravitational constant (length**3 / (mass time**2)).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 potential on the nodes, shape of ``rho``, in length**2 / time**2.
+    """
+    rho = np.asarray(rho, dtype=np.float64)
+    if rho.ndim != 3 or min(rho.shape) < 1:
+        raise ParameterError(f"rho must be a non-empty 3-d array, got shape {rho.shape}")
+    cell = float(cell)
+    if not (np.isfinite(cell) and cell > 0.0):
+        raise ParameterError(f"cell must be finite and > 0, got {cell}")
+    lam = np.zeros(rho.shape, dtype=np.float64)
+    for a, N in enumerate(rho.shape):
+        k = np.arange(1, N + 1, dtype=np.float64)
+        s2 = np.sin(np.pi * k / (2.0 * (N + 1))) ** 2
+        shape = [1, 1, 1]
+        shape[a] = N
+        lam = lam + s2.reshape(shape)
+    lam *= -4.0 / (cell * cell)
+    rho_hat = scipy.fft.dstn(rho, type=1)
+    return scipy.fft.idstn(rho_hat * (4.0 * np.pi * float(G) / lam), type=1)
+
+
+@numba.njit(cache=True)
+def _cic_deposit(pos, mass, origin, inv_cell, grid):
+    """Cloud-in-cell deposit of ``mass`` onto node masses ``grid`` (node k at origin + k cell)."""
+    n0, n1, n2 = grid.shape
+    for i in range(pos.shape[0]):
+        t0 = (pos[i, 0] - origin[0]) * inv_cell
+        t1 = (pos[i, 1] - origin[1]) * inv_cell
+        t2 = (pos[i, 2] - origin[2]) * inv_cell
+        t0 = min(max(t0, 0.0), n0 - 1.0)
+        t1 = min(max(t1, 0.0), n1 - 1.0)
+        t2 = min(max(t2, 0.0), n2 - 1.0)
+        a0 = min(int(t0), n0 - 2)
+        a1 = min(int(t1), n1 - 2)
+        a2 = min(int(t2), n2 - 2)
+        f0 = t0 - a0
+        f1 = t1 - a1
+        f2 = t2 - a2
+        m = mass[i]
+        for d0 in range(2):
+            w0 = f0 if d0 else 1.0 - f0
+            for d1 in range(2):
+                w1 = f1 if d1 else 1.0 - f1
+                for d2 in range(2):
+                    w2 = f2 if d2 else 1.0 - f2
+                    grid[a0 + d0, a1 + d1, a2 + d2] += m * w0 * w1 * w2
+
+
+def _unwrap(pos: np.ndarray, L: float) -> np.ndarray:
+    """Positions moved by whole boxes to the minimum image of the first member."""
+    if L <= 0.0 or pos.shape[0] == 0:
+        return pos
+    rel = pos - pos[0]
+    rel -= L * np.rint(rel / L)
+    return pos[0] + rel
+
+
+def _grid_geometry(upos: np.ndarray, n_grid: int):
+    """Origin (node 0) and spacing of a cubic grid of n_grid**3 nodes around ``upos``."""
+    lo = upos.min(axis=0)
+    hi = upos.max(axis=0)
+    extent = float((hi - lo).max())
+    span = n_grid + 1 - 2 * _PAD_CELLS  # cells across the largest extent
+    cell = extent / span if extent > 0.0 else 1.0
+    origin = 0.5 * (lo + hi) - 0.5 * (n_grid - 1) * cell
+    return origin, cell
+
+
+def _check_n_grid(n_grid) -> int:
+    n_grid = int(n_grid)
+    if n_grid < 2 * _PAD_CELLS + 2:
+        raise ParameterError(f"n_grid must be >= {2 * _PAD_CELLS + 2}, got {n_grid}")
+    return n_grid
+
+
+def grid_potential(pos, mass, *, box_size=None, G=1.0, n_grid=64):
+    """Grid potential of one halo: CIC mass on a cubic grid, Dirichlet-DST Poisson solve.
+
+    With ``box_size`` the members are first moved to the minimum image of the
+    first member. The grid has ``n_grid**3`` nodes; the largest extent of the
+    members spans ``n_grid + 1 - 8`` cells, centred, so at least 4 empty
+    cells separate them from the zero-potential boundary (the nodes just
+    beyond the grid).
+
+    Parameters
+    ----------
+    pos : numpy.ndarray
+        float64 member positions, shape ``(n, 3)`` (length units), ``n >= 1``.
+    mass : numpy.ndarray or float
+        Member masses, shape ``(n,)`` or a scalar (mass units).
+    box_size : float, optional
+        Periodic box side (length units); the halo must be smaller than half of it.
+    G : float, optional
+        Gravitational constant (length**3 / (mass time**2)).
+    n_grid : int, optional
+        Nodes per axis (>= 10).
+
+    Returns
+    -------
+    phi : numpy.ndarray
+        float64 potential at the nodes, shape ``(n_grid,) * 3``
+        (length**2 / time**2).
+    origin : numpy.ndarray
+        float64 position of node ``(0, 0, 0)``, shape ``(3,)`` (length units,
+        in the unwrapped frame); node ``k`` is at ``origin + k * cell``.
+    cell : float
+        Node spacing (length units).
+    """
+    pos, mass = _check_pos_mass(pos, mass)
+    L, _, G = _check_common(box_size, 0.0, G)
+    n_grid = _check_n_grid(n_grid)
+    if pos.shape[0] == 0:
+        raise ParameterError("grid_potential needs at least one member")
+    phi, origin, cell, _ = _grid_solve(pos, mass, L, G, n_grid)
+    return phi, origin, cell
+
+
+def _grid_solve(pos, mass, L, G, n_grid):
+    upos = _unwrap(pos, L)
+    origin, cell = _grid_geometry(upos, n_grid)
+    node_mass = np.zeros((n_grid, n_grid, n_grid), dtype=np.float64)
+    _cic_deposit(upos, mass, origin, 1.0 / cell, node_mass)
+    phi = poisson_dirichlet(node_mass / cell**3, cell, G=G)
+    return phi, origin, cell, upos
+
+
+def _deepest_minima(phi: np.ndarray, k: int) -> np.ndarray:
+    """Nodes (float64, shape ``(<= k, 3)``) of the ``k`` deepest local minima of ``phi``.
+
+    A local minimum is a node not above any of its 26 neighbours (outside
+    the grid counts as 0, the boundary value). The global minimum is first.
+    """
+    low = scipy.ndimage.minimum_filter(phi, size=3, mode="constant", cval=0.0)
+    cand = np.flatnonzero((phi <= low).ravel())
+    order = np.argsort(phi.ravel()[cand], kind="stable")[:k]
+    return np.array(np.unravel_index(cand[order], phi.shape), dtype=np.float64).T
+
+
+def grid_mbp(pos, mass, *, box_size=None, softening=0.0, G=1.0, n_grid=64,
+             search_radius_cells=2.0) -> int:
+    """Most bound particle of one halo by the grid-Poisson method.
+
+    The potential is solved on a grid (:func:`grid_potential`); the members
+    within ``search_radius_cells`` cells, along every axis, of the grid's
+    minimum node -- and of the next deepest local minima, up to 4 wells in
+    all -- get their exact potential (as in :func:`segment_potentials`, due
+    to all members), and the one with the lowest wins (ties: the first row).
+    If no member is that close, every member is evaluated.
+
+    Parameters
+    ----------
+    pos : numpy.ndarray
+        float64 positions of all the halo's members, shape ``(n, 3)``
+        (length units), ``n >= 1``.
+    mass : numpy.ndarray or float
+        Masses, shape ``(n,)`` or a scalar (mass units).
+    box_size : float, optional
+        Periodic box side (length units); the halo must be smaller than half of it.
+    softening : float, optional
+        Plummer softening of the exact potentials (length units).
+    G : float, optional
+        Gravitational constant (length**3 / (mass time**2)).
+    n_grid : int, optional
+        Grid nodes per axis (>= 10).
+    search_radius_cells : float, optional
+        Half-width, in cells, of the cube around the minimum node whose
+        members are evaluated exactly.
+
+    Returns
+    -------
+    int
+        Row (in ``pos``) of the particle with the lowest exact potential among
+        the candidates.
+
+    Notes
+    -----
+    Sewell et al. (2015) search around the global grid minimum only. A
+    compact clump whose centre is more bound than the main body's, but whose
+    cusp the grid cannot resolve, then gives a particle of the wrong
+    structure: on 300 Plummer / NFW halos of 1000-4000 particles, 60 % of
+    them with an offset clump of 5-20 % of the mass, one well found the exact
+    MBP in 283 (misses 0.03 % to 20 % above the true minimum), four wells in
+    300. With ``softening = 0`` a chance close pair can be the exact MBP;
+    no grid can find that, so give the simulation's softening. Cost:
+    ``O(n + n_grid**3 log n_grid + r n)`` for ``r`` candidates; one NFW halo
+    of 1e5 particles takes 0.6-0.9 s on the 2-core development VM (exact:
+    7 s).
+    """
+    pos, mass = _check_pos_mass(pos, mass)
+    L, eps, G = _check_common(box_size, softening, G)
+    n_grid = _check_n_grid(n_grid)
+    radius = float(search_radius_cells)
+    if not (np.isfinite(radius) and radius >= 0.0):
+        raise ParameterError(f"search_radius_cells must be finite and >= 0, got {radius}")
+    n = pos.shape[0]
+    if n == 0:
+        raise ParameterError("grid_mbp needs at least one member")
+    if n == 1:
+        return 0
+    phi, origin, cell, upos = _grid_solve(pos, mass, L, G, n_grid)
+    near = np.zeros(n, dtype=np.bool_)
+    for node in _deepest_minima(phi, _N_WELLS):
+        centre = origin + node * cell
+        near |= np.all(np.abs(upos - centre) <= radius * cell, axis=1)
+    rows = np.flatnonzero(near).astype(np.int64)
+    if rows.size == 0:
+        rows = np.arange(n, dtype=np.int64)
+    pot = _potentials(pos, mass, np.array([0, n], dtype=np.int64), rows, L, eps, G)
+    return int(rows[int(np.argmin(pot))])
