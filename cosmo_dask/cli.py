@@ -222,10 +222,14 @@ def cmd_convert(args) -> int:
 # --------------------------------------------------------------------------- halos
 def cmd_halos(args) -> int:
     from .halos import fof
+    from .halos.finder import check_parameters
     from .snapshot import open_snapshot
 
     centers = tuple(c for c in args.centers.split(",") if c) if args.centers else ()
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    check_parameters(snap, args.linking_length, absolute=args.absolute,
+                     min_members=args.min_members, min_friends=args.min_friends,
+                     centers=centers, n_domains=args.domains)  # before starting a cluster
     with _cluster(args):
         t0 = time.perf_counter()
         result = fof(snap, args.linking_length, absolute=args.absolute,
@@ -371,9 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    dask.config.set({"cosmo_dask.progress": True})
     try:
-        return int(args.func(args) or 0)
+        with dask.config.set({"cosmo_dask.progress": True}):  # for this command only
+            return int(args.func(args) or 0)
     except CosmoDaskError as exc:
         if args.verbose:
             raise

@@ -127,3 +127,38 @@ def test_demo_displacement_agrees_with_linear_theory(tmp_path):
     ctx = run_demo(tmp_path, n_side=32, box_size=200.0, redshift=0.0, seed=4, say=lambda s: None)
     # the rms of a Gaussian field over a 200 Mpc/h box scatters by a few per cent
     assert ctx["rms_displacement"] == pytest.approx(ctx["expected_rms_displacement"], rel=0.15)
+
+
+def test_halos_command(tmp_path, capsys):
+    from cosmo_dask.halos import open_catalog
+    from cosmo_dask.models import perturbed_lattice
+
+    snap = perturbed_lattice(24, box_size=24.0, amplitude=0.0, seed=1)
+    snap.to_zarr(tmp_path / "lat.zarr")
+    out = tmp_path / "h.zarr"
+    # b = 1.01 spacings links the whole (unperturbed) lattice into one periodic halo
+    assert main(["--cpu", "--workers", "1", "halos", str(tmp_path / "lat.zarr"), str(out),
+                 "--linking-length", "1.01", "--min-members", "5", "--centers", "mcp",
+                 "--domains", "8"]) == 0
+    said = capsys.readouterr().out
+    assert "1 halos (largest 13824 members" in said
+    back = open_catalog(out)
+    assert back.n_halos == 1 and int(back.catalog["n_members"][0]) == 24**3
+    assert (back.labels.compute() == 0).all()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--linking-length", "0"], "linking_length must be a positive"),
+    (["--min-members", "1"], "min_members must be an integer >= 2"),
+    (["--centers", "middle"], "subset of"),
+    (["--linking-length", "5", "--domains", "27"], "not smaller than the domain side"),
+])
+def test_halos_bad_input_writes_nothing(tmp_path, capsys, argv, message):
+    from cosmo_dask.models import perturbed_lattice
+
+    perturbed_lattice(12, box_size=12.0, seed=1).to_zarr(tmp_path / "lat.zarr")
+    code = main(["--cpu", "--workers", "1", "halos", str(tmp_path / "lat.zarr"),
+                 str(tmp_path / "h.zarr")] + argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err
+    assert not (tmp_path / "h.zarr").exists()

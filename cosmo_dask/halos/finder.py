@@ -31,6 +31,26 @@ def _check_centers(centers) -> tuple[str, ...]:
     return centers
 
 
+def check_parameters(snap, linking_length: float = 0.2, *, absolute: bool = False,
+                     min_members: int = 20, min_friends: int = 1, centers=("mbp",),
+                     potential_softening: float | None = None, n_domains=None) -> None:
+    """Raise ParameterError for bad :func:`fof` parameters, reading no particle data."""
+    from ..spatial import domain_grid
+    from .fof import absolute_linking_length
+
+    _check_centers(centers)
+    ll = absolute_linking_length(snap, linking_length, absolute)
+    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    if potential_softening is not None and not potential_softening >= 0:
+        raise ParameterError(f"potential_softening must be >= 0, got {potential_softening!r}")
+    if n_domains is not None and snap.box_size is not None:
+        ghost = ll if min_friends == 1 else 2 * ll
+        domain_grid(n_domains, box_size=snap.box_size).check_ghost_width(
+            ghost, what="linking length" if min_friends == 1 else "ghost width")
+
+
 def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_members: int = 20,
         min_friends: int = 1, centers=("mbp",), potential_softening: float | None = None,
         grid_threshold: int = cat.GRID_THRESHOLD, n_domains=None) -> HaloResult:
@@ -63,6 +83,9 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
     -------
     HaloResult
     """
+    check_parameters(snap, linking_length, absolute=absolute, min_members=min_members,
+                     min_friends=min_friends, centers=centers,
+                     potential_softening=potential_softening, n_domains=n_domains)
     centers = _check_centers(centers)
     t0 = time.perf_counter()
     graph = run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
