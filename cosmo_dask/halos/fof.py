@@ -40,6 +40,8 @@ from ..spatial.domains import host
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21
+#: particles per domain aimed at on GPU workers (about 120 bytes each on the device)
+GPU_DOMAIN_PARTICLES = 2**27
 #: snapshots smaller than this run as one domain by default
 SMALL_SNAPSHOT = 2**17
 
@@ -279,7 +281,14 @@ def _default_domains(snap, ghost: float) -> int:
     n = snap.n_particles
     if n < SMALL_SNAPSHOT:
         return 1
-    target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
+    if snap.device == "gpu":  # one big domain per GPU worker (a domain must fit on a GPU)
+        from ..progress import active_client
+
+        client = active_client()
+        workers = len(client.scheduler_info()["workers"]) if client is not None else 1
+        target = max(math.ceil(n / GPU_DOMAIN_PARTICLES), workers)
+    else:
+        target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
     cube = min(4, math.ceil(target ** (1 / 3) - 1e-9))
     if snap.box_size is not None:
         while cube > 1 and ghost >= snap.box_size / cube:
@@ -405,7 +414,8 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
     n_domains : int or (int, int, int), optional
         Domain count; each is one ``fof-local`` task. Default: one for fewer
         than 2^17 particles, else a cube number with about four domains per
-        worker thread and at most 2^21 particles each (at most 64).
+        worker thread and at most 2^21 particles each (at most 64); on GPU
+        snapshots at least one per GPU worker and at most 2^27 particles each.
 
     Returns
     -------
