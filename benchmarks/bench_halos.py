@@ -82,6 +82,7 @@ def main(argv=None):
     ap.add_argument("--no-scipy", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of ours (median)")
     ap.add_argument("--mbp", action="store_true")
+    ap.add_argument("--check-cpu", action="store_true", help="gpu: compare labels with the CPU")
     ap.add_argument("--memory", action="store_true")
     args = ap.parse_args(argv)
 
@@ -129,6 +130,9 @@ def main(argv=None):
                 "domains": res.parameters["n_domains"],
                 **env,
             }
+            if args.device == "gpu" and args.check_cpu:
+                cpu = fof_labels(snap, ll, min_members=min_members).labels.compute()
+                row["identical_to_cpu"] = bool(np.array_equal(labels.get(), cpu))
             if not args.no_scipy:
                 t0 = time.perf_counter()
                 comp, n_ref = scipy_fof(snap.pos.compute().astype(np.float64), box, ll, min_members)
@@ -142,41 +146,59 @@ def main(argv=None):
                 )
             print(json.dumps(row), flush=True)
             if args.mbp and kind == "clustered":
-                bench_mbp(snap, res, box, env)
+                bench_mbp(snap, res, box, env, args.device)
             if args.memory and kind == "clustered":
                 bench_memory(snap, ll, min_members, env)
 
 
-def bench_mbp(snap, res, box, env):
+def bench_mbp(snap, res, box, env, device="cpu"):
+    """Exact vs grid MBP on the 20 largest halos (CPU), and the GPU exact kernel."""
     from cosmo_dask.halos.center_kernels import grid_mbp, segment_potentials
 
     labels = res.labels.compute()
+    labels = labels.get() if hasattr(labels, "get") else labels
     pos = snap.pos.compute().astype(np.float64)
-    agree, n_test, t_exact, t_grid = 0, 0, 0.0, 0.0
+    agree, n_test, t_exact, t_grid, t_gpu, excess, gpu_err = 0, 0, 0.0, 0.0, 0.0, [], 0.0
     for h in range(min(20, res.n_halos)):
         mem = np.flatnonzero(labels == h)
         x, m = pos[mem], np.ones(mem.size)
+        starts = np.array([0, mem.size])
         t0 = time.perf_counter()
-        phi = segment_potentials(x, m, np.array([0, mem.size]), box_size=box, softening=0.02)
+        phi = segment_potentials(x, m, starts, box_size=box, softening=0.02)
         t_exact += time.perf_counter() - t0
         t0 = time.perf_counter()
         g = grid_mbp(x, m, box_size=box, softening=0.02)
         t_grid += time.perf_counter() - t0
         agree += int(g == int(np.argmin(phi)))
+        excess.append(float((phi[g] - phi.min()) / abs(phi.min())))
         n_test += 1
-    print(
-        json.dumps(
-            {
-                "workload": "mbp-largest-halos",
-                "halos": n_test,
-                "exact_seconds": t_exact,
-                "grid_seconds": t_grid,
-                "grid_agrees_with_exact": agree,
-                **env,
-            }
-        ),
-        flush=True,
-    )
+        if device == "gpu":
+            import cupy
+
+            from cosmo_dask.halos.center_kernels_gpu import segment_potentials_gpu
+
+            args = (cupy.asarray(x), cupy.asarray(m), cupy.asarray(starts))
+            segment_potentials_gpu(*args, box_size=box, softening=0.02)  # warm-up
+            cupy.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            phi_g = segment_potentials_gpu(*args, box_size=box, softening=0.02)
+            cupy.cuda.Device().synchronize()
+            t_gpu += time.perf_counter() - t0
+            gpu_err = max(gpu_err, float(abs(phi_g.get() - phi).max() / abs(phi).max()))
+    row = {
+        "workload": "mbp-largest-halos",
+        "halos": n_test,
+        "members": int(res.n_members[:n_test].sum()),
+        "cpu_exact_seconds": t_exact,
+        "cpu_grid_seconds": t_grid,
+        "grid_same_particle": agree,
+        "grid_potential_excess_max": max(excess, default=0.0),
+        "grid_potential_excess_median": float(np.median(excess)) if excess else 0.0,
+        **env,
+    }
+    if device == "gpu":
+        row.update(gpu_exact_seconds=t_gpu, gpu_max_rel_err=gpu_err)
+    print(json.dumps(row), flush=True)
 
 
 def bench_memory(snap, ll, min_members, env):
