@@ -162,3 +162,22 @@ def test_halos_bad_input_writes_nothing(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
     assert not (tmp_path / "h.zarr").exists()
+
+
+def test_halos_command_with_mass_function_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from test_fof import clustered
+
+    from cosmo_dask import Snapshot
+
+    rng = np.random.default_rng(11)
+    pos = clustered(rng, 5000, 40.0, sigma=0.15, per_blob=80)
+    Snapshot.from_arrays(pos, box_size=40.0, particle_mass=1.0,
+                         units={"length": "Mpc/h", "velocity": "km/s", "mass": "1e10 Msun/h"}
+                         ).to_zarr(tmp_path / "c.zarr")
+    png = tmp_path / "mf.png"
+    assert main(["--cpu", "--workers", "1", "halos", str(tmp_path / "c.zarr"),
+                 str(tmp_path / "h.zarr"), "--linking-length", "0.25", "--absolute",
+                 "--min-members", "10", "--centers", "", "--plot", str(png)]) == 0
+    assert "mass function plot" in capsys.readouterr().out
+    assert png.stat().st_size > 10000 and png.read_bytes()[:4] == b"\x89PNG"

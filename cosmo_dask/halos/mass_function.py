@@ -1,0 +1,562 @@
+"""Halo mass functions: measured from a catalog, and fitting functions for comparison.
+
+Measured
+    :func:`mass_function` histograms halo masses in logarithmic bins and returns
+    ``dn/dlnM = N / (V dlnM)`` with Poisson errors ``sqrt(N) / (V dlnM)``.
+
+Theory
+    Universal fits in the Jenkins et al. (2001) convention, where the
+    multiplicity ``f(sigma) = (M / rho_m) dn / dln(1/sigma)`` gives
+
+    ``dn/dlnM = f(sigma) (rho_m / M) |dln(1/sigma) / dlnM|``,
+
+    with ``rho_m = Omega_m rho_crit`` the comoving mean matter density and
+    ``sigma(M, z)`` the rms linear overdensity (EH98 no-wiggle spectrum of
+    :class:`~cosmo_dask.models.cosmology.Cosmology`) in top-hat spheres holding
+    mass ``M``, radius ``R = (3 M / (4 pi rho_m))^(1/3)``. The logarithmic slope
+    of ``sigma`` is computed *analytically*, from the derivative of the top-hat
+    window under the ``sigma^2`` integral (see :func:`dlnsigma_dlnM`).
+
+    * Warren et al. (2006, ApJ 646, 881):
+      ``f = A (sigma^-a + b) exp(-c / sigma^2)``.
+    * Watson et al. (2013, MNRAS 433, 1230), FoF "universal" fit:
+      ``f = A [(beta / sigma)^alpha + 1] exp(-gamma / sigma^2)``.
+
+Units: masses in 1e10 Msun/h, lengths in Mpc/h, number densities in (Mpc/h)^-3.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy import integrate
+
+from ..errors import ParameterError
+from ..models.cosmology import Cosmology, tophat_window
+from ..models.zeldovich import RHO_CRIT_1E10
+
+MASS_UNITS = "1e10 Msun/h"
+DENSITY_UNITS = "(Mpc/h)^-3"
+
+#: Warren et al. (2006) parameters of ``f = A (sigma^-a + b) exp(-c / sigma^2)``
+WARREN2006 = {"A": 0.7234, "a": 1.625, "b": 0.2538, "c": 1.1982}
+#: Watson et al. (2013) FoF parameters of ``f = A [(beta/sigma)^alpha + 1] exp(-gamma/sigma^2)``
+WATSON2013_FOF = {"A": 0.282, "alpha": 2.163, "beta": 1.406, "gamma": 1.210}
+
+# sigma(R) quadrature: the same integral as Cosmology.sigma (1/(2 pi^2) ∫ k^3 P W^2 dln k
+# from k = 1e-6 h/Mpc to k R = 8e3), on one log-k grid shared by all radii
+_K_MIN = 1e-6  # h/Mpc
+_X_MAX = 8e3  # largest k R needed (the window^2 has fallen to ~1e-15 of its peak)
+_DLNK = 5e-3  # grid step in ln k (Simpson; sigma agrees with Cosmology.sigma to ~1e-8)
+_BLOCK_ELEMENTS = 2**22  # radii x wavenumbers evaluated at once (bounds the memory use)
+
+
+# --------------------------------------------------------------------------- measured
+def _positive(value: Any, name: str) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) <= 0:
+        raise ParameterError(f"mass_function: {name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _catalog_masses(masses: Any) -> np.ndarray:
+    if isinstance(masses, xr.Dataset):
+        if "mass" not in masses.variables:
+            raise ParameterError(
+                "mass_function: the halo catalog Dataset has no 'mass' variable "
+                f"(variables: {sorted(map(str, masses.variables))})"
+            )
+        masses = masses["mass"].values
+    elif isinstance(masses, xr.DataArray):
+        masses = masses.values
+    try:
+        m = np.asarray(masses, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"mass_function: masses must be numeric, got {exc}") from None
+    if not np.all(np.isfinite(m)):
+        raise ParameterError("mass_function: masses must be finite (found NaN or inf)")
+    if m.size and m.min() <= 0:
+        raise ParameterError(
+            f"mass_function: masses must be > 0 (1e10 Msun/h), smallest is {m.min():g}"
+        )
+    return m
+
+
+def _bin_edges(bins: Any, m: np.ndarray) -> np.ndarray:
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        n = int(bins)
+        if n < 1:
+            raise ParameterError(f"mass_function: bins must be >= 1, got {n}")
+        if m.size == 0:
+            lo, hi = 1.0, 10.0  # no data range: one nominal decade, all counts zero
+        else:
+            lo, hi = float(m.min()), float(m.max())
+            if lo == hi:  # a single mass: one decade centred on it
+                lo, hi = lo / math.sqrt(10.0), hi * math.sqrt(10.0)
+        edges = np.geomspace(lo, hi, n + 1)
+        edges[0], edges[-1] = lo, hi  # exact, so the extreme halos are counted
+        return edges
+    if isinstance(bins, bool) or np.ndim(bins) != 1:
+        raise ParameterError(
+            "mass_function: bins must be an int >= 1 or a 1-D array of bin edges, "
+            f"got {bins!r}"
+        )
+    try:
+        edges = np.asarray(bins, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"mass_function: bin edges must be numeric, got {bins!r}") from None
+    if edges.size < 2:
+        raise ParameterError(f"mass_function: need at least 2 bin edges, got {edges.size}")
+    if not np.all(np.isfinite(edges)) or edges[0] <= 0:
+        raise ParameterError("mass_function: bin edges must be finite and > 0 (1e10 Msun/h)")
+    if np.any(np.diff(edges) <= 0):
+        raise ParameterError("mass_function: bin edges must be strictly increasing")
+    return edges
+
+
+def mass_function(
+    masses: Any,
+    bins: int | Any,
+    box_size: float | None,
+    *,
+    volume: float | None = None,
+) -> xr.Dataset:
+    """Measured halo mass function ``dn/dlnM`` with Poisson errors.
+
+    Parameters
+    ----------
+    masses : array-like or xarray.Dataset
+        Halo masses in 1e10 Msun/h (all > 0), or a halo catalog Dataset with a
+        ``mass`` variable.
+    bins : int or array-like
+        Number of bins, log-spaced from the smallest to the largest mass (both
+        included), or the bin edges in 1e10 Msun/h (> 0, strictly increasing;
+        halos outside them are not counted, the count is in
+        ``attrs["n_outside_bins"]``). With an int and no halos, one nominal
+        decade 1..10 (1e10 Msun/h) is binned; with a single distinct mass, the
+        decade centred on it.
+    box_size : float or None
+        Side of the periodic box in Mpc/h; the volume is ``box_size**3``. May be
+        None when ``volume`` is given, or when ``masses`` is a Dataset with a
+        ``box_size`` attribute.
+    volume : float, optional
+        Survey volume in (Mpc/h)^3; overrides ``box_size``.
+
+    Returns
+    -------
+    xarray.Dataset
+        Over dimension ``mass_bin``, with coordinates ``mass`` (geometric bin
+        centre), ``mass_lo``, ``mass_hi`` (1e10 Msun/h) and variables ``counts``
+        (int64), ``dn_dlnM`` = counts / (V dlnM) and ``dn_dlnM_error`` =
+        sqrt(counts) / (V dlnM), both in (Mpc/h)^-3, where
+        ``dlnM = ln(mass_hi / mass_lo)``. Attributes hold the volume, box size,
+        halo totals and units.
+
+    Raises
+    ------
+    ParameterError
+        For non-positive or non-finite masses, box size or volume, ``bins < 1``,
+        bad edges, or a Dataset without a ``mass`` variable.
+    """
+    if box_size is None and volume is None and isinstance(masses, xr.Dataset):
+        box_size = masses.attrs.get("box_size")
+    m = _catalog_masses(masses)
+    if volume is not None:
+        vol = _positive(volume, "volume")
+        box = None if box_size is None else _positive(box_size, "box_size")
+    elif box_size is None:
+        raise ParameterError("mass_function: give box_size (Mpc/h) or volume ((Mpc/h)^3)")
+    else:
+        box = _positive(box_size, "box_size")
+        vol = box**3
+    edges = _bin_edges(bins, m)
+    counts, _ = np.histogram(m, bins=edges)
+    counts = counts.astype(np.int64)
+    lo, hi = edges[:-1], edges[1:]
+    dlnm = np.log(hi / lo)
+    dn = counts / (vol * dlnm)
+    err = np.sqrt(counts) / (vol * dlnm)
+    mass_attrs = {"units": MASS_UNITS}
+    ds = xr.Dataset(
+        {
+            "counts": ("mass_bin", counts, {"long_name": "halos per bin"}),
+            "dn_dlnM": (
+                "mass_bin", dn, {"units": DENSITY_UNITS, "long_name": "dn/dlnM"}
+            ),
+            "dn_dlnM_error": (
+                "mass_bin",
+                err,
+                {"units": DENSITY_UNITS, "long_name": "Poisson error sqrt(N)/(V dlnM)"},
+            ),
+        },
+        coords={
+            "mass": ("mass_bin", np.sqrt(lo * hi), {**mass_attrs, "long_name": "bin centre"}),
+            "mass_lo": ("mass_bin", lo, {**mass_attrs, "long_name": "lower bin edge"}),
+            "mass_hi": ("mass_bin", hi, {**mass_attrs, "long_name": "upper bin edge"}),
+        },
+        attrs={
+            "volume": vol,
+            "volume_units": "(Mpc/h)^3",
+            "box_size": box if box is not None else float("nan"),
+            "box_size_units": "Mpc/h",
+            "mass_units": MASS_UNITS,
+            "n_halos": int(m.size),
+            "n_outside_bins": int(m.size - counts.sum()),
+        },
+    )
+    return ds
+
+
+# --------------------------------------------------------------------------- sigma(M)
+def _tophat_window_derivative(x: np.ndarray) -> np.ndarray:
+    """``dW/dx`` of the top-hat window ``W = 3 (sin x - x cos x) / x^3``.
+
+    ``W'(x) = 3 sin(x) / x^2 - 3 W(x) / x``; a Taylor series below x = 0.1.
+    """
+    out = np.empty_like(x)
+    small = x < 0.1
+    xs = x[small]
+    xs2 = xs * xs
+    out[small] = xs * (-1.0 / 5.0 + xs2 * (1.0 / 70.0 + xs2 * (-1.0 / 2520.0 + xs2 / 166320.0)))
+    xl = x[~small]
+    out[~small] = 3.0 * np.sin(xl) / xl**2 - 3.0 * tophat_window(xl) / xl
+    return out
+
+
+def _mean_density(cosmo: Cosmology) -> float:
+    return cosmo.Omega_m * RHO_CRIT_1E10
+
+
+def _check_masses(M: Any, caller: str) -> np.ndarray:  # noqa: N803 (physics symbol)
+    try:
+        m = np.asarray(M, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{caller}: M must be numeric, got {M!r}") from None
+    if not np.all(np.isfinite(m)) or np.any(m <= 0):
+        raise ParameterError(f"{caller}: masses must be finite and > 0 (1e10 Msun/h)")
+    return m
+
+
+def _growth(cosmo: Cosmology, redshift: Any, caller: str) -> float:
+    ok = isinstance(redshift, (int, float, np.integer, np.floating)) and not isinstance(
+        redshift, bool
+    )
+    if not ok or not math.isfinite(float(redshift)) or float(redshift) <= -1.0:
+        raise ParameterError(f"{caller}: redshift must be a finite number > -1, got {redshift!r}")
+    z = float(redshift)
+    return 1.0 if z == 0.0 else float(cosmo.growth_factor(1.0 / (1.0 + z)))
+
+
+def _sigma_and_slope(m: np.ndarray, cosmo: Cosmology, growth: float):
+    """``sigma(M)`` and ``dln sigma / dln M`` (flattened), by quadrature on a log-k grid."""
+    flat = m.ravel()
+    if flat.size == 0:
+        return flat.copy(), flat.copy()
+    radius = np.cbrt(3.0 * flat / (4.0 * np.pi * _mean_density(cosmo)))
+    order = np.argsort(radius)
+    lnk_lo, lnk_hi = math.log(_K_MIN), math.log(_X_MAX / float(radius[order[0]]))
+    n_k = 2 * math.ceil((lnk_hi - lnk_lo) / (2.0 * _DLNK)) + 1  # odd: Simpson panels
+    lnk = np.linspace(lnk_lo, lnk_hi, n_k)
+    k = np.exp(lnk)
+    k3p = k**3 * cosmo.power_spectrum(k) / (2.0 * np.pi**2)  # today's spectrum
+    sig2 = np.empty_like(radius)
+    dsig2 = np.empty_like(radius)  # R dsigma^2/dR / 2 = ∫ k^3 P W W'(kR) kR dlnk / (2 pi^2)
+    block = max(1, _BLOCK_ELEMENTS // n_k)
+    for start in range(0, radius.size, block):
+        idx = order[start : start + block]  # similar radii: the grid is cut at k = X_MAX / R
+        n_use = min(n_k, int(np.searchsorted(lnk, math.log(_X_MAX / radius[idx[0]]))) + 2)
+        n_use -= 1 - n_use % 2  # odd
+        x = k[None, :n_use] * radius[idx, None]
+        kp = k3p[:n_use]
+        w = tophat_window(x)
+        sig2[idx] = integrate.simpson(kp * w * w, x=lnk[:n_use], axis=-1)
+        dsig2[idx] = integrate.simpson(
+            kp * w * _tophat_window_derivative(x) * x, x=lnk[:n_use], axis=-1
+        )
+    sigma = np.sqrt(sig2) * growth
+    # dln sigma/dln R = (R/(2 sigma^2)) dsigma^2/dR, and dln R/dln M = 1/3
+    slope = dsig2 / sig2 / 3.0
+    return sigma, slope
+
+
+def sigma_of_mass(M: Any, cosmology: Any = None, redshift: float = 0.0):  # noqa: N803
+    """Linear rms overdensity in top-hat spheres enclosing mass ``M``.
+
+    Parameters
+    ----------
+    M : float or array-like
+        Mass in 1e10 Msun/h (> 0). The top-hat radius is
+        ``R = (3 M / (4 pi rho_m))^(1/3)`` Mpc/h, with
+        ``rho_m = Omega_m * RHO_CRIT_1E10`` (1e10 Msun/h per (Mpc/h)^3, comoving).
+    cosmology : Cosmology, dict or None
+        Cosmology (default Planck 2018-like), see :meth:`Cosmology.coerce`.
+    redshift : float
+        Redshift; ``sigma`` scales with the linear growth factor ``D(z)``.
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``sigma(M, z)`` (dimensionless), shaped like ``M``. Equal to
+        ``cosmology.sigma(R)`` (same integral and k range), so ``sigma8`` is
+        recovered at ``R = 8`` Mpc/h.
+    """
+    cosmo = Cosmology.coerce(cosmology)
+    m = _check_masses(M, "sigma_of_mass")
+    sigma, _ = _sigma_and_slope(m, cosmo, _growth(cosmo, redshift, "sigma_of_mass"))
+    return sigma.reshape(m.shape)[()]
+
+
+def dlnsigma_dlnM(M: Any, cosmology: Any = None):  # noqa: N802, N803 (physics symbols)
+    """Logarithmic slope ``dln sigma / dln M`` of the top-hat rms overdensity.
+
+    Analytic: differentiating the window under the integral,
+
+    ``dln sigma / dln M = (1/3) ∫ k^3 P W(kR) W'(kR) kR dlnk / ∫ k^3 P W(kR)^2 dlnk``,
+
+    with ``W'(x) = 3 sin x / x^2 - 3 W(x) / x``, on the same quadrature grid as
+    :func:`sigma_of_mass`. Independent of redshift (linear growth is scale-free).
+
+    Parameters
+    ----------
+    M : float or array-like
+        Mass in 1e10 Msun/h (> 0).
+    cosmology : Cosmology, dict or None
+        Cosmology, see :meth:`Cosmology.coerce`.
+
+    Returns
+    -------
+    numpy.ndarray or float
+        The slope (dimensionless, negative), shaped like ``M``.
+    """
+    cosmo = Cosmology.coerce(cosmology)
+    m = _check_masses(M, "dlnsigma_dlnM")
+    _, slope = _sigma_and_slope(m, cosmo, 1.0)
+    return slope.reshape(m.shape)[()]
+
+
+# --------------------------------------------------------------------------- fits
+def _check_sigma(sigma: Any, caller: str) -> np.ndarray:
+    try:
+        s = np.asarray(sigma, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{caller}: sigma must be numeric, got {sigma!r}") from None
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ParameterError(f"{caller}: sigma must be finite and > 0")
+    return s
+
+
+def multiplicity_warren2006(sigma: Any):
+    """Warren et al. (2006) multiplicity function.
+
+    ``f(sigma) = A (sigma^-a + b) exp(-c / sigma^2)`` with A = 0.7234,
+    a = 1.625, b = 0.2538, c = 1.1982 (Jenkins et al. 2001 convention,
+    ``f = (M / rho_m) dn / dln(1/sigma)``).
+
+    Parameters
+    ----------
+    sigma : float or array-like
+        rms linear overdensity (> 0, dimensionless).
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``f(sigma)`` (dimensionless), shaped like ``sigma``.
+    """
+    s = _check_sigma(sigma, "multiplicity_warren2006")
+    p = WARREN2006
+    return (p["A"] * (s ** -p["a"] + p["b"]) * np.exp(-p["c"] / s**2))[()]
+
+
+def multiplicity_watson2013_fof(sigma: Any):
+    """Watson et al. (2013) universal FoF multiplicity function.
+
+    ``f(sigma) = A [(beta / sigma)^alpha + 1] exp(-gamma / sigma^2)`` with
+    A = 0.282, alpha = 2.163, beta = 1.406, gamma = 1.210 (Jenkins et al. 2001
+    convention, ``f = (M / rho_m) dn / dln(1/sigma)``).
+
+    Parameters
+    ----------
+    sigma : float or array-like
+        rms linear overdensity (> 0, dimensionless).
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``f(sigma)`` (dimensionless), shaped like ``sigma``.
+    """
+    s = _check_sigma(sigma, "multiplicity_watson2013_fof")
+    p = WATSON2013_FOF
+    return (p["A"] * ((p["beta"] / s) ** p["alpha"] + 1.0) * np.exp(-p["gamma"] / s**2))[()]
+
+
+#: multiplicity functions by model name
+MULTIPLICITY_FUNCTIONS: Mapping[str, Callable[[Any], Any]] = {
+    "warren2006": multiplicity_warren2006,
+    "watson2013_fof": multiplicity_watson2013_fof,
+}
+
+
+def theory_mass_function(
+    M: Any,  # noqa: N803 (physics symbol)
+    *,
+    model: str = "warren2006",
+    cosmology: Any = None,
+    redshift: float = 0.0,
+):
+    """Fitting-function halo mass function ``dn/dlnM``.
+
+    ``dn/dlnM = f(sigma) (rho_m / M) |dln(1/sigma) / dlnM|``, with the slope of
+    ``sigma`` from the analytic derivative of the top-hat integral
+    (:func:`dlnsigma_dlnM`).
+
+    Parameters
+    ----------
+    M : float or array-like
+        Halo mass in 1e10 Msun/h (> 0).
+    model : {"warren2006", "watson2013_fof"}
+        Multiplicity function, see :data:`MULTIPLICITY_FUNCTIONS`.
+    cosmology : Cosmology, dict or None
+        Cosmology, see :meth:`Cosmology.coerce`.
+    redshift : float
+        Redshift (comoving number densities).
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``dn/dlnM`` in (Mpc/h)^-3 (comoving), shaped like ``M``.
+    """
+    if model not in MULTIPLICITY_FUNCTIONS:
+        raise ParameterError(
+            f"theory_mass_function: unknown model {model!r}; "
+            f"choose from {sorted(MULTIPLICITY_FUNCTIONS)}"
+        )
+    cosmo = Cosmology.coerce(cosmology)
+    m = _check_masses(M, "theory_mass_function")
+    growth = _growth(cosmo, redshift, "theory_mass_function")
+    sigma, slope = _sigma_and_slope(m, cosmo, growth)
+    if sigma.size == 0:
+        return sigma.reshape(m.shape)
+    f = MULTIPLICITY_FUNCTIONS[model](sigma)
+    dn = f * _mean_density(cosmo) / m.ravel() * np.abs(slope)
+    return dn.reshape(m.shape)[()]
+
+
+# --------------------------------------------------------------------------- plot
+_FIT_LABELS = {"warren2006": "Warren et al. 2006", "watson2013_fof": "Watson et al. 2013 (FoF)"}
+
+
+def _has_display() -> bool:
+    if sys.platform.startswith(("win", "darwin")):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def plot_mass_function(
+    ds: xr.Dataset,
+    *,
+    fits: tuple[str, ...] | list[str] = ("warren2006", "watson2013_fof"),
+    cosmology: Any = None,
+    redshift: float = 0.0,
+    ax: Any = None,
+    path: str | os.PathLike | None = None,
+):
+    """Plot a measured mass function with Poisson errors and fitting functions.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Output of :func:`mass_function`.
+    fits : sequence of str
+        Models of :func:`theory_mass_function` to overplot (may be empty).
+    cosmology : Cosmology, dict or None
+        Cosmology of the fits.
+    redshift : float
+        Redshift of the fits.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw on; a new figure otherwise (drawn with the Agg canvas,
+        leaving pyplot's state alone, when saving without a display).
+    path : str or path-like, optional
+        Save the figure there as PNG.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        Log-log axes of ``dn/dlnM`` in (Mpc/h)^-3 against M in 1e10 Msun/h.
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(
+            "plot_mass_function needs matplotlib; install the 'plot' extra: "
+            "pip install 'cosmo_dask[plot]'"
+        ) from exc
+    missing = [v for v in ("dn_dlnM", "dn_dlnM_error", "mass", "mass_lo", "mass_hi")
+               if v not in ds.variables]
+    if missing:
+        raise ParameterError(
+            f"plot_mass_function: ds lacks {missing}; pass the output of mass_function"
+        )
+    for fit in fits:
+        if fit not in MULTIPLICITY_FUNCTIONS:
+            raise ParameterError(
+                f"plot_mass_function: unknown fit {fit!r}; "
+                f"choose from {sorted(MULTIPLICITY_FUNCTIONS)}"
+            )
+    if ax is None:
+        if path is not None and not _has_display():
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(6.0, 4.5))
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
+        else:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(6.0, 4.5))
+    del matplotlib
+
+    mass = np.asarray(ds["mass"].values, dtype=np.float64)
+    dn = np.asarray(ds["dn_dlnM"].values, dtype=np.float64)
+    err = np.asarray(ds["dn_dlnM_error"].values, dtype=np.float64)
+    lo = np.asarray(ds["mass_lo"].values, dtype=np.float64)
+    hi = np.asarray(ds["mass_hi"].values, dtype=np.float64)
+    filled = dn > 0
+    if np.any(filled):
+        # lower error bar clipped so it stays positive on the log axis
+        lower = np.minimum(err[filled], dn[filled] * (1.0 - 1e-3))
+        ax.errorbar(
+            mass[filled],
+            dn[filled],
+            yerr=[lower, err[filled]],
+            xerr=[mass[filled] - lo[filled], hi[filled] - mass[filled]],
+            fmt="o",
+            ms=4,
+            color="k",
+            capsize=2,
+            label=f"measured ({int(ds['counts'].sum()) if 'counts' in ds else '?'} halos)",
+        )
+    if fits and lo.size:
+        m_grid = np.geomspace(lo.min(), hi.max(), 200)
+        for fit in fits:
+            ax.plot(
+                m_grid,
+                theory_mass_function(m_grid, model=fit, cosmology=cosmology, redshift=redshift),
+                label=_FIT_LABELS.get(fit, fit),
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"$M$ [$10^{10}\,M_\odot/h$]")
+    ax.set_ylabel(r"$dn/d\ln M$ [$(h/\mathrm{Mpc})^3$]")
+    ax.set_title(f"halo mass function (z = {float(redshift):g})")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(frameon=False)
+    if path is not None:
+        ax.figure.savefig(os.fspath(path), format="png", dpi=100, bbox_inches="tight")
+    return ax
