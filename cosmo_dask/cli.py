@@ -240,7 +240,8 @@ def cmd_halos(args) -> int:
     n = result.n_halos
     largest = int(result.catalog["n_members"][0]) if n else 0
     in_halos = int(result.catalog["n_members"].sum()) if n else 0
-    _say(f"{n} halos (largest {largest} members; {in_halos} of {snap.n_particles} particles "
+    _say(f"{n} halo{'s' * (n != 1)} (largest {largest} members; {in_halos} of "
+         f"{snap.n_particles} particles "
          f"in halos), linking length {result.parameters['linking_length']:.4g}, "
          f"{dt:.2f} s -> {path}")
     if args.plot:

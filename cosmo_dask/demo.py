@@ -114,9 +114,12 @@ def stage_halos(ctx) -> None:
     n = result.n_halos
     largest = int(result.catalog["n_members"][0]) if n else 0
     ctx["n_halos"] = n
-    say(f"[halos] friends-of-friends (b = 0.2, >= 20 members): {n} halos, largest {largest} "
+    say(
+        f"[halos] friends-of-friends (b = 0.2, >= 20 members): {n} halo{'s' * (n != 1)}, "
+        f"largest {largest} "
         f"members, {result.parameters['n_domains']} domains -> {path} "
-        f"({time.perf_counter() - t0:.2f} s)")
+        f"({time.perf_counter() - t0:.2f} s)"
+    )
 
 
 #: the demo's stages, in order; later capabilities append theirs

@@ -141,7 +141,7 @@ def test_halos_command(tmp_path, capsys):
                  "--linking-length", "1.01", "--min-members", "5", "--centers", "mcp",
                  "--domains", "8"]) == 0
     said = capsys.readouterr().out
-    assert "1 halos (largest 13824 members" in said
+    assert "1 halo (largest 13824 members" in said
     back = open_catalog(out)
     assert back.n_halos == 1 and int(back.catalog["n_members"][0]) == 24**3
     assert (back.labels.compute() == 0).all()

@@ -1,7 +1,23 @@
-"""Halo finding: distributed friends-of-friends, catalogs and centres."""
+"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions."""
 
 from .finder import fof
 from .fof import FOFLabels, fof_labels
+from .mass_function import (
+    mass_function,
+    plot_mass_function,
+    sigma_of_mass,
+    theory_mass_function,
+)
 from .result import HaloResult, open_catalog
 
-__all__ = ["fof", "fof_labels", "FOFLabels", "HaloResult", "open_catalog"]
+__all__ = [
+    "fof",
+    "fof_labels",
+    "FOFLabels",
+    "HaloResult",
+    "open_catalog",
+    "mass_function",
+    "plot_mass_function",
+    "sigma_of_mass",
+    "theory_mass_function",
+]
