@@ -32,15 +32,14 @@ def active_client(*collections):
     return owner if isinstance(owner, Client) else None
 
 
-def compute(*collections, label: str | None = None, show: bool | None = None):
-    """``dask.compute`` that shows progress when asked; returns the results tuple."""
+def _run(persist: bool, collections, label, show):
     if show is None:
         show = bool(dask.config.get("cosmo_dask.progress", False))
     client = active_client(*collections)
     if label and show:
         print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
     if client is not None:
-        futures = client.compute(list(collections))
+        futures = (client.persist if persist else client.compute)(list(collections))
         try:
             if show:
                 from distributed import progress
@@ -48,16 +47,22 @@ def compute(*collections, label: str | None = None, show: bool | None = None):
                 with contextlib.redirect_stdout(sys.stderr):  # keep stdout for results
                     progress(futures, notebook=False)
                 print(file=sys.stderr, flush=True)
-            return tuple(client.gather(futures))
+            return tuple(futures) if persist else tuple(client.gather(futures))
         except BaseException:
             client.cancel(futures)  # stop queued tasks of a failed computation
             raise
+    run = dask.persist if persist else dask.compute
     if show:
         from dask.diagnostics import ProgressBar
 
         with ProgressBar(out=sys.stderr, minimum=0.5):
-            return dask.compute(*collections)
-    return dask.compute(*collections)
+            return run(*collections)
+    return run(*collections)
+
+
+def compute(*collections, label: str | None = None, show: bool | None = None):
+    """``dask.compute`` that shows progress when asked; returns the results tuple."""
+    return _run(False, collections, label, show)
 
 
 def persist(*collections, label: str | None = None, show: bool | None = None):
@@ -65,23 +70,4 @@ def persist(*collections, label: str | None = None, show: bool | None = None):
 
     With a distributed client the results stay in worker memory.
     """
-    if show is None:
-        show = bool(dask.config.get("cosmo_dask.progress", False))
-    client = active_client(*collections)
-    if label and show:
-        print(f"cosmo-dask: {label}", file=sys.stderr, flush=True)
-    if client is not None:
-        persisted = client.persist(list(collections))
-        if show:
-            from distributed import progress
-
-            with contextlib.redirect_stdout(sys.stderr):
-                progress(persisted, notebook=False)
-            print(file=sys.stderr, flush=True)
-        return tuple(persisted)
-    if show:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar(out=sys.stderr, minimum=0.5):
-            return dask.persist(*collections)
-    return dask.persist(*collections)
+    return _run(True, collections, label, show)

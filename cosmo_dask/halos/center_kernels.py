@@ -188,7 +188,8 @@ def _check_pos_mass(pos, mass):
     return pos, np.ascontiguousarray(mass)
 
 
-def _check_common(box_size, softening, G):
+def check_common(box_size, softening, G):
+    """Check box_size, softening and G (shared with the GPU kernels); returns (L, eps, G)."""
     if box_size is None:
         L = 0.0
     else:
@@ -204,7 +205,8 @@ def _check_common(box_size, softening, G):
     return L, eps, G
 
 
-def _check_starts(starts, n: int) -> np.ndarray:
+def check_starts(starts, n: int) -> np.ndarray:
+    """Check segment bounds (shared with the GPU kernels); returns them as int64."""
     starts = np.asarray(starts)
     if starts.ndim != 1 or starts.shape[0] < 1 or not np.issubdtype(starts.dtype, np.integer):
         raise ParameterError("starts must be a 1-d integer array of h + 1 segment bounds")
@@ -270,9 +272,9 @@ def segment_potentials(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0
     host; periodic boxes cost the same (segments are unwrapped first).
     """
     pos, mass = _check_pos_mass(pos, mass)
-    L, eps, G = _check_common(box_size, softening, G)
+    L, eps, G = check_common(box_size, softening, G)
     n = pos.shape[0]
-    starts = _check_starts(starts, n)
+    starts = check_starts(starts, n)
     return _potentials(pos, mass, starts, np.arange(n, dtype=np.int64), L, eps, G)
 
 
@@ -315,7 +317,7 @@ def segmented_argmin(values, starts) -> np.ndarray:
     values = np.ascontiguousarray(values, dtype=np.float64)
     if values.ndim != 1:
         raise ParameterError(f"values must be 1-d, got shape {values.shape}")
-    starts = _check_starts(starts, values.shape[0])
+    starts = check_starts(starts, values.shape[0])
     out = np.empty(starts.shape[0] - 1, dtype=np.int64)
     _segmented_argmin(values, starts, out)
     return out
@@ -361,7 +363,7 @@ def mcp_rows(friends, ids, starts) -> np.ndarray:
         )
     if not (np.issubdtype(friends.dtype, np.integer) and np.issubdtype(ids.dtype, np.integer)):
         raise ParameterError("friends and ids must be integer arrays")
-    starts = _check_starts(starts, friends.shape[0])
+    starts = check_starts(starts, friends.shape[0])
     out = np.empty(starts.shape[0] - 1, dtype=np.int64)
     _mcp_rows(friends.astype(np.int64), ids.astype(np.int64), starts, out)
     return out
@@ -501,7 +503,7 @@ def grid_potential(pos, mass, *, box_size=None, G=1.0, n_grid=64):
         Node spacing (length units).
     """
     pos, mass = _check_pos_mass(pos, mass)
-    L, _, G = _check_common(box_size, 0.0, G)
+    L, _, G = check_common(box_size, 0.0, G)
     n_grid = _check_n_grid(n_grid)
     if pos.shape[0] == 0:
         raise ParameterError("grid_potential needs at least one member")
@@ -581,7 +583,7 @@ def grid_mbp(pos, mass, *, box_size=None, softening=0.0, G=1.0, n_grid=64,
     7 s).
     """
     pos, mass = _check_pos_mass(pos, mass)
-    L, eps, G = _check_common(box_size, softening, G)
+    L, eps, G = check_common(box_size, softening, G)
     n_grid = _check_n_grid(n_grid)
     radius = float(search_radius_cells)
     if not (np.isfinite(radius) and radius >= 0.0):

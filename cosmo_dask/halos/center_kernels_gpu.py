@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ParameterError
+from .center_kernels import check_common, check_starts
 
 __all__ = ["segment_potentials_gpu"]
 
@@ -175,28 +176,8 @@ def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G
     if mass.shape != (n,):
         raise ParameterError(f"mass must have shape ({n},) like pos, got {mass.shape}")
     mass = cupy.ascontiguousarray(mass)
-    if box_size is None:
-        L = 0.0
-    else:
-        L = float(box_size)
-        if not (np.isfinite(L) and L > 0.0):
-            raise ParameterError(f"box_size must be None or a finite number > 0, got {box_size}")
-    eps = float(softening)
-    if not (np.isfinite(eps) and eps >= 0.0):
-        raise ParameterError(f"softening must be finite and >= 0, got {softening}")
-    G = float(G)
-
-    starts_h = np.asarray(cupy.asnumpy(starts) if hasattr(starts, "get") else starts)
-    if starts_h.ndim != 1 or starts_h.shape[0] < 1 or not np.issubdtype(
-        starts_h.dtype, np.integer
-    ):
-        raise ParameterError("starts must be a 1-d integer array of h + 1 segment bounds")
-    starts_h = starts_h.astype(np.int64)
-    if starts_h[0] < 0 or starts_h[-1] > n or np.any(np.diff(starts_h) < 0):
-        raise ParameterError(
-            f"starts must be non-decreasing within [0, {n}], "
-            f"got {starts_h[0]} .. {starts_h[-1]}"
-        )
+    L, eps, G = check_common(box_size, softening, G)
+    starts_h = check_starts(cupy.asnumpy(starts) if hasattr(starts, "get") else starts, n)
 
     out = cupy.zeros(n, dtype=cupy.float64)
     counts_h = np.diff(starts_h)

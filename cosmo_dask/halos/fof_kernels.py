@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["canonical_labels", "fof_local"]
+__all__ = ["canonical_labels", "check_arguments", "fof_local"]
 
 # Cells are made this much (relatively) larger than the linking length, so that
 # rounding in the cell index can never separate a pair at distance <= ll by two
@@ -471,6 +471,25 @@ def _fof_impl(pos, periods, ll, min_friends):
     return root, friends_out
 
 
+def check_arguments(pos_shape, periods, linking_length, min_friends):
+    """Check ``fof_local``'s arguments (shared with the GPU kernel); returns ``(per, ll, kmin)``."""
+    if len(pos_shape) != 2 or pos_shape[1] != 3:
+        raise ParameterError(f"pos must have shape (m, 3), got {tuple(pos_shape)}")
+    if type(periods).__module__.split(".")[0] == "cupy":
+        periods = periods.get()
+    per = np.ascontiguousarray(periods, dtype=np.float64)
+    if per.shape != (3,):
+        raise ParameterError(f"periods must have 3 entries, got shape {per.shape}")
+    if not np.all(np.isfinite(per)) or np.any(per < 0.0):
+        raise ParameterError(f"periods must be finite and >= 0 (0 = open axis), got {per}")
+    ll = float(linking_length)
+    if not (np.isfinite(ll) and ll > 0.0):
+        raise ParameterError(f"linking_length must be finite and > 0, got {linking_length!r}")
+    if isinstance(min_friends, bool) or int(min_friends) != min_friends or min_friends < 1:
+        raise ParameterError(f"min_friends must be an integer >= 1, got {min_friends!r}")
+    return per, ll, int(min_friends)
+
+
 def fof_local(
     pos: np.ndarray, periods, linking_length: float, min_friends: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -507,24 +526,13 @@ def fof_local(
         ``linking_length <= 0`` or ``min_friends < 1``.
     """
     pos = np.ascontiguousarray(pos, dtype=np.float64)
-    if pos.ndim != 2 or pos.shape[1] != 3:
-        raise ParameterError(f"pos must have shape (m, 3), got {pos.shape}")
-    per = np.ascontiguousarray(periods, dtype=np.float64)
-    if per.shape != (3,):
-        raise ParameterError(f"periods must have 3 entries, got shape {per.shape}")
-    if not np.all(np.isfinite(per)) or np.any(per < 0.0):
-        raise ParameterError(f"periods must be finite and >= 0 (0 = open axis), got {per}")
-    ll = float(linking_length)
-    if not (np.isfinite(ll) and ll > 0.0):
-        raise ParameterError(f"linking_length must be finite and > 0, got {linking_length!r}")
-    if isinstance(min_friends, bool) or int(min_friends) != min_friends or min_friends < 1:
-        raise ParameterError(f"min_friends must be an integer >= 1, got {min_friends!r}")
+    per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
     m = pos.shape[0]
     if m == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
     if not np.all(np.isfinite(pos)):
         raise ParameterError("pos contains non-finite coordinates")
-    return _fof_impl(pos, per, ll, int(min_friends))
+    return _fof_impl(pos, per, ll, kmin)
 
 
 def canonical_labels(labels) -> np.ndarray:

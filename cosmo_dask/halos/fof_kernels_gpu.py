@@ -71,7 +71,7 @@ import time
 import numpy as np
 
 from ..errors import ParameterError
-from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN
+from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, check_arguments
 
 __all__ = ["benchmark_gpu", "fof_local_gpu"]
 
@@ -461,25 +461,6 @@ def _grid(m: int, block: int) -> tuple[int]:
     return (max(1, min(-(-m // block), _MAX_GRID)),)
 
 
-def _check_args(pos_shape, periods, linking_length, min_friends):
-    """Validate the scalar arguments as ``fof_local`` does; returns ``(per, ll, kmin)``."""
-    if len(pos_shape) != 2 or pos_shape[1] != 3:
-        raise ParameterError(f"pos must have shape (m, 3), got {tuple(pos_shape)}")
-    if type(periods).__module__.split(".")[0] == "cupy":
-        periods = periods.get()
-    per = np.ascontiguousarray(periods, dtype=np.float64)
-    if per.shape != (3,):
-        raise ParameterError(f"periods must have 3 entries, got shape {per.shape}")
-    if not np.all(np.isfinite(per)) or np.any(per < 0.0):
-        raise ParameterError(f"periods must be finite and >= 0 (0 = open axis), got {per}")
-    ll = float(linking_length)
-    if not (np.isfinite(ll) and ll > 0.0):
-        raise ParameterError(f"linking_length must be finite and > 0, got {linking_length!r}")
-    if isinstance(min_friends, bool) or int(min_friends) != min_friends or min_friends < 1:
-        raise ParameterError(f"min_friends must be an integer >= 1, got {min_friends!r}")
-    return per, ll, int(min_friends)
-
-
 def _cell_grid(per, ll, lo, hi):
     """Cells per axis, open-axis origins and inverse cell sides (as ``fof_kernels._cell_ids``).
 
@@ -672,7 +653,7 @@ def _run(pos, periods, linking_length, min_friends, timer=None):
     if timer is not None:
         timer.mark("start")
     pos = cupy.asarray(pos)
-    per, ll, kmin = _check_args(pos.shape, periods, linking_length, min_friends)
+    per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
     m = pos.shape[0]
     if m == 0:
         return cupy.empty(0, dtype=cupy.int64), cupy.empty(0, dtype=cupy.int32)
