@@ -88,3 +88,12 @@ def test_no_centers_and_bad_centers(halo_data):
     assert "mbp_index" not in result.catalog and "mcp_index" not in result.catalog
     with pytest.raises(ParameterError, match="subset of"):
         fof(snap, 0.25, absolute=True, centers=("middle",))
+
+
+def test_empty_snapshot_gives_an_empty_catalog_with_every_column():
+    empty = Snapshot.from_arrays(np.empty((0, 3)), box_size=1.0)
+    result = fof(empty, 0.2, centers=("mbp", "mcp"))
+    assert result.n_halos == 0 and result.labels.shape == (0,)
+    for name in ("n_members", "mass", "center_of_mass", "r_max", "mbp_index", "mbp_position",
+                 "mcp_index", "mcp_friends"):
+        assert result.catalog[name].sizes["halo"] == 0

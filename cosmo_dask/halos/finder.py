@@ -127,7 +127,12 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
         data["mcp_index"] = ("halo", props["mcp_index"])
         data["mcp_position"] = (("halo", "axis"), props["mcp_position"])
         data["mcp_friends"] = ("halo", props["mcp_friends"])
-    if ("mbp" in centers or "mbp_grid" in centers) and members:
+    if ("mbp" in centers or "mbp_grid" in centers) and not members:
+        mbp = cat.reduce_mbp(n_halos)  # empty snapshot: the columns, with no rows
+        for key in ("mbp_index", "mbp_potential"):
+            data[key] = ("halo", mbp[key])
+        data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])
+    elif "mbp" in centers or "mbp_grid" in centers:
         mode = "grid" if "mbp_grid" in centers else "auto"
         device = snap.device
         n_members = res.n_members
