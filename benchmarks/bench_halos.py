@@ -11,8 +11,11 @@ snapshot on the local threaded scheduler (all cores), then the scipy reference
 compare against), and the ratio. Partitions are checked equal. ``--device gpu``
 times FOF on CuPy chunks from a Zarr store (particles/s, end to end).
 ``--mbp`` times exact vs grid most-bound particles on the largest halos.
-``--memory`` reports traced peak bytes of one FOF run over the bytes of the
-particles (positions + ids) a single domain holds with its ghosts.
+``--memory`` reports the peak memory of FOF runs from a Zarr store (1 and 8
+domains, each in a fresh single-threaded process that holds every domain): the
+traced peak (tracemalloc) and the sampled resident-set peak over the bytes of
+the particles held with their ghosts (positions + ids; + velocities for the
+full ``fof`` with its catalog).
 
 Prints one JSON object per measurement.
 
@@ -84,7 +87,10 @@ def main(argv=None):
     ap.add_argument("--mbp", action="store_true")
     ap.add_argument("--check-cpu", action="store_true", help="gpu: compare labels with the CPU")
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--memory-child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.memory_child:
+        return _memory_child(*args.memory_child)
 
     from cosmo_dask import Snapshot, open_snapshot
     from cosmo_dask.halos.fof import fof_labels
@@ -201,32 +207,126 @@ def bench_mbp(snap, res, box, env, device="cpu"):
     print(json.dumps(row), flush=True)
 
 
-def bench_memory(snap, ll, min_members, env):
+def bench_memory(snap, ll, min_members, env, domains=(1, 8)):
+    """Peak memory of FOF runs from a Zarr store, each in a fresh process (see _memory_child)."""
+    import subprocess
+    import sys
+
+    from cosmo_dask import Snapshot
+
+    pos = snap.pos.compute()
+    vel = np.random.default_rng(2).normal(size=pos.shape).astype(np.float32)
+    snap = Snapshot.from_arrays(pos, vel=vel, box_size=snap.box_size, ids=snap.ids.compute())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/s.zarr"
+        snap.to_zarr(path)
+        for n_domains in domains:
+            for what in ("fof_labels", "fof"):
+                row = {}
+                for probe in ("trace", "rss"):  # tracemalloc's own bookkeeping inflates RSS
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--memory-child", path, str(n_domains),
+                         what, str(ll), str(min_members), probe],
+                        check=True, capture_output=True, text=True).stdout
+                    row.update(json.loads(out.strip().splitlines()[-1]))
+                print(json.dumps({**row, **env}), flush=True)
+
+
+def _memory_child(path, n_domains, what, ll, min_members, probe):
+    """One FOF run in this (fresh) process on the synchronous scheduler, so that the
+    process is one worker thread that holds the whole share: every domain with its
+    ghosts. Reports, per task name and overall, the traced peak (tracemalloc: every
+    NumPy and numba allocation, including the Zarr read) and the resident-set peak
+    above the level just before the run (sampled every 2 ms), both over the share
+    (positions + ids of all domains with their ghosts; plus velocities for ``fof``,
+    whose catalog reads them). ``probe`` is "trace" or "rss": one measurement per
+    process, as tracemalloc's own bookkeeping would inflate the resident set."""
+    import threading
     import tracemalloc
 
-    from cosmo_dask.halos.fof import fof_labels
+    from dask.callbacks import Callback
 
+    from cosmo_dask import Snapshot, open_snapshot
+    from cosmo_dask.halos import fof
+    from cosmo_dask.halos.fof import absolute_linking_length, fof_labels
+    from cosmo_dask.spatial import domain_grid, scatter_to_domains
+
+    n_domains, ll, min_members = int(n_domains), float(ll), int(min_members)
+    # compile/load every kernel on a small snapshot first
+    rng = np.random.default_rng(0)
+    warm = Snapshot.from_arrays(rng.random((4096, 3)).astype(np.float32) * 16, box_size=16.0,
+                                vel=np.zeros((4096, 3), np.float32),
+                                ids=np.arange(4096, dtype=np.int64))
     with dask.config.set(scheduler="sync"):
+        fof(warm, ll, min_members=5)
+    snap = open_snapshot(path)
+    # the share: rows every domain holds (owned + ghosts), counted without tracing
+    ghost = absolute_linking_length(snap, ll, False)
+    grid = domain_grid(n_domains, box_size=snap.box_size)
+    with dask.config.set(scheduler="sync"):
+        parts = dask.compute(*scatter_to_domains(snap.pos, grid, ghost))
+    rows = sum(p.index.size for p in parts)
+    del parts
+    per_row = snap.pos.dtype.itemsize * 3 + snap.ids.dtype.itemsize
+    if what == "fof":
+        per_row += snap.vel.dtype.itemsize * 3
+    share = rows * per_row
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    tasks: dict = {}
+
+    class Peaks(Callback):
+        def _pretask(self, key, dsk, state):
+            if probe == "trace":
+                tracemalloc.reset_peak()
+
+        def _posttask(self, key, result, dsk, state, id):
+            if probe != "trace":
+                return
+            name = key[0] if isinstance(key, tuple) else key
+            name = str(name).rsplit("-", 2)[0] if "-" in str(name) else str(name)
+            peak = tracemalloc.get_traced_memory()[1]
+            tasks[name] = max(tasks.get(name, 0), peak)
+
+    high = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            high[0] = max(high[0], rss())
+            time.sleep(0.002)
+
+    base_rss = rss()
+    if probe == "rss":
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+    else:
         tracemalloc.start()
-        res = fof_labels(snap, ll, min_members=min_members, n_domains=1)
-        res.labels.compute()
-        _, peak = tracemalloc.get_traced_memory()
+    t0 = time.perf_counter()
+    with dask.config.set(scheduler="sync"), Peaks():
+        if what == "fof":
+            res = fof(snap, ll, min_members=min_members, n_domains=n_domains)
+            res.labels.compute()
+        else:
+            fof_labels(snap, ll, min_members=min_members, n_domains=n_domains).labels.compute()
+    seconds = time.perf_counter() - t0
+    row = {"workload": f"memory-{what}", "n_particles": snap.n_particles,
+           "domains": n_domains, "rows_with_ghosts": rows, "share_bytes": share,
+           "bytes_per_row": per_row}
+    if probe == "rss":
+        stop.set()
+        sampler.join()
+        row.update(rss_peak_ratio=round((high[0] - base_rss) / share, 3),
+                   seconds=round(seconds, 2))
+    else:
         tracemalloc.stop()
-    share = snap.n_particles * (snap.pos.dtype.itemsize * 3 + 8)  # pos + ids of the domain
-    print(
-        json.dumps(
-            {
-                "workload": "fof-memory",
-                "n_particles": snap.n_particles,
-                "domains": 1,
-                "peak_traced_bytes": peak,
-                "share_bytes": share,
-                "ratio": peak / share,
-                **env,
-            }
-        ),
-        flush=True,
-    )
+        worst = max(tasks, key=tasks.get)
+        row.update(traced_peak_ratio=round(tasks[worst] / share, 3), traced_peak_task=worst,
+                   per_task_ratio={k: round(v / share, 2) for k, v in sorted(tasks.items())})
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -293,9 +293,15 @@ def test_permutation_invariance_and_input_conversion(rng):
     root_p, friends_p = fof_local(np.asfortranarray(pos[perm]), (L, L, L), ll)
     np.testing.assert_array_equal(root_p, canonical_labels(root[perm]))
     np.testing.assert_array_equal(friends_p, friends[perm])
-    # float32 input is converted, not rejected
-    root32, _ = fof_local(pos.astype(np.float32), [L, L, L], ll)
-    assert root32.shape == (m,)
+    # float32 input is kept as float32 and measured in float64: the same partition
+    # and friend counts as the float64 reference on the same (converted) values
+    pos32 = pos.astype(np.float32)
+    pos32[:300, 0] = np.float32(L)  # on the period, and just outside it
+    pos32[300:600, 1] = np.float32(-1e-6)
+    root32, friends32 = fof_local(pos32, [L, L, L], ll)
+    ref_root, ref_friends = _reference(pos32.astype(np.float64), [L, L, L], ll, 1, False)
+    np.testing.assert_array_equal(root32, ref_root)
+    np.testing.assert_array_equal(friends32, ref_friends)
 
 
 def test_invalid_parameters():

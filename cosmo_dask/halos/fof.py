@@ -145,32 +145,28 @@ def _classes(local: dict, merged):
     rep = local["rep"]
     xp = array_module(rep)
     nodes, cls = (xp.asarray(a) for a in merged)
+    if nodes.size == 0:  # nothing crosses a face: the classes are the representatives
+        return rep, xp.zeros(rep.size, dtype=bool)
     out = rep.copy()
-    crossing = xp.zeros(rep.size, dtype=bool)
-    if nodes.size:
-        at = xp.minimum(xp.searchsorted(nodes, rep), nodes.size - 1)
-        crossing = nodes[at] == rep
-        out[crossing] = cls[at[crossing]]
+    at = xp.minimum(xp.searchsorted(nodes, rep), nodes.size - 1)
+    crossing = nodes[at] == rep
+    out[crossing] = cls[at[crossing]]
     return out, crossing
 
 
 def _count(local: dict, merged, min_members: int) -> np.ndarray:
-    """Rows (class, local count, smallest id) worth reporting from one domain (host)."""
+    """Rows (class, local count, smallest id) worth reporting from one domain (host):
+    classes with at least ``min_members`` members here, or crossing a domain face."""
     cls, crossing = _classes(local, merged)
-    xp = array_module(cls)
     if cls.size == 0:
         return np.empty((0, 3), np.int64)
-    order = xp.lexsort(xp.stack([local["ids"], cls]))  # by class, then id
-    c, ids, cross = cls[order], local["ids"][order], crossing[order]
-    first = xp.concatenate([xp.ones(1, bool), c[1:] != c[:-1]])
-    starts = xp.flatnonzero(first)
-    counts = xp.diff(xp.concatenate([starts, xp.asarray([c.size])]))
-    min_id = ids[starts]  # ids are sorted within each class
-    n_cross = xp.cumsum(cross.astype(np.int64))
-    before = xp.concatenate([xp.zeros(1, np.int64), n_cross])[starts]
-    any_cross = (n_cross[starts + counts - 1] - before) > 0
-    keep = (counts >= min_members) | any_cross
-    return host(xp.stack([c[starts][keep], counts[keep], min_id[keep]], axis=1))
+    if array_module(cls) is np:
+        from .fof_kernels import class_rows
+
+        return class_rows(cls, local["ids"], crossing, min_members)
+    from .fof_kernels_gpu import class_rows_gpu
+
+    return class_rows_gpu(cls, local["ids"], crossing, min_members)
 
 
 def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,8 +202,9 @@ def _halo_ids(local: dict, merged, catalog):
     return labels
 
 
-def _members(local: dict, merged, catalog, particle_mass: float) -> dict:
-    """The domain's halo members sorted by halo id, on the host (what catalog tasks read)."""
+def _members(local: dict, merged, catalog, particle_mass: float, box_size) -> dict:
+    """The domain's halo members sorted by halo id, on the host (what catalog tasks read);
+    positions in float64, wrapped into the periodic box."""
     labels = host(_halo_ids(local, merged, catalog))
     sel = np.flatnonzero(labels >= 0)
     sel = sel[np.argsort(labels[sel], kind="stable")]
@@ -221,20 +218,26 @@ def _members(local: dict, merged, catalog, particle_mass: float) -> dict:
         "index": pick("index"),
         "ids": pick("ids"),
         "friends": pick("friends"),
-        "pos": pick("pos"),
+        "pos": _wrapped64(pick("pos"), box_size),
         "vel": None if local.get("vel") is None else pick("vel"),
         "mass": (np.full(sel.size, particle_mass) if mass is None
                  else pick("mass").astype(np.float64)),
     }
 
 
+def _wrapped64(pos: np.ndarray, box_size) -> np.ndarray:
+    pos = pos.astype(np.float64)
+    if box_size is not None:
+        pos = np.mod(pos, box_size)
+        pos[pos >= box_size] = 0.0
+    return pos
+
+
 def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
     """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
     labels = _halo_ids(local, merged, catalog)
-    index = local["index"]
+    index = local["index"]  # owned rows are in increasing index order (DomainPart)
     xp = array_module(index)
-    order = xp.argsort(index)
-    index, labels = index[order], labels[order]
     cuts = host(xp.searchsorted(index, xp.asarray(bounds)))
     return [(index[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]])
             for i in range(len(bounds) - 1)]
@@ -371,7 +374,7 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     members = []
     if with_members:
         pm = snap.particle_mass if snap.particle_mass is not None else 1.0
-        members = [dask.delayed(_members, pure=True)(lo_, merged, catalog, pm,
+        members = [dask.delayed(_members, pure=True)(lo_, merged, catalog, pm, snap.box_size,
                                                      dask_key_name=f"fof-members-{token}-{d}")
                    for d, lo_ in enumerate(locals_)]
     persisted = persist(catalog, *per_domain, *members, label="friends-of-friends")

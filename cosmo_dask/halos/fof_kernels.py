@@ -89,10 +89,10 @@ def _cell_ids(pos, periods, ll):
             dims[a] = n
             inv[a] = n / L
         else:
-            lo = pos[0, a]
-            hi = pos[0, a]
+            lo = np.float64(pos[0, a])
+            hi = lo
             for i in range(m):
-                x = pos[i, a]
+                x = np.float64(pos[i, a])
                 if x < lo:
                     lo = x
                 elif x > hi:
@@ -118,10 +118,11 @@ def _cell_ids(pos, periods, ll):
     for i in range(m):
         for a in range(3):
             L = periods[a]
+            x = np.float64(pos[i, a])
             if L > 0.0:
-                t = _wrap(pos[i, a], L) * inv[a]
+                t = _wrap(x, L) * inv[a]
             else:
-                t = (0.5 * pos[i, a] - origin[a]) * inv[a]
+                t = (0.5 * x - origin[a]) * inv[a]
             c = int(t)
             if c >= dims[a]:
                 c = dims[a] - 1
@@ -133,8 +134,13 @@ def _cell_ids(pos, periods, ll):
 
 
 @numba.njit(cache=True, nogil=True)
-def _radix_argsort(keys, maxkey):
-    """Stable argsort of non-negative int64 ``keys`` (all ``<= maxkey``), LSD radix."""
+def _radix_argsort(keys, maxkey, idx, idx2, kout):
+    """Stable argsort of non-negative int64 ``keys`` (all ``<= maxkey``), LSD radix.
+
+    Works in the caller's buffers: ``keys`` is overwritten, ``kout`` (int64) and
+    ``idx``/``idx2`` (the index dtype) are scratch. Returns ``(perm, sorted_keys)``,
+    two of those four buffers.
+    """
     m = keys.shape[0]
     nbits = 1
     while nbits < 63 and (maxkey >> nbits) > 0:
@@ -143,10 +149,9 @@ def _radix_argsort(keys, maxkey):
     bits = (nbits + npass - 1) // npass
     nb = 1 << bits
     mask = nb - 1
-    idx = np.arange(m).astype(np.int64)
-    kin = keys.copy()
-    idx2 = np.empty(m, dtype=np.int64)
-    kout = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        idx[i] = i
+    kin = keys
     count = np.empty(nb, dtype=np.int64)
     for p in range(npass):
         shift = p * bits
@@ -287,8 +292,10 @@ def _last_axis_runs(c, n, periodic, lo, hi):
 
 @numba.njit(cache=True, inline="always")
 def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
-    """True when particles ``i`` and ``j`` (sorted order) are within the linking length."""
-    d = spos[i, 0] - spos[j, 0]
+    """True when particles ``i`` and ``j`` (sorted order) are within the linking length.
+
+    Arithmetic is float64 whatever the storage dtype (float32 converts exactly)."""
+    d = np.float64(spos[i, 0]) - np.float64(spos[j, 0])
     if d > h0:
         d -= L0
     elif d < -h0:
@@ -296,12 +303,12 @@ def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
     d2 = d * d
     if d2 > ll2:
         return False
-    e = spos[i, 1] - spos[j, 1]
+    e = np.float64(spos[i, 1]) - np.float64(spos[j, 1])
     if e > h1:
         e -= L1
     elif e < -h1:
         e += L1
-    f = spos[i, 2] - spos[j, 2]
+    f = np.float64(spos[i, 2]) - np.float64(spos[j, 2])
     if f > h2:
         f -= L2
     elif f < -h2:
@@ -403,27 +410,55 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, pa
 
 
 @numba.njit(cache=True, nogil=True)
-def _fof_impl(pos, periods, ll, min_friends):
-    m = pos.shape[0]
-    ids, dims = _cell_ids(pos, periods, ll)
-    maxkey = dims[0] * dims[1] * dims[2] - 1
-    perm, skeys = _radix_argsort(ids, maxkey)
+def _scan_coordinates(pos, periods):
+    """(all finite, every periodic coordinate inside [0, L)) without temporaries."""
+    finite = True
+    inside = True
+    for i in range(pos.shape[0]):
+        for a in range(3):
+            x = np.float64(pos[i, a])
+            if not np.isfinite(x):
+                finite = False
+            elif periods[a] > 0.0 and (x < 0.0 or x >= periods[a]):
+                inside = False
+    return finite, inside
 
-    # positions in sorted order, periodic axes wrapped
-    spos = np.empty((m, 3), dtype=np.float64)
+
+@numba.njit(cache=True, nogil=True)
+def _wrapped(pos, periods):
+    """float64 copy of ``pos`` with periodic coordinates wrapped into ``[0, L)``."""
+    out = np.empty((pos.shape[0], 3), dtype=np.float64)
+    for i in range(pos.shape[0]):
+        for a in range(3):
+            x = np.float64(pos[i, a])
+            out[i, a] = _wrap(x, periods[a]) if periods[a] > 0.0 else x
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_positions(pos, perm):
+    """Positions in sorted order, in their own dtype."""
+    m = perm.shape[0]
+    spos = np.empty((m, 3), dtype=pos.dtype)
     for k in range(m):
         p = perm[k]
-        for a in range(3):
-            L = periods[a]
-            spos[k, a] = _wrap(pos[p, a], L) if L > 0.0 else pos[p, a]
+        spos[k, 0] = pos[p, 0]
+        spos[k, 1] = pos[p, 1]
+        spos[k, 2] = pos[p, 2]
+    return spos
 
-    # occupied cells: runs of equal ids in sorted order
+
+@numba.njit(cache=True, nogil=True)
+def _occupied_cells(skeys, perm):
+    """Occupied cells, the runs of equal sorted ids: their ids and start offsets
+    (offsets in the index dtype of ``perm``)."""
+    m = skeys.shape[0]
     nocc = 1
     for k in range(1, m):
         if skeys[k] != skeys[k - 1]:
             nocc += 1
     cell_keys = np.empty(nocc, dtype=np.int64)
-    cell_start = np.empty(nocc + 1, dtype=np.int64)
+    cell_start = np.empty(nocc + 1, dtype=perm.dtype)
     c = 0
     cell_keys[0] = skeys[0]
     cell_start[0] = 0
@@ -433,42 +468,57 @@ def _fof_impl(pos, periods, ll, min_friends):
             cell_keys[c] = skeys[k]
             cell_start[c] = k
     cell_start[nocc] = m
+    return cell_keys, cell_start
 
-    friends = np.zeros(m, dtype=np.int32)
-    parent = np.arange(m).astype(np.int64)
-    if min_friends <= 1:
-        _pair_pass(
-            spos, cell_keys, cell_start, dims, periods, ll, _COUNT_AND_LINK, friends, parent, 0
-        )
-    else:
-        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_ONLY, friends, parent, 0)
-        _pair_pass(
-            spos,
-            cell_keys,
-            cell_start,
-            dims,
-            periods,
-            ll,
-            _LINK_CORES,
-            friends,
-            parent,
-            min_friends,
-        )
 
-    # back to input order; label = smallest input index of the component
-    minidx = np.full(m, m, dtype=np.int64)
+@numba.njit(cache=True, nogil=True)
+def _input_order(parent, perm, friends):
+    """Label (smallest input index of the group) and friend count of every particle,
+    in input order. ``parent`` is flattened in place."""
+    m = perm.shape[0]
     for k in range(m):
-        r = _find(parent, k)
-        p = perm[k]
-        if p < minidx[r]:
-            minidx[r] = p
+        parent[k] = _find(parent, k)
+    minidx = np.full(m, m, dtype=perm.dtype)
+    for k in range(m):
+        r = parent[k]
+        if perm[k] < minidx[r]:
+            minidx[r] = perm[k]
     root = np.empty(m, dtype=np.int64)
     friends_out = np.empty(m, dtype=np.int32)
     for k in range(m):
         p = perm[k]
-        root[p] = minidx[_find(parent, k)]
+        root[p] = minidx[parent[k]]
         friends_out[p] = friends[k]
     return root, friends_out
+
+
+def _fof_impl(pos, periods, ll, min_friends):
+    """The kernel on checked input; the steps run as separate calls so that each
+    buffer is released as soon as it is done with (the memory peak is the sort,
+    about 24 bytes per particle, or the pair pass, 36 with float32 positions).
+    """
+    m = pos.shape[0]
+    itype = np.int32 if m < 2**31 - 1 else np.int64
+    keys, dims = _cell_ids(pos, periods, ll)
+    maxkey = int(dims[0] * dims[1] * dims[2] - 1)
+    perm, skeys = _radix_argsort(keys, maxkey, np.empty(m, itype), np.empty(m, itype),
+                                 np.empty(m, np.int64))
+    del keys
+    spos = _sorted_positions(pos, perm)
+    cell_keys, cell_start = _occupied_cells(skeys, perm)
+    del skeys
+    friends = np.zeros(m, dtype=np.int32)
+    parent = np.arange(m, dtype=itype)
+    if min_friends <= 1:
+        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_AND_LINK, friends,
+                   parent, 0)
+    else:
+        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_ONLY, friends,
+                   parent, 0)
+        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _LINK_CORES, friends,
+                   parent, min_friends)
+    del spos, cell_keys, cell_start
+    return _input_order(parent, perm, friends)
 
 
 def check_arguments(pos_shape, periods, linking_length, min_friends):
@@ -498,8 +548,10 @@ def fof_local(
     Parameters
     ----------
     pos : numpy.ndarray
-        Particle positions, shape ``(m, 3)``; converted to C-contiguous
-        float64 if needed.
+        Particle positions, shape ``(m, 3)``, float32 or float64 (kept in
+        their dtype; other dtypes are converted to float64). Distances are
+        computed in float64. Periodic coordinates outside ``[0, L)`` are
+        wrapped (into a float64 copy) before anything is measured.
     periods : array_like
         Three per-axis periods: ``L > 0`` for a periodic axis (coordinates are
         taken modulo ``L``, distances use the minimum image), ``0`` for an
@@ -525,13 +577,19 @@ def fof_local(
         If the shapes are wrong, a value is not finite, a period is negative,
         ``linking_length <= 0`` or ``min_friends < 1``.
     """
-    pos = np.ascontiguousarray(pos, dtype=np.float64)
+    pos = np.asarray(pos)
+    if pos.dtype not in (np.float32, np.float64):
+        pos = pos.astype(np.float64)
+    pos = np.ascontiguousarray(pos)
     per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
     m = pos.shape[0]
     if m == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
-    if not np.all(np.isfinite(pos)):
+    finite, inside = _scan_coordinates(pos, per)
+    if not finite:
         raise ParameterError("pos contains non-finite coordinates")
+    if not inside:  # wrapped in float64, as the reference wraps before measuring
+        pos = _wrapped(pos, per)
     return _fof_impl(pos, per, ll, kmin)
 
 
@@ -557,3 +615,42 @@ def canonical_labels(labels) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
     return first[inverse].astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _class_rows(cls, order, ids, crossing, min_members):
+    """(class, count, smallest id) of each run of ``cls[order]`` that has at least
+    ``min_members`` rows or a crossing row; two passes, no per-particle temporaries."""
+    m = order.shape[0]
+    kept = 0
+    for second in range(2):
+        if second:
+            out = np.empty((kept, 3), dtype=np.int64)
+            kept = 0
+        a = 0
+        while a < m:
+            c = cls[order[a]]
+            b = a
+            low = ids[order[a]]
+            cross = False
+            while b < m and cls[order[b]] == c:
+                r = order[b]
+                if ids[r] < low:
+                    low = ids[r]
+                cross = cross or crossing[r]
+                b += 1
+            if b - a >= min_members or cross:
+                if second:
+                    out[kept, 0] = c
+                    out[kept, 1] = b - a
+                    out[kept, 2] = low
+                kept += 1
+            a = b
+    return out
+
+
+def class_rows(cls, ids, crossing, min_members: int) -> np.ndarray:
+    """Rows ``(class, count, smallest id)`` of the classes in ``cls`` that have at least
+    ``min_members`` members or a ``crossing`` member, sorted by class (int64, host)."""
+    order = np.argsort(cls)
+    return _class_rows(cls, order, np.asarray(ids, dtype=np.int64), crossing, int(min_members))

@@ -73,7 +73,7 @@ import numpy as np
 from ..errors import ParameterError
 from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, check_arguments
 
-__all__ = ["benchmark_gpu", "fof_local_gpu"]
+__all__ = ["benchmark_gpu", "class_rows_gpu", "fof_local_gpu"]
 
 _BLOCK = 256
 _PAIR_BLOCK = 128
@@ -663,6 +663,23 @@ def _run(pos, periods, linking_length, min_friends, timer=None):
     if timer is not None:
         timer.mark("validate")
     return _fof_impl(cupy, pos, per, ll, kmin, timer)
+
+
+def class_rows_gpu(cls, ids, crossing, min_members: int) -> np.ndarray:
+    """The GPU twin of :func:`cosmo_dask.halos.fof_kernels.class_rows` (CuPy arrays in,
+    a small host table out): one sort by (class, id), then run boundaries."""
+    import cupy
+
+    order = cupy.lexsort(cupy.stack([ids.astype(cupy.int64, copy=False), cls]))
+    c, sid, cross = cls[order], ids[order], crossing[order]
+    starts = cupy.flatnonzero(cupy.concatenate([cupy.ones(1, bool), c[1:] != c[:-1]]))
+    counts = cupy.diff(cupy.concatenate([starts, cupy.asarray([c.size])]))
+    n_cross = cupy.cumsum(cross.astype(cupy.int64))
+    before = cupy.concatenate([cupy.zeros(1, cupy.int64), n_cross])[starts]
+    keep = (counts >= min_members) | ((n_cross[starts + counts - 1] - before) > 0)
+    rows = cupy.stack([c[starts][keep], counts[keep], sid[starts][keep].astype(cupy.int64)],
+                      axis=1)
+    return rows.get()
 
 
 def _benchmark_positions(m, clustered, seed, halo_fraction=0.5):

@@ -3,11 +3,10 @@
 Space (the periodic box, or the particles' bounding box for isolated systems)
 is cut into a regular grid of ``nx * ny * nz`` domains. Each particle belongs
 to the domain holding it; a copy of it is also sent, as a *ghost*, to every
-neighbouring domain whose region lies within ``ghost_width`` of it. Ghost
-copies crossing a periodic face are shifted by the box size, so each domain
-sees one contiguous region: its own cell plus a ghost shell. Along an axis
-with a single domain in a periodic box no ghosts are made; the domain is
-periodic along that axis itself (:attr:`DomainGrid.kernel_periods`).
+neighbouring domain whose region lies within ``ghost_width`` of it (across
+periodic faces too), at most once per domain. Positions travel as stored (their dtype, no shifts): kernels measure periodic
+distances by the minimum image (:attr:`DomainGrid.kernel_periods`). Along an
+axis with a single domain in a periodic box no ghosts are made.
 
 The graph: one ``<name>-split`` task per particle chunk (splits it among the
 domains) and one ``<name>-domain`` task per domain (concatenates its pieces),
@@ -16,8 +15,10 @@ so no task ever holds more than one chunk or one domain (plus ghosts).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 from dataclasses import dataclass
 
 import dask
@@ -59,14 +60,17 @@ class DomainGrid:
 
     @property
     def kernel_periods(self) -> np.ndarray:
-        """Per-axis period a domain kernel must apply itself (0 = open axis).
+        """Per-axis period a domain kernel applies (0 = open axis).
 
-        Periodic axes cut into one domain are periodic inside that domain;
-        every other axis is open (ghosts carry the neighbours' particles).
+        Domains hold positions as stored (ghosts are not shifted across periodic
+        faces), so in a periodic box every axis is periodic for the kernel: it
+        bins cells over the whole period (only occupied cells are stored) and
+        measures distances by the minimum image, which is the true periodic
+        distance for every pair a domain can see.
         """
         if self.box_size is None:
             return np.zeros(3)
-        return np.array([self.box_size if n == 1 else 0.0 for n in self.shape])
+        return np.full(3, self.box_size)
 
     def check_ghost_width(self, ghost_width: float, what: str = "ghost width") -> None:
         """Ghosts may only come from the nearest neighbours: width < domain side."""
@@ -152,23 +156,33 @@ def domain_grid(n_domains: int | tuple[int, int, int], *, box_size: float | None
 class DomainPart:
     """The particles one domain task receives.
 
-    ``pos`` (m, 3) float64 in the domain's frame (ghosts shifted across
-    periodic faces), ``index`` (m,) global particle indices (snapshot order),
-    ``owned`` (m,) True for the domain's own particles, ``exported`` (m,) True
-    for owned particles that are ghosts in some other domain, ``extra`` the
-    other per-particle arrays asked for (same order), by name.
+    ``pos`` (m, 3) positions exactly as stored in the snapshot (its dtype, no
+    ghost shifts, no wrapping: in a periodic box a kernel measures distances by
+    the minimum image along every axis, :attr:`DomainGrid.kernel_periods`),
+    ``index`` (m,) int64 global particle indices (snapshot order); the first
+    ``n_owned`` rows are the domain's own particles in increasing index order,
+    the rest ghosts (each particle at most once per domain). ``exported`` (m,) is True for owned
+    particles that are ghosts in some other domain; ``extra`` holds the other
+    per-particle arrays asked for (same order), by name.
+
+    Per particle a domain costs the position, 8 bytes of index, 1 of flag and
+    the extra columns: 29 bytes for float32 positions with int64 ids.
     """
 
     domain: int
     pos: np.ndarray
     index: np.ndarray
-    owned: np.ndarray
+    n_owned: int
     exported: np.ndarray
     extra: dict
 
     @property
-    def n_owned(self) -> int:
-        return int(self.owned.sum())
+    def owned(self):
+        """(m,) True for the domain's own rows (the first ``n_owned``)."""
+        xp = array_module(self.index)
+        out = xp.zeros(self.index.shape[0], dtype=bool)
+        out[:self.n_owned] = True
+        return out
 
 
 _OFFSETS = [o for o in itertools.product((-1, 0, 1), repeat=3) if o != (0, 0, 0)]
@@ -184,75 +198,78 @@ def _like(xp, x):
     return host(x) if xp is np else xp.asarray(x)
 
 
+def _axis_offsets(grid: DomainGrid, pos, ghost_width: float, xp):
+    """Owner cell coordinate of every particle along each axis, and per axis the
+    (offset, mask) pairs saying which particles go to the neighbour at that offset.
+
+    Works one axis at a time in float64 (the chunk's positions are never copied
+    whole); periodic coordinates are wrapped first. Along a periodic axis cut in
+    two, both faces lead to the same neighbour, so there is one offset (+1) whose
+    mask is "near either face": no particle reaches a domain twice.
+    """
+    shape, width = grid.shape, grid.width
+    cells, options = [], []
+    for a in range(3):
+        x = pos[:, a].astype(np.float64)
+        if grid.box_size is not None:
+            x = xp.mod(x, grid.box_size)
+            x[x >= grid.box_size] = 0.0
+        c = xp.clip(xp.floor((x - grid.origin[a]) / width[a]).astype(np.int64), 0, shape[a] - 1)
+        cells.append(c)
+        opts = [(0, None)]
+        if shape[a] > 1:
+            local = x - (grid.origin[a] + c * width[a])  # offset inside the owner cell
+            lo, hi = local < ghost_width, (width[a] - local) <= ghost_width
+            if grid.box_size is None:  # no neighbour beyond the outer faces
+                lo &= c > 0
+                hi &= c < shape[a] - 1
+            opts += [(1, lo | hi)] if grid.box_size is not None and shape[a] == 2 \
+                else [(-1, lo), (1, hi)]
+        options.append(opts)
+    return cells, options
+
+
 def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -> list:
     """Split one particle chunk among the domains: owned particles and ghost copies.
 
-    Returns one tuple ``(pos, index, owned, exported, *extra)`` per domain:
-    NumPy arrays for NumPy chunks, CuPy arrays (staying on the GPU) for CuPy
-    chunks; ``extra`` are other per-particle arrays of the chunk.
+    Returns one tuple ``(pos, index, n_owned, exported, *extra)`` per domain,
+    owned rows first: NumPy arrays for NumPy chunks, CuPy arrays (staying on the
+    GPU) for CuPy chunks; ``extra`` are other per-particle arrays of the chunk.
+    Positions keep their dtype and values.
     """
     xp = array_module(pos)
-    pos = pos.astype(np.float64, copy=False)
     extra = [_like(xp, e) for e in extra]
     m = pos.shape[0]
-    index = xp.arange(start, start + m, dtype=np.int64)
-    shape = np.asarray(grid.shape)
-    width = grid.width
-    if grid.box_size is not None:
-        pos = xp.mod(pos, grid.box_size)
-        pos[pos >= grid.box_size] = 0.0
-    cell = grid.cell_of(pos)
-    owner = grid.flat(cell)
-    local = pos - (xp.asarray(grid.origin) + cell * xp.asarray(width))  # offset in owner cell
-    near = [[None, None, None] for _ in range(3)]  # near[axis][offset+1]
-    for a in range(3):
-        if shape[a] == 1:
-            continue
-        near[a][0] = local[:, a] < ghost_width
-        near[a][2] = (width[a] - local[:, a]) <= ghost_width
-        if grid.box_size is None:  # no neighbour beyond the outer faces
-            near[a][0] &= cell[:, a] > 0
-            near[a][2] &= cell[:, a] < shape[a] - 1
-    pieces: list[list] = [[] for _ in range(grid.n_domains)]
+    (cx, cy, cz), options = _axis_offsets(grid, pos, ghost_width, xp)
+    nx, ny, nz = grid.shape
+    owner = (cx * ny + cy) * nz + cz
+    ghost_rows: list[list] = [[] for _ in range(grid.n_domains)]
     exported = xp.zeros(m, dtype=bool)
-    for offset in _OFFSETS:
-        if any(o != 0 and shape[a] == 1 for a, o in enumerate(offset)):
+    for (ox, mx), (oy, my), (oz, mz) in itertools.product(*options):
+        if ox == oy == oz == 0:
             continue
-        mask = xp.ones(m, dtype=bool)
-        for a, o in enumerate(offset):
-            if o:
-                mask &= near[a][o + 1]
-        if not bool(mask.any()):
-            continue
-        exported |= mask
+        mask = functools.reduce(operator.and_, [mk for mk in (mx, my, mz) if mk is not None])
         sel = xp.nonzero(mask)[0]
-        target = cell[sel] + xp.asarray(offset)
-        shift = xp.zeros((sel.size, 3))
-        if grid.box_size is not None:
-            xshape = xp.asarray(shape)
-            shift -= (target >= xshape) * grid.box_size
-            shift += (target < 0) * grid.box_size
-            target %= xshape
-        dom = grid.flat(target)
+        if sel.size == 0:
+            continue
+        exported[sel] = True
+        dom = (((cx[sel] + ox) % nx) * ny + (cy[sel] + oy) % ny) * nz + (cz[sel] + oz) % nz
         order = _stable_argsort(dom)
-        dom, sel, shift = dom[order], sel[order], shift[order]
+        dom, sel = dom[order], sel[order]
         bounds = host(xp.searchsorted(dom, xp.arange(grid.n_domains + 1)))
         for d in np.flatnonzero(np.diff(bounds)):
-            s = slice(int(bounds[d]), int(bounds[d + 1]))
-            pieces[d].append((pos[sel[s]] + shift[s], sel[s]))
+            ghost_rows[d].append(sel[int(bounds[d]):int(bounds[d + 1])])
+    del cx, cy, cz
     order = _stable_argsort(owner)
     bounds = host(xp.searchsorted(owner[order], xp.arange(grid.n_domains + 1)))
+    del owner
     out = []
     for d in range(grid.n_domains):
         own = order[int(bounds[d]):int(bounds[d + 1])]
-        rows = xp.concatenate([own] + [r for _, r in pieces[d]])
-        ghost_pos = [p for p, _ in pieces[d]]
-        owned = xp.zeros(rows.size, dtype=bool)
-        owned[:own.size] = True
-        exp = xp.zeros_like(owned)
+        rows = xp.concatenate([own] + ghost_rows[d]) if ghost_rows[d] else own
+        exp = xp.zeros(rows.size, dtype=bool)
         exp[:own.size] = exported[own]
-        out.append((xp.concatenate([pos[own]] + ghost_pos), index[rows], owned, exp,
-                    *[e[rows] for e in extra]))
+        out.append((pos[rows], rows + start, int(own.size), exp, *[e[rows] for e in extra]))
     return out
 
 
@@ -264,16 +281,17 @@ def _stable_argsort(a):
 def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
     """Concatenate one domain's pieces from every chunk: all owned rows first (each
     piece lists its owned rows before its ghosts), then all ghosts, in chunk order."""
-    n_own = [int(p[2].sum()) for p in pieces]
+    n_own = [p[2] for p in pieces]
     xp = array_module(pieces[0][0])
-
-    def column(k):
-        return xp.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
-                              + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
-
-    cols = [column(k) for k in range(4 + len(names))]
-    extra = dict(zip(names, cols[4:], strict=True))
-    return DomainPart(domain, cols[0], cols[1], cols[2], cols[3], extra)
+    columns = [0, 1, 3] + list(range(4, 4 + len(names)))
+    if len(pieces) == 1:  # nothing to concatenate
+        cols = [pieces[0][k] for k in columns]
+    else:
+        cols = [xp.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
+                               + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
+                for k in columns]
+    extra = dict(zip(names, cols[3:], strict=True))
+    return DomainPart(domain, cols[0], cols[1], sum(n_own), cols[2], extra)
 
 
 def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
