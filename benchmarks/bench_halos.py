@@ -154,7 +154,7 @@ def main(argv=None):
             if args.mbp and kind == "clustered":
                 bench_mbp(snap, res, box, env, args.device)
             if args.memory and kind == "clustered":
-                bench_memory(snap, ll, min_members, env)
+                bench_memory(snap, ll, min_members, env, device=args.device)
 
 
 def bench_mbp(snap, res, box, env, device="cpu"):
@@ -207,7 +207,7 @@ def bench_mbp(snap, res, box, env, device="cpu"):
     print(json.dumps(row), flush=True)
 
 
-def bench_memory(snap, ll, min_members, env, domains=(1, 8)):
+def bench_memory(snap, ll, min_members, env, domains=(1, 8), device="cpu"):
     """Peak memory of FOF runs from a Zarr store, each in a fresh process (see _memory_child)."""
     import subprocess
     import sys
@@ -223,7 +223,8 @@ def bench_memory(snap, ll, min_members, env, domains=(1, 8)):
         for n_domains in domains:
             for what in ("fof_labels", "fof"):
                 row = {}
-                for probe in ("trace", "rss"):  # tracemalloc's own bookkeeping inflates RSS
+                # one probe per process: tracemalloc's own bookkeeping inflates the RSS
+                for probe in ("trace", "rss") if device == "cpu" else ("gpu",):
                     out = subprocess.run(
                         [sys.executable, __file__, "--memory-child", path, str(n_domains),
                          what, str(ll), str(min_members), probe],
@@ -240,7 +241,9 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     above the level just before the run (sampled every 2 ms), both over the share
     (positions + ids of all domains with their ghosts; plus velocities for ``fof``,
     whose catalog reads them). ``probe`` is "trace" or "rss": one measurement per
-    process, as tracemalloc's own bookkeeping would inflate the resident set."""
+    process, as tracemalloc's own bookkeeping would inflate the resident set; "gpu"
+    runs on CuPy chunks and reports the peak of GPU memory in use (a CuPy memory
+    hook counting every pool allocation and release) over the same share."""
     import threading
     import tracemalloc
 
@@ -257,9 +260,12 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     warm = Snapshot.from_arrays(rng.random((4096, 3)).astype(np.float32) * 16, box_size=16.0,
                                 vel=np.zeros((4096, 3), np.float32),
                                 ids=np.arange(4096, dtype=np.int64))
+    gpu = probe == "gpu"
+    if gpu:
+        warm = warm.to_device("gpu")
     with dask.config.set(scheduler="sync"):
         fof(warm, ll, min_members=5)
-    snap = open_snapshot(path)
+    snap = open_snapshot(path, device="gpu" if gpu else "cpu")
     # the share: rows every domain holds (owned + ghosts), counted without tracing
     ghost = absolute_linking_length(snap, ll, False)
     grid = domain_grid(n_domains, box_size=snap.box_size)
@@ -299,6 +305,26 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
             high[0] = max(high[0], rss())
             time.sleep(0.002)
 
+    hook = None
+    if gpu:
+        import cupy
+        from cupy.cuda.memory_hook import MemoryHook
+
+        class InUse(MemoryHook):
+            name = "in-use"
+
+            def __init__(self):
+                self.now = self.peak = 0
+
+            def malloc_postprocess(self, **kw):
+                self.now += kw["mem_size"]
+                self.peak = max(self.peak, self.now)
+
+            def free_postprocess(self, **kw):
+                self.now -= kw["mem_size"]
+
+        hook = InUse()
+        hook.__enter__()
     base_rss = rss()
     if probe == "rss":
         sampler = threading.Thread(target=sample, daemon=True)
@@ -316,7 +342,11 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     row = {"workload": f"memory-{what}", "n_particles": snap.n_particles,
            "domains": n_domains, "rows_with_ghosts": rows, "share_bytes": share,
            "bytes_per_row": per_row}
-    if probe == "rss":
+    if gpu:
+        cupy.cuda.Device().synchronize()
+        hook.__exit__(None, None, None)
+        row.update(gpu_peak_ratio=round(hook.peak / share, 3), seconds=round(seconds, 2))
+    elif probe == "rss":
         stop.set()
         sampler.join()
         row.update(rss_peak_ratio=round((high[0] - base_rss) / share, 3),

@@ -176,6 +176,12 @@ def test_float32_positions(cupy, rng):
     _assert_same(pos32, (20.0, 20.0, 20.0), 0.2, cpu_pos=pos32.astype(np.float64))
     _assert_same(pos32, (0.0, 20.0, 0.0), 0.2, cpu_pos=pos32.astype(np.float64),
                  min_friends=3)
+    # inside the box: the kernels keep float32 sorted copies (nothing to wrap)
+    inside = np.mod(pos32, box)
+    inside[inside >= box] = 0
+    _assert_same(inside, (20.0, 20.0, 20.0), 0.2, cpu_pos=inside)
+    _assert_same(inside, (20.0, 20.0, 20.0), 0.2, cpu_pos=inside.astype(np.float64),
+                 min_friends=4)
 
 
 def test_numpy_input_and_non_contiguous(cupy, rng):

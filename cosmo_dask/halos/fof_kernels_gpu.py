@@ -10,16 +10,18 @@ with ``min_friends = k > 1`` only pairs whose two members both have at least
 Method (the binned "virtual edge list" of HACC's PISTON halo finder, with a
 lock-free union-find instead of PISTON's iterated min-label propagation):
 
-1. Positions are converted to float64 and wrapped into ``[0, L)`` on periodic
-   axes. Cells have side at least the linking length: ``n = max(1, floor(L /
-   ll))`` cells of side ``L / n`` on a periodic axis, cells of side ``ll`` from
-   the smallest coordinate on an open axis (the grid is the CPU kernel's,
-   computed the same way). Each particle gets the int64 cell id
-   ``(cx * ny + cy) * nz + cz``.
-2. The particles are sorted by cell id (``cupy.argsort``) and their wrapped
-   coordinates gathered in that order (structure of arrays). Occupied cells are
+1. Positions are read in their dtype (float32 or float64) and, in float64,
+   wrapped into ``[0, L)`` on periodic axes. Cells have side at least the
+   linking length: ``n = max(1, floor(L / ll))`` cells of side ``L / n`` on a
+   periodic axis, cells of side ``ll`` from the smallest coordinate on an open
+   axis (the grid is the CPU kernel's, computed the same way). Each particle
+   gets the int64 cell id ``(cx * ny + cy) * nz + cz``.
+2. The particles are sorted by cell id (``cupy.argsort``). Occupied cells are
    the runs of equal ids: their sorted ids, particle start offsets and, for
    every particle, the index of its occupied cell come from a flag / cumsum.
+   Then the wrapped coordinates are gathered in sorted order (structure of
+   arrays): float32 when the input is float32 with nothing to wrap (it converts
+   to float64 exactly in the distance test), else float64.
 3. One thread per (sorted) particle ``i`` walks the distinct neighbour cells
    (27, fewer when a periodic axis has fewer than three cells or at the edges of
    an open axis). The up to three cells along the last axis are one run of
@@ -56,10 +58,14 @@ union finds in the dense cells dominate. ``min_friends = 5`` adds a second pair
 pass (40 ms). Next steps if that is too slow: one warp per dense cell with the
 neighbour particles staged in shared memory, sub-cells of side ``ll / sqrt(3)``
 whose members are all friends (one union per sub-cell instead of one per pair),
-half-shell pairs with atomic friend counts, 32-bit indices when ``m < 2**31``.
-Peak GPU memory is roughly 120 bytes per particle (estimated, not measured).
+half-shell pairs with atomic friend counts, a 32-bit union-find forest.
 
-Limits: indices are 64-bit throughout; ``friends`` is int32 as on the CPU.
+Memory: cell offsets and per-particle cell indices are int32 below 2^31
+particles, the permutation and the union-find forest int64. For float32 input
+the pair pass holds about 48 bytes per particle besides the input; the memory
+figures of whole FOF runs are in ``benchmarks/RESULTS.md``.
+
+Limits: ``friends`` is int32 as on the CPU.
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ __device__ __forceinline__ i64 cell_coord(double x, double L, double origin, dou
 }
 
 extern "C" __global__ void fof_cell_ids(
-    const double* __restrict__ pos, const i64 m,
+    const coord_t* __restrict__ pos, const i64 m,
     const double L0, const double L1, const double L2,
     const double o0, const double o1, const double o2,
     const double inv0, const double inv1, const double inv2,
@@ -130,9 +136,9 @@ extern "C" __global__ void fof_cell_ids(
 }
 
 extern "C" __global__ void fof_gather(
-    const double* __restrict__ pos, const i64* __restrict__ perm, const i64 m,
+    const coord_t* __restrict__ pos, const i64* __restrict__ perm, const i64 m,
     const double L0, const double L1, const double L2,
-    double* __restrict__ sx, double* __restrict__ sy, double* __restrict__ sz)
+    sort_t* __restrict__ sx, sort_t* __restrict__ sy, sort_t* __restrict__ sz)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
@@ -305,9 +311,9 @@ __device__ __forceinline__ void unite(i64* parent, i64& u, const i64 j)
 // One thread per sorted particle k. mode 0: count friends and link friend pairs;
 // 1: count only; 2: link pairs whose members both have friends >= kmin.
 extern "C" __global__ void fof_pairs(
-    const double* __restrict__ sx, const double* __restrict__ sy,
-    const double* __restrict__ sz, const i64* __restrict__ pcell,
-    const i64* __restrict__ cell_keys, const i64* __restrict__ cell_start,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz, const cell_t* __restrict__ pcell,
+    const i64* __restrict__ cell_keys, const cell_t* __restrict__ cell_start,
     const i64 nocc, const i64 m, const i64 nx, const i64 ny, const i64 nz,
     const int per0, const int per1, const int per2,
     const double L0, const double L1, const double L2,
@@ -371,7 +377,7 @@ extern "C" __global__ void fof_pairs(
                         if (cores && friends[j] < kmin) {
                             continue;
                         }
-                        double d = xi - sx[j];
+                        double d = xi - (double)sx[j];
                         if (d > h0) {
                             d -= L0;
                         } else if (d < -h0) {
@@ -381,13 +387,13 @@ extern "C" __global__ void fof_pairs(
                         if (d2 > ll2) {
                             continue;
                         }
-                        double e = yi - sy[j];
+                        double e = yi - (double)sy[j];
                         if (e > h1) {
                             e -= L1;
                         } else if (e < -h1) {
                             e += L1;
                         }
-                        double f = zi - sz[j];
+                        double f = zi - (double)sz[j];
                         if (f > h2) {
                             f -= L2;
                         } else if (f < -h2) {
@@ -448,12 +454,17 @@ _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
 @functools.cache
-def _kernels(device_id: int) -> dict:
-    """The compiled kernels for one device (compiled on first use, then cached)."""
+def _kernels(device_id: int, coord: str = "double", sort: str = "double",
+             cell: str = "long long") -> dict:
+    """The compiled kernels for one device and storage types (compiled on first use,
+    then cached): ``coord`` the input coordinates, ``sort`` the sorted copies ("float"
+    or "double"; arithmetic is double either way), ``cell`` the per-particle cell
+    indices and cell offsets ("int" or "long long")."""
     import cupy
 
+    types = f"typedef {coord} coord_t;\ntypedef {sort} sort_t;\ntypedef {cell} cell_t;\n"
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=_CUDA_SOURCE, options=_NVRTC_OPTIONS)
+        module = cupy.RawModule(code=types + _CUDA_SOURCE, options=_NVRTC_OPTIONS)
         return {name: module.get_function(name) for name in _KERNEL_NAMES}
 
 
@@ -521,10 +532,22 @@ class _StageTimer:
 
 
 def _fof_impl(cupy, pos, per, ll, kmin, timer=None):
-    """The GPU pipeline on validated, finite, C-contiguous float64 ``(m, 3)`` positions."""
+    """The GPU pipeline on validated, finite, C-contiguous float32 or float64 ``(m, 3)``
+    positions, read in their dtype. Sorted copies are float32 when the input is float32
+    with every periodic coordinate inside ``[0, L)`` (nothing to wrap), else float64;
+    cell indices are int32 below 2^31 particles. Buffers are freed as soon as done
+    with: the pair pass holds about 48 bytes per particle (float32 input)."""
     m = pos.shape[0]
-    k = _kernels(cupy.cuda.Device().id)
+    inside = all(not float(per[a]) > 0.0
+                 or not bool(((pos[:, a] < 0) | (pos[:, a] >= float(per[a]))).any())
+                 for a in range(3))
+    small = m < 2**31 - 1
+    coord = "float" if pos.dtype == np.float32 else "double"
+    sort = "float" if coord == "float" and inside else "double"
+    k = _kernels(cupy.cuda.Device().id, coord, sort, "int" if small else "long long")
     i64, f64, i32 = np.int64, np.float64, np.int32
+    ctype = cupy.int32 if small else cupy.int64
+    stype = cupy.float32 if sort == "float" else cupy.float64
     mm = i64(m)
     grid = _grid(m, _BLOCK)
 
@@ -547,29 +570,28 @@ def _fof_impl(cupy, pos, per, ll, kmin, timer=None):
     if timer is not None:
         timer.mark("cell_ids")
 
-    # 2. sort by cell, gather wrapped coordinates, occupied cells
+    # 2. sort by cell, occupied cells, then the wrapped coordinates in sorted order
     perm = cupy.argsort(ids).astype(cupy.int64, copy=False)
     if timer is not None:
         timer.mark("sort")
     skeys = ids[perm]
     del ids
-    sx = cupy.empty(m, dtype=cupy.float64)
-    sy = cupy.empty(m, dtype=cupy.float64)
-    sz = cupy.empty(m, dtype=cupy.float64)
-    k["fof_gather"](grid, (_BLOCK,), (pos, perm, mm, L0, L1, L2, sx, sy, sz))
     newcell = cupy.empty(m, dtype=cupy.bool_)
     newcell[0] = True
     cupy.not_equal(skeys[1:], skeys[:-1], out=newcell[1:])
-    starts = cupy.flatnonzero(newcell).astype(cupy.int64, copy=False)
-    nocc = int(starts.size)
-    cell_keys = skeys[starts]
-    cell_start = cupy.empty(nocc + 1, dtype=cupy.int64)
-    cell_start[:nocc] = starts
+    nocc = int(cupy.count_nonzero(newcell))
+    cell_start = cupy.empty(nocc + 1, dtype=ctype)
+    cell_start[:nocc] = cupy.flatnonzero(newcell)
     cell_start[nocc] = m
-    del starts
-    pcell = cupy.cumsum(newcell, dtype=cupy.int64)
+    cell_keys = skeys[cell_start[:nocc]]
+    del skeys
+    pcell = cupy.cumsum(newcell, dtype=ctype)
     pcell -= 1
-    del newcell, skeys
+    del newcell
+    sx = cupy.empty(m, dtype=stype)
+    sy = cupy.empty(m, dtype=stype)
+    sz = cupy.empty(m, dtype=stype)
+    k["fof_gather"](grid, (_BLOCK,), (pos, perm, mm, L0, L1, L2, sx, sy, sz))
     if timer is not None:
         timer.mark("cells")
 
@@ -616,9 +638,10 @@ def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1):
     Parameters
     ----------
     pos : cupy.ndarray or numpy.ndarray
-        Particle positions, shape ``(m, 3)``, float64 or float32 (other dtypes
-        are converted to float64); NumPy input is copied to the GPU. Distances
-        are computed in float64 (float32 values are converted exactly).
+        Particle positions, shape ``(m, 3)``, float64 or float32 (read in that
+        dtype; other dtypes are converted to float64); NumPy input is copied to
+        the GPU. Distances are computed in float64 (float32 values are converted
+        exactly).
     periods : array_like
         Three per-axis periods: ``L > 0`` for a periodic axis (coordinates are
         taken modulo ``L``, distances use the minimum image), ``0`` for an
@@ -657,7 +680,9 @@ def _run(pos, periods, linking_length, min_friends, timer=None):
     m = pos.shape[0]
     if m == 0:
         return cupy.empty(0, dtype=cupy.int64), cupy.empty(0, dtype=cupy.int32)
-    pos = cupy.ascontiguousarray(pos, dtype=cupy.float64)
+    if pos.dtype not in (np.float32, np.float64):
+        pos = pos.astype(cupy.float64)
+    pos = cupy.ascontiguousarray(pos)  # kept in its dtype: no float64 copy of the input
     if not bool(cupy.isfinite(pos).all()):
         raise ParameterError("pos contains non-finite coordinates")
     if timer is not None:

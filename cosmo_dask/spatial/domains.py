@@ -4,9 +4,10 @@ Space (the periodic box, or the particles' bounding box for isolated systems)
 is cut into a regular grid of ``nx * ny * nz`` domains. Each particle belongs
 to the domain holding it; a copy of it is also sent, as a *ghost*, to every
 neighbouring domain whose region lies within ``ghost_width`` of it (across
-periodic faces too), at most once per domain. Positions travel as stored (their dtype, no shifts): kernels measure periodic
-distances by the minimum image (:attr:`DomainGrid.kernel_periods`). Along an
-axis with a single domain in a periodic box no ghosts are made.
+periodic faces too), at most once per domain. Positions travel as stored
+(their dtype, no shifts): kernels measure periodic distances by the minimum
+image (:attr:`DomainGrid.kernel_periods`). Along an axis with a single domain
+in a periodic box no ghosts are made.
 
 The graph: one ``<name>-split`` task per particle chunk (splits it among the
 domains) and one ``<name>-domain`` task per domain (concatenates its pieces),
