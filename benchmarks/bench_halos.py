@@ -288,13 +288,15 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
         def _pretask(self, key, dsk, state):
             if probe == "trace":
                 tracemalloc.reset_peak()
+            elif gpu:
+                hook.peak = hook.now
 
         def _posttask(self, key, result, dsk, state, id):
-            if probe != "trace":
+            if probe == "rss":
                 return
             name = key[0] if isinstance(key, tuple) else key
             name = str(name).rsplit("-", 2)[0] if "-" in str(name) else str(name)
-            peak = tracemalloc.get_traced_memory()[1]
+            peak = hook.peak if gpu else tracemalloc.get_traced_memory()[1]
             tasks[name] = max(tasks.get(name, 0), peak)
 
     high = [0]
@@ -345,7 +347,10 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     if gpu:
         cupy.cuda.Device().synchronize()
         hook.__exit__(None, None, None)
-        row.update(gpu_peak_ratio=round(hook.peak / share, 3), seconds=round(seconds, 2))
+        worst = max(tasks, key=tasks.get)
+        row.update(gpu_peak_ratio=round(tasks[worst] / share, 3), gpu_peak_task=worst,
+                   per_task_ratio={k: round(v / share, 2) for k, v in sorted(tasks.items())},
+                   seconds=round(seconds, 2))
     elif probe == "rss":
         stop.set()
         sampler.join()

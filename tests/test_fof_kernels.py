@@ -330,3 +330,24 @@ def test_canonical_labels(rng):
     assert out.dtype == np.int64
     assert canonical_labels(np.array([], dtype=np.int64)).shape == (0,)
     np.testing.assert_array_equal(canonical_labels(["b", "a", "b"]), [0, 1, 0])
+
+
+def _class_rows_reference(cls, ids, crossing, min_members):
+    rows = []
+    for c in np.unique(cls):
+        sel = cls == c
+        if sel.sum() >= min_members or crossing[sel].any():
+            rows.append((c, sel.sum(), ids[sel].min()))
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("min_members", [1, 3, 20])
+def test_class_rows(rng, min_members):
+    from cosmo_dask.halos.fof_kernels import class_rows
+
+    m = 5000
+    cls = rng.integers(0, 400, m) * 7 - 50  # negative and positive class keys
+    ids = rng.permutation(m * 3)[:m].astype(np.int64)
+    crossing = rng.random(m) < 0.01
+    got = class_rows(cls, ids, crossing, min_members)
+    np.testing.assert_array_equal(got, _class_rows_reference(cls, ids, crossing, min_members))

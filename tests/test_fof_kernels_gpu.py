@@ -244,3 +244,19 @@ def test_benchmark_small(cupy):
     assert out["m"] == 100_000 and out["seconds"] > 0 and out["particles_per_s"] > 0
     assert set(out["stages_ms"]) >= {"cell_ids", "sort", "cells", "pairs", "finish"}
     assert out["n_groups_ge2"] > 0
+
+
+@pytest.mark.parametrize("min_members", [1, 20])
+def test_class_rows_gpu_equals_cpu(cupy, rng, min_members):
+    from cosmo_dask.halos.fof_kernels import class_rows
+    from cosmo_dask.halos.fof_kernels_gpu import class_rows_gpu
+
+    m = 200_000
+    cls = rng.integers(0, 20_000, m) * 3 - 7
+    cls[:5000] = 42  # one big class
+    ids = rng.permutation(m * 2)[:m].astype(np.int64)
+    crossing = rng.random(m) < 0.002
+    cpu = class_rows(cls, ids, crossing, min_members)
+    gpu = class_rows_gpu(cupy.asarray(cls), cupy.asarray(ids), cupy.asarray(crossing),
+                         min_members)
+    np.testing.assert_array_equal(gpu, cpu)

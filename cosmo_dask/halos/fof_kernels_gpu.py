@@ -447,9 +447,43 @@ extern "C" __global__ void fof_scatter(
         friends[p] = friends_sorted[k];
     }
 }
+
+// One thread per run start of cls[order]: the run's class, size and smallest id,
+// appended (in any order) when it has at least min_members rows or a crossing row.
+extern "C" __global__ void class_rows(
+    const i64* __restrict__ cls, const i64* __restrict__ order, const i64* __restrict__ ids,
+    const bool* __restrict__ crossing, const i64 m, const i64 min_members,
+    i64* __restrict__ out, u64* __restrict__ n_out, const i64 cap)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
+        const i64 c = cls[order[k]];
+        if (k > 0 && cls[order[k - 1]] == c) {
+            continue;
+        }
+        i64 b = k;
+        i64 low = ids[order[k]];
+        bool cross = false;
+        while (b < m && cls[order[b]] == c) {
+            const i64 r = order[b];
+            low = min(low, ids[r]);
+            cross = cross || crossing[r];
+            ++b;
+        }
+        if (b - k >= min_members || cross) {
+            const u64 slot = atomicAdd(n_out, 1ULL);
+            if ((i64)slot < cap) {
+                out[3 * slot] = c;
+                out[3 * slot + 1] = b - k;
+                out[3 * slot + 2] = low;
+            }
+        }
+    }
+}
 """
 
-_KERNEL_NAMES = ("fof_cell_ids", "fof_gather", "fof_pairs", "fof_roots", "fof_scatter")
+_KERNEL_NAMES = ("fof_cell_ids", "fof_gather", "fof_pairs", "fof_roots", "fof_scatter",
+                 "class_rows")
 _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
@@ -692,19 +726,22 @@ def _run(pos, periods, linking_length, min_friends, timer=None):
 
 def class_rows_gpu(cls, ids, crossing, min_members: int) -> np.ndarray:
     """The GPU twin of :func:`cosmo_dask.halos.fof_kernels.class_rows` (CuPy arrays in,
-    a small host table out): one sort by (class, id), then run boundaries."""
+    the small host table out): one argsort by class, then one thread per run."""
     import cupy
 
-    order = cupy.lexsort(cupy.stack([ids.astype(cupy.int64, copy=False), cls]))
-    c, sid, cross = cls[order], ids[order], crossing[order]
-    starts = cupy.flatnonzero(cupy.concatenate([cupy.ones(1, bool), c[1:] != c[:-1]]))
-    counts = cupy.diff(cupy.concatenate([starts, cupy.asarray([c.size])]))
-    n_cross = cupy.cumsum(cross.astype(cupy.int64))
-    before = cupy.concatenate([cupy.zeros(1, cupy.int64), n_cross])[starts]
-    keep = (counts >= min_members) | ((n_cross[starts + counts - 1] - before) > 0)
-    rows = cupy.stack([c[starts][keep], counts[keep], sid[starts][keep].astype(cupy.int64)],
-                      axis=1)
-    return rows.get()
+    cls = cupy.ascontiguousarray(cls, dtype=cupy.int64)
+    m = cls.size
+    order = cupy.argsort(cls)
+    k = _kernels(cupy.cuda.Device().id)
+    cap = m // max(int(min_members), 1) + int(cupy.count_nonzero(crossing)) + 1
+    out = cupy.empty((cap, 3), dtype=cupy.int64)
+    n_out = cupy.zeros(1, dtype=cupy.uint64)
+    k["class_rows"](_grid(m, _BLOCK), (_BLOCK,), (
+        cls, order, cupy.ascontiguousarray(ids, dtype=cupy.int64),
+        cupy.ascontiguousarray(crossing, dtype=cupy.bool_), np.int64(m),
+        np.int64(min_members), out, n_out, np.int64(cap)))
+    rows = out[:int(n_out.get()[0])].get()  # at most cap: kept runs have >= min_members
+    return rows[np.argsort(rows[:, 0], kind="stable")]  # rows or a crossing row each
 
 
 def _benchmark_positions(m, clustered, seed, halo_fraction=0.5):
