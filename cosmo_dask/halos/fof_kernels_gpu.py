@@ -448,42 +448,27 @@ extern "C" __global__ void fof_scatter(
     }
 }
 
-// One thread per run start of cls[order]: the run's class, size and smallest id,
-// appended (in any order) when it has at least min_members rows or a crossing row.
-extern "C" __global__ void class_rows(
-    const i64* __restrict__ cls, const i64* __restrict__ order, const i64* __restrict__ ids,
-    const bool* __restrict__ crossing, const i64 m, const i64 min_members,
-    i64* __restrict__ out, u64* __restrict__ n_out, const i64 cap)
+// One thread per sorted row k: the smallest id and any crossing row of each run
+// (run[k] is the run of row k; order maps sorted rows to input rows).
+extern "C" __global__ void run_reduce(
+    const i64* __restrict__ order, const i64* __restrict__ ids,
+    const bool* __restrict__ crossing, const cell_t* __restrict__ run, const i64 m,
+    long long* __restrict__ min_id, int* __restrict__ cross)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
-        const i64 c = cls[order[k]];
-        if (k > 0 && cls[order[k - 1]] == c) {
-            continue;
-        }
-        i64 b = k;
-        i64 low = ids[order[k]];
-        bool cross = false;
-        while (b < m && cls[order[b]] == c) {
-            const i64 r = order[b];
-            low = min(low, ids[r]);
-            cross = cross || crossing[r];
-            ++b;
-        }
-        if (b - k >= min_members || cross) {
-            const u64 slot = atomicAdd(n_out, 1ULL);
-            if ((i64)slot < cap) {
-                out[3 * slot] = c;
-                out[3 * slot + 1] = b - k;
-                out[3 * slot + 2] = low;
-            }
+        const i64 r = order[k];
+        const i64 j = run[k];
+        atomicMin(min_id + j, (long long)ids[r]);
+        if (crossing[r]) {
+            cross[j] = 1;  // every writer stores 1: a benign race
         }
     }
 }
 """
 
 _KERNEL_NAMES = ("fof_cell_ids", "fof_gather", "fof_pairs", "fof_roots", "fof_scatter",
-                 "class_rows")
+                 "run_reduce")
 _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
@@ -726,22 +711,34 @@ def _run(pos, periods, linking_length, min_friends, timer=None):
 
 def class_rows_gpu(cls, ids, crossing, min_members: int) -> np.ndarray:
     """The GPU twin of :func:`cosmo_dask.halos.fof_kernels.class_rows` (CuPy arrays in,
-    the small host table out): one argsort by class, then one thread per run."""
+    the small host table out): one argsort by class, run boundaries from a flag /
+    cumsum, smallest ids and crossings by atomics (one thread per row)."""
     import cupy
 
     cls = cupy.ascontiguousarray(cls, dtype=cupy.int64)
     m = cls.size
+    small = m < 2**31 - 1
     order = cupy.argsort(cls)
-    k = _kernels(cupy.cuda.Device().id)
-    cap = m // max(int(min_members), 1) + int(cupy.count_nonzero(crossing)) + 1
-    out = cupy.empty((cap, 3), dtype=cupy.int64)
-    n_out = cupy.zeros(1, dtype=cupy.uint64)
-    k["class_rows"](_grid(m, _BLOCK), (_BLOCK,), (
-        cls, order, cupy.ascontiguousarray(ids, dtype=cupy.int64),
-        cupy.ascontiguousarray(crossing, dtype=cupy.bool_), np.int64(m),
-        np.int64(min_members), out, n_out, np.int64(cap)))
-    rows = out[:int(n_out.get()[0])].get()  # at most cap: kept runs have >= min_members
-    return rows[np.argsort(rows[:, 0], kind="stable")]  # rows or a crossing row each
+    c = cls[order]
+    first = cupy.empty(m, dtype=cupy.bool_)
+    first[0] = True
+    cupy.not_equal(c[1:], c[:-1], out=first[1:])
+    starts = cupy.flatnonzero(first)
+    keys = c[starts]
+    del c
+    run = cupy.cumsum(first, dtype=cupy.int32 if small else cupy.int64)
+    run -= 1
+    del first
+    counts = cupy.diff(cupy.concatenate([starts, cupy.asarray([m])]))
+    del starts
+    min_id = cupy.full(keys.size, np.iinfo(np.int64).max, dtype=cupy.int64)
+    cross = cupy.zeros(keys.size, dtype=cupy.int32)
+    k = _kernels(cupy.cuda.Device().id, cell="int" if small else "long long")
+    k["run_reduce"](_grid(m, _BLOCK), (_BLOCK,), (
+        order, cupy.ascontiguousarray(ids, dtype=cupy.int64),
+        cupy.ascontiguousarray(crossing, dtype=cupy.bool_), run, np.int64(m), min_id, cross))
+    keep = (counts >= min_members) | (cross != 0)
+    return cupy.stack([keys[keep], counts[keep], min_id[keep]], axis=1).get()
 
 
 def _benchmark_positions(m, clustered, seed, halo_fraction=0.5):
