@@ -1,0 +1,489 @@
+"""Multipole expansion (MEX) of an isolated particle system, distributed over dask.
+
+Method (ETICS, Meiron et al. 2014, Sect. 2.4 and 3.2): with the particles sorted
+by radius about the centre, the potential at particle ``i`` is
+
+    Phi_i = -G sum_{l<=lmax} sum_{m=0..l} [Re(conj(q_lm(i)) T_lm(x_i)) f_l(r_i)
+                                           + Re(conj(p_lm(i)) T_lm(x_i))]
+
+with ``q_lm(i) = sum_{j before i} m_j T_lm(x_j)`` (inner particles) and
+``p_lm(i) = sum_{j after i} m_j T_lm(x_j) f_l(r_j)`` (outer particles), where
+``T_lm`` are regular solid harmonics (``r^l Y_lm`` up to normalisation, computed
+by stable Cartesian recurrences, see :mod:`.mex_kernels`) and
+``f_l(r) = (r^2 + eps^2)^-(l+1/2)``. ``q`` and ``p`` are a forward and a reverse
+prefix sum over the sorted particles. The force is ``-grad Phi`` at fixed ``q``,
+``p`` (exact: they are piecewise constant in ``r``).
+
+Ordering and self-interaction: particles are ordered by (radius, input index).
+Particle ``i`` feels the particles before it as inner and those after it as
+outer, never itself; particles at equal radius are split by input index. A point
+given to :meth:`MEX.potential`/:meth:`MEX.accelerations` sees particles with
+``r_j <= r`` as inner and the rest as outer. With ``lmax = 0`` and ``eps = 0``
+this is exactly the shell theorem: ``a_i = -G M(before i) x_i / r_i^3``.
+
+Distribution (no task ever holds all particles):
+
+1. radii quantiles from a strided sample of every chunk (<= 4096 radii each)
+   give ``B - 1`` bucket boundaries (host); a histogram pass gives the bucket
+   sizes;
+2. every input chunk splits its particles by bucket; each bucket gathers its
+   pieces from all chunks and sorts them by (radius, index);
+3. per bucket, the local inclusive/exclusive prefix sums of the inner terms
+   and suffix sums of the outer terms, and the bucket totals; a small task turns
+   the ``B`` totals into exclusive offsets (earlier buckets for ``q``, later
+   ones for ``p``), added to every bucket (a distributed scan);
+4. forces at the fitted particles are computed per bucket and routed back to
+   the input chunks (aligned with the input); at other points, each chunk of
+   points is split by bucket and located within the bucket by binary search.
+
+Fitted state (persisted dask arrays, chunked by bucket): sorted radii, sorted
+positions (relative to the centre), their input indices, and the cumulative
+sums ``Q`` (inner, ``n_b + 1`` rows per bucket) and ``P`` (outer, ``n_b + 1``
+rows). Memory: ``2 (lmax+1)^2`` numbers of the working precision per particle
+(lmax = 6: 98, i.e. 784 bytes in float64), plus the positions.
+
+Cost: O(N log N) for the sort (per bucket), O(N (lmax+1)^2) for the sums and
+for each evaluation, with ``B x C`` small routing tasks for ``C`` input chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from ..backend import array_module, resolve_precision
+from ..errors import ParameterError
+from ..progress import compute, persist
+from .particles import expansion_input
+
+__all__ = ["LMAX_LIMIT", "MEX"]
+
+#: Largest lmax accepted: (lmax+1)^2 = 1089 real terms per sum and particle.
+LMAX_LIMIT = 32
+_SAMPLE_PER_CHUNK = 4096
+
+
+def _kernels(xp):
+    if xp is np:
+        from . import mex_kernels as k
+    else:
+        from . import mex_kernels_gpu as k
+    return k
+
+
+def _host(x):
+    return x.get() if array_module(x) is not np else np.asarray(x)
+
+
+def _pow2(x: float) -> float:
+    """The power of two nearest ``x`` (> 0): scaling by it is exact in floating point."""
+    if not (x > 0 and np.isfinite(x)):
+        return 1.0
+    return float(2.0 ** round(math.log2(x)))
+
+
+# ----------------------------------------------------------------------------- tasks
+def _radius(pos):
+    xp = array_module(pos)
+    p = pos.astype(xp.float64)
+    return xp.sqrt((p * p).sum(axis=1))
+
+
+def _sample(pos, mass):
+    r = _radius(pos)
+    step = max(1, r.shape[0] // _SAMPLE_PER_CHUNK)
+    return {"r": _host(r[::step]), "n": int(r.shape[0]),
+            "m": float(_host(mass.astype(np.float64).sum()))}
+
+
+def _histogram(pos, bounds):
+    xp = array_module(pos)
+    b = xp.searchsorted(xp.asarray(bounds), _radius(pos), side="right")
+    return _host(xp.bincount(b, minlength=len(bounds) + 1))[None, :]
+
+
+def _split(pos, mass, offset, bounds):
+    """One input chunk's particles, grouped by bucket (input order within a group)."""
+    xp = array_module(pos)
+    r = _radius(pos)
+    b = xp.searchsorted(xp.asarray(bounds), r, side="right")
+    order = xp.argsort(b, kind="stable") if xp is np else xp.argsort(b)
+    counts = _host(xp.bincount(b, minlength=len(bounds) + 1))
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    idx = xp.arange(pos.shape[0], dtype=np.int64) + offset
+    out = []
+    for k in range(len(counts)):
+        sel = order[edges[k]:edges[k + 1]]
+        if xp is not np:  # argsort on the GPU is not promised stable: restore input order
+            sel = xp.sort(sel)
+        out.append({"pos": pos[sel], "m": mass[sel], "r": r[sel], "idx": idx[sel]})
+    return out
+
+
+def _bucket(params, *parts):
+    """Gather a bucket's pieces, sort by (radius, index), local cumulative sums."""
+    lmax, eps2, inv_a, inv_m = params
+    xp = array_module(parts[0]["pos"])
+    pos = xp.concatenate([p["pos"] for p in parts])
+    m = xp.concatenate([p["m"] for p in parts])
+    r = xp.concatenate([p["r"] for p in parts])
+    idx = xp.concatenate([p["idx"] for p in parts])
+    order = xp.lexsort(xp.stack([idx, r])) if xp is not np else np.lexsort((idx, r))
+    pos, m, r, idx = pos[order], m[order], r[order], idx[order]
+    Q, P = _kernels(xp).terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m),
+                                   lmax, eps2)
+    return {"pos": pos, "m": m, "r": r, "idx": idx, "Q": Q, "P": P,
+            "qtot": _host(Q[-1]).astype(np.float64), "ptot": _host(P[0]).astype(np.float64)}
+
+
+def _offsets(*totals):
+    """Exclusive offsets of the bucket totals: earlier buckets for q, later for p."""
+    q = np.array([t[0] for t in totals])
+    p = np.array([t[1] for t in totals])
+    qoff = np.zeros_like(q)
+    poff = np.zeros_like(p)
+    for b in range(1, len(totals)):  # sequential: the same rounding for any scheduler
+        qoff[b] = qoff[b - 1] + q[b - 1]
+    for b in range(len(totals) - 2, -1, -1):
+        poff[b] = poff[b + 1] + p[b + 1]
+    return qoff, poff
+
+
+def _totals(bucket):
+    return bucket["qtot"], bucket["ptot"]
+
+
+def _finalize(bucket, offsets, b):
+    xp = array_module(bucket["Q"])
+    qoff, poff = offsets
+    Q = bucket["Q"] + xp.asarray(qoff[b].astype(bucket["Q"].dtype))
+    P = bucket["P"] + xp.asarray(poff[b].astype(bucket["P"].dtype))
+    return {"pos": bucket["pos"], "r": bucket["r"], "idx": bucket["idx"], "Q": Q, "P": P}
+
+
+def _eval_self(pos, Q, P, params):
+    lmax, eps2, inv_a, acc_scale, phi_scale = params
+    xp = array_module(pos)
+    n = pos.shape[0]
+    iq = xp.arange(n, dtype=np.int64)
+    acc, phi = _kernels(xp).evaluate(pos * pos.dtype.type(inv_a), Q, P, iq, iq + 1,
+                                     lmax, eps2)
+    return xp.concatenate([acc * acc.dtype.type(acc_scale),
+                           (phi * phi.dtype.type(phi_scale))[:, None]], axis=1)
+
+
+def _route(values, idx, starts):
+    """Split a bucket's results by the input chunk their particle came from."""
+    xp = array_module(values)
+    c = xp.searchsorted(xp.asarray(starts), idx, side="right") - 1
+    order = xp.argsort(c)
+    counts = _host(xp.bincount(c, minlength=len(starts)))
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    return [(idx[order[edges[k]:edges[k + 1]]] - int(starts[k]),
+             values[order[edges[k]:edges[k + 1]]]) for k in range(len(starts))]
+
+
+def _assemble(n, *pieces):
+    xp = array_module(pieces[0][1])
+    out = xp.empty((n, pieces[0][1].shape[1]), pieces[0][1].dtype)
+    for where, vals in pieces:
+        out[where] = vals
+    return out
+
+
+def _split_points(pos, bounds):
+    xp = array_module(pos)
+    r = _radius(pos)
+    b = xp.searchsorted(xp.asarray(bounds), r, side="right")
+    order = xp.argsort(b)
+    counts = _host(xp.bincount(b, minlength=len(bounds) + 1))
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    return [(order[edges[k]:edges[k + 1]], pos[order[edges[k]:edges[k + 1]]],
+             r[order[edges[k]:edges[k + 1]]]) for k in range(len(counts))]
+
+
+def _eval_points(piece, r_sorted, Q, P, params):
+    lmax, eps2, inv_a, acc_scale, phi_scale = params
+    where, pos, r = piece
+    xp = array_module(Q)
+    pos = xp.asarray(pos)
+    n_in = xp.searchsorted(r_sorted, xp.asarray(r), side="right").astype(np.int64)
+    acc, phi = _kernels(xp).evaluate(pos * pos.dtype.type(inv_a), Q, P, n_in, n_in,
+                                     lmax, eps2)
+    vals = xp.concatenate([acc * acc.dtype.type(acc_scale),
+                           (phi * phi.dtype.type(phi_scale))[:, None]], axis=1)
+    return where, vals
+
+
+# ----------------------------------------------------------------------------- class
+class MEX:
+    """Multipole expansion (MEX) of an isolated N-body system.
+
+    Parameters
+    ----------
+    lmax : int
+        Highest multipole order, ``0 <= lmax <= 32``. The fit holds
+        ``2 (lmax+1)^2`` cumulative sums per particle (two sets of
+        ``(lmax+1)^2`` real numbers: the complex ``q_lm``, ``p_lm`` for
+        ``m >= 0``); ``lmax = 32`` is 2178 numbers (17 kB in float64) per particle.
+    center : "com", "potential_min" or 3 floats
+        Expansion centre: the centre of mass, the potential minimum (from
+        :func:`cosmo_dask.expansion.centers.potential_min_center`), or a point.
+    softening : float
+        ``eps >= 0``: the irregular radial functions ``r^-(2l+1)`` become
+        ``(r^2 + eps^2)^-(l+1/2)`` (Plummer-like, the White 1983 form); the
+        monopole force is ``G M(<r) r / (r^2 + eps^2)^(3/2)``. Only the
+        divergence at the centre is softened; ``eps = 0`` is the plain expansion.
+    precision : "float32" or "float64"
+        Working precision of positions, stored sums and results. Harmonics are
+        computed and sums accumulated in float64 in every case; positions and
+        masses are scaled by powers of two (exact) so float32 stays in range.
+    buckets : int, optional
+        Number of radial buckets (tasks of the sort, scan and evaluation);
+        default: the number of input chunks.
+
+    Notes
+    -----
+    Particle ordering, self-interaction and the distributed algorithm are
+    described in the module docstring (:mod:`cosmo_dask.expansion.mex`). Chunks
+    may be NumPy (numba kernels) or CuPy (CUDA kernels); results follow them.
+    """
+
+    def __init__(self, lmax: int = 6, *, center="com", softening: float = 0.0,
+                 precision="float64", buckets: int | None = None):
+        if isinstance(lmax, bool) or not isinstance(lmax, (int, np.integer)):
+            raise ParameterError(f"MEX: lmax must be an integer, got {lmax!r}")
+        if not 0 <= int(lmax) <= LMAX_LIMIT:
+            raise ParameterError(
+                f"MEX: lmax must be between 0 and {LMAX_LIMIT}, got {lmax} (the fit keeps "
+                "2 (lmax+1)^2 real cumulative sums per particle: 2178 at lmax=32)")
+        try:
+            eps = float(softening)
+        except (TypeError, ValueError):
+            eps = float("nan")
+        if not (np.isfinite(eps) and eps >= 0):
+            raise ParameterError(f"MEX: softening must be a finite number >= 0, got "
+                                 f"{softening!r}")
+        if buckets is not None and (isinstance(buckets, bool) or
+                                    not isinstance(buckets, (int, np.integer)) or buckets < 1):
+            raise ParameterError(f"MEX: buckets must be a positive integer, got {buckets!r}")
+        if isinstance(center, str) and center not in ("com", "potential_min"):
+            raise ParameterError(f"MEX: center must be 'com', 'potential_min' or 3 floats, "
+                                 f"got {center!r}")
+        self.lmax = int(lmax)
+        self.softening = eps
+        self.dtype = resolve_precision(precision)
+        self.center = center
+        self.buckets = None if buckets is None else int(buckets)
+        self._fitted = False
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, snap_or_pos, mass=None, *, G=None):
+        """Sort the particles by radius and build the cumulative multipole sums.
+
+        Parameters
+        ----------
+        snap_or_pos : Snapshot or array (N, 3) (NumPy, CuPy or dask)
+        mass : array (N,) or float, optional (required with raw positions)
+        G : float, optional (default: the snapshot's G, else 1)
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        Three small host computations (centre of mass and input checks; radii
+        samples; bucket sizes), then one persisted pass: split, sort, scan.
+        """
+        from ..snapshot import Snapshot
+
+        center = self.center
+        if isinstance(center, str) and center == "potential_min":
+            try:
+                from .centers import potential_min_center
+            except ImportError as e:
+                raise NotImplementedError(
+                    "MEX: center='potential_min' needs "
+                    "cosmo_dask.expansion.centers.potential_min_center, which is not "
+                    "available yet; pass center='com' or an explicit point") from e
+            g_find = G
+            if g_find is None and isinstance(snap_or_pos, Snapshot):
+                g_find = snap_or_pos.G
+            g_find = 1.0 if g_find is None else float(g_find)
+
+            def center(pos, m, _g=g_find):
+                return potential_min_center(pos, m, _g)
+
+        inp = expansion_input(snap_or_pos, mass, center=center, G=G,
+                              precision=self.dtype.name, what="MEX")
+        pos, m = inp.pos, inp.mass
+        if len(pos.chunks[1]) != 1:
+            pos = pos.rechunk({1: 3})
+        n = inp.n_particles
+        nchunks = len(pos.chunks[0])
+        n_buckets = self.buckets or nchunks
+        n_buckets = max(1, min(n_buckets, n))
+
+        # 1. radii sample -> bucket boundaries and unit scales (host)
+        pos_d = pos.to_delayed().ravel()
+        m_d = m.to_delayed().ravel()
+        from dask import delayed
+
+        samples = compute(*[delayed(_sample)(p, w) for p, w in zip(pos_d, m_d, strict=True)],
+                          label=None)
+        r_s = np.concatenate([s["r"] for s in samples])
+        w_s = np.concatenate([np.full(s["r"].size, s["n"] / s["r"].size) for s in samples])
+        m_tot = sum(s["m"] for s in samples)
+        order = np.argsort(r_s, kind="stable")
+        r_s, w_s = r_s[order], w_s[order]
+        cw = np.cumsum(w_s)
+        targets = cw[-1] * np.arange(1, n_buckets) / n_buckets
+        bounds = r_s[np.minimum(np.searchsorted(cw, targets), r_s.size - 1)]
+        bounds = np.asarray(bounds, dtype=np.float64)
+        a = _pow2(float(np.median(r_s)) if r_s.size else 1.0)
+        mscale = _pow2(m_tot)
+        self._inv_a, self._inv_m = 1.0 / a, 1.0 / mscale
+        self._eps2_scaled = (self.softening / a) ** 2
+        self._acc_scale = inp.G * mscale / (a * a)
+        self._phi_scale = inp.G * mscale / a
+
+        # 2. bucket sizes
+        counts = pos.map_blocks(_histogram, bounds, dtype=np.int64,
+                                chunks=((1,) * nchunks, (n_buckets,)),
+                                meta=np.empty((0, 0), dtype=np.int64))
+        (counts,) = compute(counts.sum(axis=0), label=None)
+        counts = np.asarray(_host(counts), dtype=np.int64)
+
+        # 3. split / gather-sort-scan / offsets / finalize, as one graph
+        tok = tokenize(pos, m, bounds, self.lmax, self.softening)
+        starts = np.concatenate([[0], np.cumsum(pos.chunks[0])])[:-1]
+        params = (self.lmax, self._eps2_scaled, self._inv_a, self._inv_m)
+        layer = {}
+        split, bucket, offs, state = (f"mex-split-{tok}", f"mex-bucket-{tok}",
+                                      f"mex-offsets-{tok}", f"mex-state-{tok}")
+        for c in range(nchunks):
+            layer[(split, c)] = (_split, (pos.name, c, 0), (m.name, c), int(starts[c]), bounds)
+        for b in range(n_buckets):
+            layer[(bucket, b)] = (_bucket, params) + tuple(
+                (operator.getitem, (split, c), b) for c in range(nchunks))
+        layer[(offs, 0)] = (_offsets,) + tuple(
+            (_totals, (bucket, b)) for b in range(n_buckets))
+        for b in range(n_buckets):
+            layer[(state, b)] = (_finalize, (bucket, b), (offs, 0), b)
+        K = (self.lmax + 1) ** 2
+        xp = array_module(pos._meta)
+        meta = {"pos": (pos.dtype, 2), "r": (np.float64, 1), "idx": (np.int64, 1),
+                "Q": (self.dtype, 2), "P": (self.dtype, 2)}
+        shapes = {"pos": (tuple(counts), (3,)), "r": (tuple(counts),),
+                  "idx": (tuple(counts),), "Q": (tuple(counts + 1), (K,)),
+                  "P": (tuple(counts + 1), (K,))}
+        arrays = {}
+        for key, (dt, nd) in meta.items():
+            name = f"mex-{key}-{tok}"
+            sub = {}
+            for b in range(n_buckets):
+                sub[(name, b) + (0,) * (nd - 1)] = (operator.getitem, (state, b), key)
+            graph = HighLevelGraph.from_collections(name, {**layer, **sub},
+                                                    dependencies=[pos, m])
+            arrays[key] = da.Array(graph, name, shapes[key],
+                                   meta=xp.empty((0,) * nd, dtype=dt))
+        keys = list(arrays)
+        persisted = persist(*[arrays[k] for k in keys], label="MEX fit")
+        self._state = dict(zip(keys, persisted, strict=True))
+        self.bounds_ = bounds
+        self.counts_ = counts
+        self.center_ = inp.center
+        self.G_ = inp.G
+        self.n_particles_ = n
+        self._input_chunks = pos.chunks[0]
+        self._starts = starts
+        self._xp = xp
+        self._self_result = None
+        self._fitted = True
+        return self
+
+    # ------------------------------------------------------------------ evaluation
+    def _check(self):
+        if not self._fitted:
+            raise ParameterError("MEX: call fit() before evaluating forces or potentials")
+
+    def _eval_params(self):
+        return (self.lmax, self._eps2_scaled, self._inv_a, self._acc_scale, self._phi_scale)
+
+    def _at_particles(self) -> da.Array:
+        if self._self_result is not None:
+            return self._self_result
+        st = self._state
+        nb = len(self.counts_)
+        tok = tokenize(st["pos"], st["Q"], st["P"], self._eval_params())
+        ev, route, out = (f"mex-eval-{tok}", f"mex-route-{tok}", f"mex-self-{tok}")
+        layer = {}
+        params = self._eval_params()
+        for b in range(nb):
+            layer[(ev, b)] = (_eval_self, (st["pos"].name, b, 0), (st["Q"].name, b, 0),
+                              (st["P"].name, b, 0), params)
+            layer[(route, b)] = (_route, (ev, b), (st["idx"].name, b), self._starts)
+        for c, n_c in enumerate(self._input_chunks):
+            layer[(out, c, 0)] = (_assemble, n_c) + tuple(
+                (operator.getitem, (route, b), c) for b in range(nb))
+        graph = HighLevelGraph.from_collections(out, layer, dependencies=list(st.values()))
+        self._self_result = da.Array(graph, out, (self._input_chunks, (4,)),
+                                     meta=self._xp.empty((0, 0), dtype=self.dtype))
+        return self._self_result
+
+    def _at_points(self, pos) -> da.Array:
+        xp = self._xp
+        if not isinstance(pos, da.Array):
+            if array_module(pos) is np:
+                pos = np.asarray(pos)
+            if xp is not np and array_module(pos) is np:
+                pos = xp.asarray(pos)
+            pos = da.from_array(pos, chunks=(min(max(1, pos.shape[0]), 2**20), 3),
+                                asarray=False)
+        if pos.ndim != 2 or pos.shape[1] != 3:
+            raise ParameterError(f"MEX: points must have shape (M, 3), got {pos.shape}")
+        rel = (pos.astype(np.float64) - self.center_).astype(self.dtype)
+        if xp is not np and array_module(rel._meta) is np:
+            rel = rel.map_blocks(xp.asarray, dtype=self.dtype)
+        st = self._state
+        nb = len(self.counts_)
+        params = self._eval_params()
+        tok = tokenize(rel, st["Q"], params)
+        sp, ev, out = (f"mex-psplit-{tok}", f"mex-peval-{tok}", f"mex-points-{tok}")
+        layer = {}
+        for k, n_k in enumerate(rel.chunks[0]):
+            layer[(sp, k)] = (_split_points, (rel.name, k, 0), self.bounds_)
+            for b in range(nb):
+                layer[(ev, k, b)] = (_eval_points, (operator.getitem, (sp, k), b),
+                                     (st["r"].name, b), (st["Q"].name, b, 0),
+                                     (st["P"].name, b, 0), params)
+            layer[(out, k, 0)] = (_assemble, n_k) + tuple((ev, k, b) for b in range(nb))
+        graph = HighLevelGraph.from_collections(out, layer,
+                                                dependencies=[rel] + list(st.values()))
+        return da.Array(graph, out, (rel.chunks[0], (4,)),
+                        meta=xp.empty((0, 0), dtype=self.dtype))
+
+    def accelerations(self, pos=None) -> da.Array:
+        """Accelerations ``-grad Phi`` (dask, (N, 3)).
+
+        Without ``pos``: at the fitted particles, in input order and chunks,
+        without self-interaction. With ``pos`` (array (M, 3), same frame as the
+        fitted input): at those points (radius located by binary search in
+        the bucket boundaries, then in the bucket's sorted radii).
+        O(N (lmax+1)^2).
+        """
+        self._check()
+        res = self._at_particles() if pos is None else self._at_points(pos)
+        return res[:, :3]
+
+    def potential(self, pos=None) -> da.Array:
+        """Potential (dask, (N,)); see :meth:`accelerations` for the points used."""
+        self._check()
+        res = self._at_particles() if pos is None else self._at_points(pos)
+        return res[:, 3]
