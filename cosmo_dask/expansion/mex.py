@@ -133,7 +133,10 @@ def _bucket(params, *parts):
     m = xp.concatenate([p["m"] for p in parts])
     r = xp.concatenate([p["r"] for p in parts])
     idx = xp.concatenate([p["idx"] for p in parts])
-    order = xp.lexsort(xp.stack([idx, r])) if xp is not np else np.lexsort((idx, r))
+    if xp is np:
+        order = np.lexsort((idx, r))
+    else:
+        order = xp.lexsort(xp.stack([idx, r])) if r.size else xp.arange(0)
     pos, m, r, idx = pos[order], m[order], r[order], idx[order]
     Q, P = _kernels(xp).terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m),
                                    lmax, eps2)
@@ -194,6 +197,10 @@ def _assemble(n, *pieces):
     for where, vals in pieces:
         out[where] = vals
     return out
+
+
+def _shift(block, c):
+    return block - array_module(block).asarray(c)
 
 
 def _split_points(pos, bounds):
@@ -448,9 +455,10 @@ class MEX:
                                 asarray=False)
         if pos.ndim != 2 or pos.shape[1] != 3:
             raise ParameterError(f"MEX: points must have shape (M, 3), got {pos.shape}")
-        rel = (pos.astype(np.float64) - self.center_).astype(self.dtype)
-        if xp is not np and array_module(rel._meta) is np:
-            rel = rel.map_blocks(xp.asarray, dtype=self.dtype)
+        if xp is not np and array_module(pos._meta) is np:
+            pos = pos.map_blocks(xp.asarray, dtype=pos.dtype)
+        rel = pos.astype(np.float64).map_blocks(_shift, self.center_, dtype=np.float64)
+        rel = rel.astype(self.dtype)
         st = self._state
         nb = len(self.counts_)
         params = self._eval_params()

@@ -136,10 +136,14 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
     if c.shape != (3,) or not np.all(np.isfinite(c)):
         raise ParameterError(f"{what}: center must be 3 finite numbers, got {center!r}")
 
-    rel = pos - c
+    rel = pos.map_blocks(_shift, c, dtype=pos.dtype)  # c to the chunks' module
     if box is not None:  # explicit centre in a periodic box: minimum image about it
         rel = rel - box * da.round(rel / box)
     return ExpansionInput(rel.astype(dtype), m64.astype(dtype), c, G, source)
+
+
+def _shift(block, c):
+    return block - array_module(block).asarray(c)
 
 
 def _filled(block, value):

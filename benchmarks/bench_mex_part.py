@@ -1,0 +1,159 @@
+"""MEX timings: kernel level (one device, no dask) and end to end through dask.
+
+Workload: a Plummer sphere (scale 1, total mass 1) of N particles, lmax = 6
+(``--lmax``), float64 (``--precision``).
+
+GPU: positions and masses are device-resident CuPy arrays. Kernel level is
+:func:`cosmo_dask.expansion.mex_kernels_gpu.forces_local` (radius argsort and
+gathers, terms kernel, two ``cupy.cumsum`` scans and transposes, evaluation
+kernel, scatter back to input order), timed with CUDA events after two
+warm-up calls, median of ``--repeat`` runs, with the per-stage medians. End to
+end: ``MEX(lmax).fit(dask array of CuPy chunks)`` plus computing
+``accelerations()`` and ``potential()`` (local threaded scheduler, wall clock,
+median after one warm-up). CPU: the numba ``forces_local`` and the same dask
+path on NumPy chunks.
+
+Used by ``benchmarks/bench_expansion.py`` (``bench_mex(args, env)``); also runs
+alone: ``python benchmarks/bench_mex_part.py --device gpu --n 1000000``.
+Prints one JSON object per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import numpy as np
+
+
+def plummer(n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(1e-6, 1 - 1e-6, n)
+    r = 1.0 / np.sqrt(u ** (-2.0 / 3.0) - 1.0)
+    v = rng.normal(size=(n, 3))
+    v /= np.linalg.norm(v, axis=1)[:, None]
+    return r[:, None] * v, np.full(n, 1.0 / n)
+
+
+def _emit(env, **fields):
+    print(json.dumps({**env, **fields}), flush=True)
+
+
+def _wall(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _dask_end_to_end(pos, mass, lmax, chunks, precision):
+    import dask
+    import dask.array as da
+
+    from cosmo_dask.expansion import MEX
+
+    dx = da.from_array(pos, chunks=(chunks, 3), asarray=False)
+    dm = da.from_array(mass, chunks=chunks, asarray=False)
+
+    def run():
+        mex = MEX(lmax=lmax, precision=precision).fit(dx, dm)
+        return dask.compute(mex.accelerations(), mex.potential())
+
+    return run
+
+
+def _gpu(n, args, env):
+    import cupy
+
+    from cosmo_dask.expansion import mex_kernels_gpu as gpu
+
+    dtype = np.dtype(args.precision)
+    x, m = plummer(n)
+    pos = cupy.asarray(x, dtype=dtype)
+    mass = cupy.asarray(m, dtype=dtype)
+    lmax = args.lmax
+    for _ in range(2):
+        gpu.forces_local(pos, mass, lmax)
+    cupy.cuda.Device().synchronize()
+    totals, stages = [], {}
+    for _ in range(args.repeat):
+        events = [("start", cupy.cuda.Event())]
+        events[0][1].record()
+
+        def mark(name, events=events):
+            e = cupy.cuda.Event()
+            e.record()
+            events.append((name, e))
+
+        gpu.forces_local(pos, mass, lmax, timer=mark)
+        events[-1][1].synchronize()
+        for (_, a), (name, b) in zip(events[:-1], events[1:], strict=True):
+            stages.setdefault(name, []).append(cupy.cuda.get_elapsed_time(a, b))
+        totals.append(cupy.cuda.get_elapsed_time(events[0][1], events[-1][1]))
+    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    _emit(env, bench="mex", level="kernel", device="gpu", gpu=name, n=n, lmax=lmax,
+          precision=dtype.name, ms_median=statistics.median(totals),
+          ms_min=min(totals), stages_ms={k: statistics.median(v) for k, v in stages.items()},
+          repeat=args.repeat)
+    chunks = args.chunks or n
+    run = _dask_end_to_end(pos, mass, lmax, chunks, dtype.name)
+    t = _wall(lambda: (run(), cupy.cuda.Device().synchronize()), max(1, args.repeat // 3))
+    _emit(env, bench="mex", level="dask_end_to_end", device="gpu", gpu=name, n=n, lmax=lmax,
+          precision=dtype.name, chunks=chunks, s_median=t)
+
+
+def _cpu(n, args, env):
+    from cosmo_dask.expansion import mex_kernels as cpu
+
+    dtype = np.dtype(args.precision)
+    x, m = plummer(n)
+    pos, mass = x.astype(dtype), m.astype(dtype)
+    lmax = args.lmax
+    t = _wall(lambda: cpu.forces_local(pos, mass, lmax), max(1, args.repeat // 3))
+    _emit(env, bench="mex", level="kernel", device="cpu", n=n, lmax=lmax,
+          precision=dtype.name, s_median=t, threads=1)
+    chunks = args.chunks or max(1, n // 8)
+    run = _dask_end_to_end(pos, mass, lmax, chunks, dtype.name)
+    t = _wall(run, max(1, args.repeat // 3))
+    _emit(env, bench="mex", level="dask_end_to_end", device="cpu", n=n, lmax=lmax,
+          precision=dtype.name, chunks=chunks, s_median=t)
+
+
+def bench_mex(args, env):
+    """Run the MEX measurements for every N in ``args.n`` on ``args.device``.
+
+    ``args`` needs ``n`` (list of int) and ``device`` ("cpu" | "gpu"); optional
+    ``lmax`` (6), ``precision`` ("float64"), ``repeat`` (10), ``chunks`` (dask
+    chunk size; default one chunk on the GPU, 8 on the CPU). ``env`` (dict) is
+    copied into every JSON line.
+    """
+    for key, default in (("lmax", 6), ("precision", "float64"), ("repeat", 10),
+                         ("chunks", None)):
+        if not hasattr(args, key) or getattr(args, key) is None:
+            setattr(args, key, default)
+    for n in args.n:
+        (_gpu if args.device == "gpu" else _cpu)(int(n), args, env)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--lmax", type=int, default=6)
+    p.add_argument("--precision", default="float64")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--chunks", type=int, default=None)
+    args = p.parse_args(argv)
+    env = {"host": platform.node(), "python": platform.python_version()}
+    bench_mex(args, env)
+
+
+if __name__ == "__main__":
+    main()
