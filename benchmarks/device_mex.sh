@@ -7,7 +7,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python3 -c "import scipy, cupy, numba; print(scipy.__version__, cupy.__version__, numba.__version__)" \
   | tee -a "$OUT/env.txt"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs -x tests/test_mex_gpu.py tests/test_mex.py \
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_mex_gpu.py tests/test_mex.py \
   2>&1 | tee "$OUT/mex_tests.txt" | tail -25
 {
   python3 benchmarks/bench_mex_part.py --device gpu --n 100000 1000000 --repeat 10
