@@ -455,6 +455,8 @@ class MEX:
                                 asarray=False)
         if pos.ndim != 2 or pos.shape[1] != 3:
             raise ParameterError(f"MEX: points must have shape (M, 3), got {pos.shape}")
+        if len(pos.chunks[1]) != 1:
+            pos = pos.rechunk({1: 3})
         if xp is not np and array_module(pos._meta) is np:
             pos = pos.map_blocks(xp.asarray, dtype=pos.dtype)
         rel = pos.astype(np.float64).map_blocks(_shift, self.center_, dtype=np.float64)
