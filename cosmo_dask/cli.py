@@ -258,6 +258,65 @@ def cmd_halos(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- expand
+def _center_arg(text: str):
+    if text in ("com", "potential_min"):
+        return text
+    try:
+        c = [float(v) for v in text.split(",")]
+    except ValueError:
+        c = []
+    if len(c) != 3:
+        raise argparse.ArgumentTypeError(f"expected com, potential_min or x,y,z; got {text!r}")
+    return c
+
+
+def cmd_expand(args) -> int:
+    import numpy as np
+
+    from .expansion import MEX, SCF
+    from .expansion.output import write_expansion
+    from .snapshot import open_snapshot
+
+    snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    if args.method == "scf":  # parameters are checked before any cluster starts
+        model = SCF(args.nmax, args.lmax, scale_radius=args.scale_radius, center=args.center,
+                    precision=args.precision)
+        params = {"nmax": args.nmax, "lmax": args.lmax, "scale_radius": args.scale_radius}
+    else:
+        model = MEX(args.lmax, center=args.center, softening=args.softening,
+                    precision=args.precision)
+        params = {"lmax": args.lmax, "softening": args.softening}
+    params.update(precision=args.precision, source=str(args.snapshot))
+    with _cluster(args):
+        t0 = time.perf_counter()
+        model.fit(snap)
+        acc = pot = None
+        if args.method == "mex" or args.accelerations:
+            acc = model.accelerations() if args.method == "mex" else model.accelerations(snap.pos)
+            pot = model.potential() if args.method == "mex" else model.potential(snap.pos)
+        params["center"] = [float(x) for x in model.center_]
+        path = write_expansion(args.out, method=args.method, parameters=params,
+                               scf=model if args.method == "scf" else None, acc=acc, pot=pot,
+                               overwrite=args.overwrite)
+        dt = time.perf_counter() - t0
+    where = ", ".join(f"{x:.4g}" for x in params["center"])
+    if args.method == "scf":
+        a = np.hypot(model.coefficients.sel(part="cos"), model.coefficients.sel(part="sin"))
+        sigma = np.sqrt(np.maximum(model.variance.sel(part="cos") + model.variance.sel(
+            part="sin"), 0))
+        n_terms = int((a > 0).sum())
+        significant = int((a > 3 * sigma).sum())
+        what = (f"SCF nmax={args.nmax} lmax={args.lmax} r_s={args.scale_radius:g}: "
+                f"{significant} of {n_terms} terms above 3 sigma")
+    else:
+        what = f"MEX lmax={args.lmax} softening={args.softening:g}"
+    forces = " with accelerations and potentials" if acc is not None else ""
+    _say(f"{what}; centre ({where}); {snap.n_particles} particles{forces}, {dt:.2f} s "
+         f"-> {path}")
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
     from .demo import run_demo
@@ -358,6 +417,25 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot")
     h.add_argument("--overwrite", action="store_true")
     h.set_defaults(func=cmd_halos)
+
+    e = subparser("expand", help="SCF or MEX expansion of an isolated snapshot",
+                  description="Fit an SCF (Hernquist-Ostriker) or MEX (multipole) expansion "
+                  "and write coefficients and/or accelerations to a Zarr store.")
+    e.add_argument("snapshot", metavar="SNAP")
+    e.add_argument("out", metavar="OUT.zarr")
+    e.add_argument("--method", choices=("scf", "mex"), default="scf")
+    e.add_argument("--nmax", type=int, default=10, help="SCF radial order")
+    e.add_argument("--lmax", type=int, default=6, help="angular order")
+    e.add_argument("--scale-radius", type=float, default=1.0, help="SCF basis scale radius")
+    e.add_argument("--softening", type=float, default=0.0, help="MEX softening length")
+    e.add_argument("--center", type=_center_arg, default="com",
+                   help="com, potential_min or x,y,z (needed for periodic snapshots)")
+    e.add_argument("--precision", choices=("float64", "float32"), default="float64")
+    e.add_argument("--accelerations", action="store_true",
+                   help="SCF: also store accelerations and potentials at the particles "
+                   "(MEX always does)")
+    e.add_argument("--overwrite", action="store_true")
+    e.set_defaults(func=cmd_expand)
 
     d = subparser("demo", help="run the end-to-end demo on a local cluster")
     d.add_argument(

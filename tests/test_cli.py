@@ -127,6 +127,48 @@ def test_demo_displacement_agrees_with_linear_theory(tmp_path):
     ctx = run_demo(tmp_path, n_side=32, box_size=200.0, redshift=0.0, seed=4, say=lambda s: None)
     # the rms of a Gaussian field over a 200 Mpc/h box scatters by a few per cent
     assert ctx["rms_displacement"] == pytest.approx(ctx["expected_rms_displacement"], rel=0.15)
+    # expansion stage: SCF and MEX of a 5e4-particle Hernquist halo against the analytic
+    # force; the median error is set by particle noise in the l > 0 terms (about 1%)
+    e_scf, e_mex = ctx["expansion_median_error"]
+    assert 1e-4 < e_scf < 0.03 and 1e-4 < e_mex < 0.03
+
+
+@pytest.mark.parametrize("method", ["scf", "mex"])
+def test_expand_command(tmp_path, capsys, method):
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.expansion import MEX, SCF
+    from cosmo_dask.expansion.output import open_expansion
+
+    snap_path = tmp_path / "h.zarr"
+    assert main(["--cpu", "--workers", "1", "generate", "hernquist", str(snap_path),
+                 "--n", "3000"]) == 0
+    out = tmp_path / "e.zarr"
+    argv = ["--cpu", "--workers", "1", "expand", str(snap_path), str(out), "--method", method,
+            "--lmax", "3", "--center", "0,0,0"]
+    if method == "scf":
+        argv += ["--nmax", "4", "--accelerations"]
+    assert main(argv) == 0
+    assert "-> " + str(out) in capsys.readouterr().out
+    got = open_expansion(out)
+    snap = open_snapshot(snap_path)
+    model = (SCF(4, 3, center=(0, 0, 0)) if method == "scf" else MEX(3, center=(0, 0, 0)))
+    model.fit(snap)
+    ref = model.accelerations(snap.pos) if method == "scf" else model.accelerations()
+    np.testing.assert_allclose(got["acc"].compute(), ref.compute(), rtol=1e-12, atol=0)
+    assert got["method"] == method and got["parameters"]["lmax"] == 3
+    if method == "scf":
+        np.testing.assert_array_equal(got["scf"].coefficients.values, model.coefficients.values)
+
+
+def test_expand_refuses_a_periodic_box_without_a_centre(tmp_path, capsys):
+    lat = tmp_path / "lat.zarr"
+    assert main(["--cpu", "--workers", "1", "generate", "lattice", str(lat), "--n-side", "8",
+                 "--box-size", "10"]) == 0
+    capsys.readouterr()
+    assert main(["--cpu", "--workers", "1", "expand", str(lat), str(tmp_path / "e.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert "periodic box" in err and "center" in err
+    assert not (tmp_path / "e.zarr").exists()
 
 
 def test_halos_command(tmp_path, capsys):

@@ -1,0 +1,71 @@
+"""The store ``cosmo-dask expand`` writes: an expansion's result, atomically.
+
+Layout of ``OUT.zarr`` (Zarr v3 group; attrs ``format="cosmo_dask.expansion"``,
+``format_version=1``, ``method`` ("scf" or "mex"), ``parameters``):
+
+* ``scf/`` (SCF only): the coefficient store of :meth:`SCF.to_zarr`
+  (coefficients and their variances), readable with :meth:`SCF.from_zarr`;
+* ``acc`` (N, 3) and ``pot`` (N,): accelerations and potentials at the
+  snapshot's particles, in its particle order (always for MEX, whose fitted
+  state is per particle; for SCF with ``--accelerations``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import dask.array as da
+import zarr
+
+from ..atomic import atomic_directory, local_path
+from ..errors import SnapshotError
+from ..progress import compute
+from ..zarr_write import create_arrays
+
+FORMAT = "cosmo_dask.expansion"
+FORMAT_VERSION = 1
+
+
+def write_expansion(path: str | os.PathLike, *, method: str, parameters: dict, scf=None,
+                    acc: da.Array | None = None, pot: da.Array | None = None,
+                    overwrite: bool = False) -> str:
+    """Write an expansion result (see the module docstring for the layout)."""
+    with atomic_directory(path, overwrite=overwrite, what="expansion store") as tmp:
+        attrs = {"format": FORMAT, "format_version": FORMAT_VERSION, "method": method,
+                 "parameters": parameters}
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
+        if scf is not None:
+            scf.to_zarr(tmp / "scf")
+        names = [n for n, a in (("acc", acc), ("pot", pot)) if a is not None]
+        arrays = [a for a in (acc, pot) if a is not None]
+        if arrays:
+            arrays = [a if len(set(a.chunks[0][:-1])) <= 1 else a.rechunk(a.chunks[0][0])
+                      for a in arrays]
+            targets = create_arrays(group, names, arrays, None, root=str(tmp))
+            compute(da.store(arrays, targets, lock=False, compute=False),
+                    label=f"writing {path}")
+    return str(local_path(path))
+
+
+def open_expansion(path: str | os.PathLike) -> dict:
+    """Read a store written by :func:`write_expansion`: a dict with ``method``,
+    ``parameters``, ``scf`` (an :class:`SCF` or None) and lazy ``acc``/``pot``
+    (dask arrays or None)."""
+    from .scf import SCF
+
+    p = local_path(path)
+    try:
+        group = zarr.open_group(str(p), mode="r")
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise SnapshotError(f"{path}: cannot open an expansion store ({exc})") from exc
+    attrs = dict(group.attrs)
+    if attrs.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not an expansion store (format={attrs.get('format')!r})")
+    keys = set(group.array_keys())
+    return {
+        "method": attrs["method"],
+        "parameters": attrs.get("parameters", {}),
+        "scf": SCF.from_zarr(p / "scf") if (p / "scf").is_dir() else None,
+        "acc": da.from_zarr(group["acc"]) if "acc" in keys else None,
+        "pot": da.from_zarr(group["pot"]) if "pot" in keys else None,
+    }
