@@ -24,6 +24,7 @@ import numpy as np
 from ..backend import array_module
 from ..errors import ParameterError
 from ..progress import compute
+from .particles import _shift
 
 __all__ = ["potential_min_center"]
 
@@ -42,7 +43,7 @@ def _argmin_position(pot: da.Array, pos: da.Array) -> np.ndarray:
     """Position of the smallest ``pot`` value: 4 numbers per chunk, then a host argmin."""
     best = da.blockwise(_chunk_min, "ik", pot, "i", pos, "ij", new_axes={"k": 4},
                         adjust_chunks={"i": 1}, concatenate=True, dtype=np.float64,
-                        meta=np.empty((0, 0), dtype=np.float64))
+                        meta=array_module(pos).empty((0, 0), dtype=np.float64))
     (rows,) = compute(best, label=None)
     rows = rows.get() if array_module(rows) is not np else np.asarray(rows)
     return rows[int(np.argmin(rows[:, 0])), 1:].copy()
@@ -68,9 +69,10 @@ def potential_min_center(pos, mass, G: float = 1.0, *, iterations: int = 3, nmax
         Orders of the smoothing SCF (low orders: a smooth potential whose
         minimum tracks the density peak, not individual particles).
     scale_radius : float, optional
-        Basis scale radius; default: the median particle distance from the
-        starting centre divided by ``1 + sqrt(2)`` (the Hernquist relation
-        between half-mass and scale radius), re-estimated each pass.
+        Basis scale radius; default: the median over chunks of the chunks'
+        median particle distance from the current centre, divided by
+        ``1 + sqrt(2)`` (the Hernquist relation between half-mass and scale
+        radius), re-estimated each pass.
     start : (3,), optional
         Starting centre; default the centre of mass.
     min_count : int
@@ -109,9 +111,10 @@ def potential_min_center(pos, mass, G: float = 1.0, *, iterations: int = 3, nmax
     for _ in range(int(iterations)):
         rs = scale_radius
         if rs is None:
-            r = da.sqrt(((pos - c) ** 2).sum(axis=1))
-            (med,) = compute(da.percentile(r, 50.0), label=None)
-            rs = float(np.asarray(_host(med)).ravel()[0]) / (1.0 + math.sqrt(2.0))
+            r = da.sqrt((pos.map_blocks(_shift, c, dtype=np.float64) ** 2).sum(axis=1))
+            (meds,) = compute(r.map_blocks(_block_median, chunks=(1,), dtype=np.float64),
+                              label=None)
+            rs = float(np.nanmedian(np.asarray(_host(meds)))) / (1.0 + math.sqrt(2.0))
             if not (rs > 0 and math.isfinite(rs)):
                 rs = 1.0
         scf = SCF(nmax, lmax, scale_radius=rs, center=c).fit(pos, mass, G=G)
@@ -123,7 +126,8 @@ def _shrinking_sphere(pos, mass, c, radius, min_count, shrink=0.8, max_passes=60
     """Centre of mass within a sphere shrunk by ``shrink`` per pass until < min_count remain."""
     n = int(pos.shape[0])
     for _ in range(max_passes):
-        inside = (((pos - c) ** 2).sum(axis=1) < radius * radius).astype(np.float64)
+        d2 = (pos.map_blocks(_shift, c, dtype=np.float64) ** 2).sum(axis=1)
+        inside = (d2 < radius * radius).astype(np.float64)
         w = mass * inside
         cnt, msum, mx = compute(inside.sum(), w.sum(), (pos * w[:, None]).sum(axis=0),
                                 label=None)
@@ -133,6 +137,11 @@ def _shrinking_sphere(pos, mass, c, radius, min_count, shrink=0.8, max_passes=60
         c = np.asarray(_host(mx), dtype=np.float64) / float(_host(msum))
         radius *= shrink
     return c
+
+
+def _block_median(r):
+    xp = array_module(r)
+    return xp.median(r).reshape(1).astype(np.float64) if r.shape[0] else xp.full(1, np.nan)
 
 
 def _host(x):

@@ -32,7 +32,7 @@ import numpy as np
 from ..backend import array_module, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
-from .particles import _as_dask, _host, expansion_input
+from .particles import _as_dask, _host, _shift, expansion_input
 
 __all__ = ["SCF", "fit_series", "NMAX_LIMIT", "LMAX_LIMIT"]
 
@@ -81,9 +81,11 @@ class SCF:
         kernels compute in float64 internally either way (float32 only rounds
         inputs and outputs); GPU kernels compute in the working precision.
         Measured float32 vs float64 acceleration error (Hernquist, N = 1e5,
-        nmax=10, lmax=6, evaluated at the particles): CPU median 4e-8, 99th
-        percentile 2e-7 relative, from rounding positions to float32; see the
-        GPU module for its float32 figures. float32 is refused where the
+        nmax=10, lmax=6, at the particles, ``benchmarks/bench_expansion.py
+        --precision-check``): CPU median 3.9e-8, 90th percentile 7.3e-8, 99th
+        1.1e-7, max 1.7e-7 relative (rounding of the float32 positions and
+        results only); see :mod:`~cosmo_dask.expansion.scf_kernels_gpu` for the
+        GPU figures (float32 arithmetic). float32 is refused where the
         Gegenbauer polynomials could overflow (large nmax with large lmax).
     split_every : int, optional
         Fan-in of the coefficient tree reduction (dask default when None).
@@ -270,7 +272,8 @@ class SCF:
             raise ParameterError(f"SCF.{what}: positions must have shape (N, 3), got {pos.shape}")
         pos = pos.rechunk({1: 3})
         a = self.coefficients.attrs
-        rel = (pos.astype(np.float64) - self.center_).astype(self.dtype)
+        rel = pos.astype(np.float64).map_blocks(_shift, self.center_, dtype=np.float64)
+        rel = rel.astype(self.dtype)
         gm = a["G"] * a["mass"] if what != "density" else a["mass"]
         vector = what == "acceleration"
         xp = array_module(rel)
