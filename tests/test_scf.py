@@ -168,6 +168,8 @@ def test_variance_matches_per_particle_sums(rng):
     assert np.all(tr.coefficients.values[small] == 0)
     np.testing.assert_array_equal(tr.coefficients.values[~small], scf.coefficients.values[~small])
     assert scf.coefficients.values[small].any()  # the original is untouched
+    cut = SCF(nmax, lmax, scale_radius=rs, center=(0, 0, 0), noise_cut=k).fit(x, m)
+    np.testing.assert_array_equal(cut.coefficients.values, tr.coefficients.values)
 
 
 # ------------------------------------------------------------------ Hernquist
