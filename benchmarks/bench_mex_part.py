@@ -68,16 +68,7 @@ def _dask_end_to_end(pos, mass, lmax, chunks, precision):
     return run
 
 
-def _gpu(n, args, env):
-    import cupy
-
-    from cosmo_dask.expansion import mex_kernels_gpu as gpu
-
-    dtype = np.dtype(args.precision)
-    x, m = plummer(n)
-    pos = cupy.asarray(x, dtype=dtype)
-    mass = cupy.asarray(m, dtype=dtype)
-    lmax = args.lmax
+def _gpu_kernel_level(cupy, gpu, pos, mass, lmax, args, env, name, dtype, n):
     for _ in range(2):
         gpu.forces_local(pos, mass, lmax)
     cupy.cuda.Device().synchronize()
@@ -93,15 +84,33 @@ def _gpu(n, args, env):
 
         gpu.forces_local(pos, mass, lmax, timer=mark)
         events[-1][1].synchronize()
-        for (_, a), (name, b) in zip(events[:-1], events[1:], strict=True):
-            stages.setdefault(name, []).append(cupy.cuda.get_elapsed_time(a, b))
+        for (_, a), (stage, b) in zip(events[:-1], events[1:], strict=True):
+            stages.setdefault(stage, []).append(cupy.cuda.get_elapsed_time(a, b))
         totals.append(cupy.cuda.get_elapsed_time(events[0][1], events[-1][1]))
-    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
     _emit(env, bench="mex", level="kernel", device="gpu", gpu=name, n=n, lmax=lmax,
           precision=dtype.name, ms_median=statistics.median(totals),
           ms_min=min(totals), stages_ms={k: statistics.median(v) for k, v in stages.items()},
           repeat=args.repeat)
+
+
+def _gpu(n, args, env):
+    import cupy
+
+    from cosmo_dask.expansion import mex_kernels_gpu as gpu
+
+    dtype = np.dtype(args.precision)
+    x, m = plummer(n)
+    pos = cupy.asarray(x, dtype=dtype)
+    mass = cupy.asarray(m, dtype=dtype)
+    lmax = args.lmax
+    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    try:
+        _gpu_kernel_level(cupy, gpu, pos, mass, lmax, args, env, name, dtype, n)
+    except cupy.cuda.memory.OutOfMemoryError as exc:  # one array of N: too big at large N
+        _emit(env, bench="mex", level="kernel", device="gpu", gpu=name, n=n, lmax=lmax,
+              precision=dtype.name, skipped=f"out of GPU memory ({exc})")
+        cupy.get_default_memory_pool().free_all_blocks()
     chunks = args.chunks or n
     run = _dask_end_to_end(pos, mass, lmax, chunks, dtype.name)
     t = _wall(lambda: (run(), cupy.cuda.Device().synchronize()), max(1, args.repeat // 3))
