@@ -1,4 +1,4 @@
-"""Expansion timings (SCF; MEX through ``benchmarks/bench_mex_part.py``).
+"""Expansion timings: SCF (here) and MEX (``--methods mex``, in ``bench_mex_part.py``).
 
 SCF workload: a Hernquist sphere (scale 1, mass 1, ``cosmo_dask.models.hernquist``)
 of N particles expanded about its true centre with nmax = 10, lmax = 6
@@ -255,16 +255,10 @@ def main(argv=None):
     if "scf" in args.methods:
         bench_scf(args, env)
     if "mex" in args.methods:
-        part = Path(__file__).with_name("bench_mex_part.py")
-        if not part.exists():
-            _emit(env, bench="mex", skipped="benchmarks/bench_mex_part.py not found")
-        else:
-            spec = importlib.util.spec_from_file_location("bench_mex_part", part)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            mex_args = argparse.Namespace(**vars(args))
-            mex_args.lmax = args.lmax
-            mod.bench_mex(mex_args, env)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_mex_part import bench_mex
+
+        bench_mex(args, env)
 
 
 if __name__ == "__main__":

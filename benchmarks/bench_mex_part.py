@@ -10,19 +10,17 @@ kernel, scatter back to input order), timed with CUDA events after two
 warm-up calls, median of ``--repeat`` runs, with the per-stage medians. End to
 end: ``MEX(lmax).fit(dask array of CuPy chunks)`` plus computing
 ``accelerations()`` and ``potential()`` (local threaded scheduler, wall clock,
-median after one warm-up). CPU: the numba ``forces_local`` and the same dask
-path on NumPy chunks.
+median after one warm-up; on the GPU the synchronous scheduler, one task at a
+time as on a dask-cuda worker). CPU: the numba ``forces_local`` and the same
+dask path on NumPy chunks.
 
-Used by ``benchmarks/bench_expansion.py`` (``bench_mex(args, env)``); also runs
-alone: ``python benchmarks/bench_mex_part.py --device gpu --n 1000000``.
+Run through ``benchmarks/bench_expansion.py --methods mex`` (``bench_mex(args, env)``).
 Prints one JSON object per measurement.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -153,20 +151,3 @@ def bench_mex(args, env):
             setattr(args, key, default)
     for n in args.n:
         (_gpu if args.device == "gpu" else _cpu)(int(n), args, env)
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, nargs="+", default=[1_000_000])
-    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--lmax", type=int, default=6)
-    p.add_argument("--precision", default="float64")
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--chunks", type=int, default=None)
-    args = p.parse_args(argv)
-    env = {"host": platform.node(), "python": platform.python_version()}
-    bench_mex(args, env)
-
-
-if __name__ == "__main__":
-    main()
