@@ -49,3 +49,20 @@ def test_centre_of_mass_masses_and_g(rng):
         expansion_input(pos, mass, G=-1.0)
     with pytest.raises(ParameterError, match="center"):
         expansion_input(pos, mass, center=(1.0, 2.0))
+
+
+def test_deferred_checks_still_refuse_bad_values(rng):
+    """With a given centre SCF reads the data once: the checks ride along with the sums."""
+    pos = rng.normal(size=(300, 3))
+    mass = np.full(300, 1.0)
+    bad_mass = mass.copy()
+    bad_mass[7] = 0.0
+    with pytest.raises(ParameterError, match="positive and finite"):
+        SCF(2, 2, center=(0, 0, 0)).fit(pos, bad_mass)
+    bad_pos = pos.copy()
+    bad_pos[3, 2] = np.inf
+    with pytest.raises(ParameterError, match="non-finite"):
+        SCF(2, 2, center=(0, 0, 0)).fit(bad_pos, mass)
+    inp = expansion_input(pos, mass, center=(0, 0, 0), defer_checks=True)
+    assert len(inp.checks) == 3
+    assert expansion_input(pos, mass, defer_checks=True).checks == ()  # "com" reads anyway

@@ -34,10 +34,28 @@ class ExpansionInput:
     center: np.ndarray
     G: float
     source: str | None
+    #: lazy (smallest mass, largest mass, all positions finite) when the checks were
+    #: deferred (``defer_checks=True``): compute them with the first pass over the
+    #: data and hand the values to :meth:`verify`; empty when already checked
+    checks: tuple = ()
+    what: str = "expansion"
 
     @property
     def n_particles(self) -> int:
         return int(self.pos.shape[0])
+
+    def verify(self, values) -> None:
+        """Raise ``ParameterError`` unless the computed ``checks`` values pass."""
+        _verify(self.what, *values)
+
+
+def _verify(what, m_min, m_max, finite) -> None:
+    m_min, m_max = float(_host(m_min)), float(_host(m_max))
+    if not (np.isfinite(m_min) and np.isfinite(m_max) and m_min > 0):
+        raise ParameterError(f"{what}: masses must be positive and finite (smallest "
+                             f"{m_min:g}, largest {m_max:g})")
+    if not bool(_host(finite)):
+        raise ParameterError(f"{what}: positions contain non-finite values")
 
 
 def _as_dask(x) -> da.Array:
@@ -50,7 +68,7 @@ def _as_dask(x) -> da.Array:
 
 
 def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="float64",
-                    what: str = "expansion") -> ExpansionInput:
+                    what: str = "expansion", defer_checks: bool = False) -> ExpansionInput:
     """Check and prepare the particles an expansion is fitted to.
 
     Parameters
@@ -64,6 +82,11 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
     G : float, optional
         Default: the snapshot's ``G`` attribute, else 1.
     precision : "float64" or "float32"
+    defer_checks : bool
+        With an explicit centre, do not read the data here: the mass and
+        finiteness checks come back lazily in ``checks``, to be computed with
+        the caller's first pass (saves one pass over the data) and passed to
+        :meth:`ExpansionInput.verify`. Other centres need a pass anyway.
 
     Raises
     ------
@@ -115,14 +138,14 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
             "point with positions unwrapped to the nearest periodic image")
     pos = pos.astype(np.float64)
     m64 = m.astype(np.float64)
-    m_min, m_max, finite, m_tot, mx = compute(
-        m64.min(), m64.max(), da.isfinite(pos).all(), m64.sum(),
-        (pos * m64[:, None]).sum(axis=0), label=None)
-    if not (np.isfinite(float(m_min)) and np.isfinite(float(m_max)) and float(m_min) > 0):
-        raise ParameterError(f"{what}: masses must be positive and finite (smallest "
-                             f"{float(m_min):g}, largest {float(m_max):g})")
-    if not bool(finite):
-        raise ParameterError(f"{what}: positions contain non-finite values")
+    lazy = (m64.min(), m64.max(), da.isfinite(pos).all())
+    checks = ()
+    if explicit and defer_checks:
+        checks = lazy
+    else:
+        *values, m_tot, mx = compute(*lazy, m64.sum(), (pos * m64[:, None]).sum(axis=0),
+                                     label=None)
+        _verify(what, *values)
 
     if isinstance(center, str):
         if center != "com":
@@ -139,7 +162,7 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
     rel = pos.map_blocks(_shift, c, dtype=pos.dtype)  # c to the chunks' module
     if box is not None:  # explicit centre in a periodic box: minimum image about it
         rel = rel - box * da.round(rel / box)
-    return ExpansionInput(rel.astype(dtype), m64.astype(dtype), c, G, source)
+    return ExpansionInput(rel.astype(dtype), m64.astype(dtype), c, G, source, checks, what)
 
 
 def _shift(block, c):

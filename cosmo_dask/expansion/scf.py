@@ -106,9 +106,10 @@ class SCF:
     -----
     Cost: fit ``O(N (nmax+1)(lmax+1)(lmax+2)/2)`` plus one reduction of
     ``4 (nmax+1)(lmax+1)^2`` floats per chunk; evaluation about three times the
-    fit's per-particle work for accelerations. With a ``"com"`` centre the input
-    is read twice (checks and COM, then the sums); ``"potential_min"`` adds
-    2-3 low-order fit + evaluation passes.
+    fit's per-particle work for accelerations. With a given centre the input is
+    read once (the input checks ride along with the sums); with ``"com"`` twice
+    (checks and COM, then the sums); ``"potential_min"`` adds 2-3 low-order fit
+    + evaluation passes.
     """
 
     def __init__(self, nmax: int = 10, lmax: int = 6, *, scale_radius: float = 1.0,
@@ -150,7 +151,8 @@ class SCF:
 
     # ------------------------------------------------------------------ fitting
     def fit(self, snap_or_pos, mass=None, *, G=None) -> SCF:
-        """Fit the coefficients to particles (one pass plus one tree reduction).
+        """Fit the coefficients to particles (one pass plus one tree reduction; with
+        ``"com"`` or ``"potential_min"`` centres, the centre's passes first).
 
         Parameters
         ----------
@@ -172,7 +174,7 @@ class SCF:
             def center(pos, m):
                 return potential_min_center(pos, m, 1.0, scale_radius=self.scale_radius)
         inp = expansion_input(snap_or_pos, mass, center=center, G=G,
-                              precision=self.dtype.name, what="SCF")
+                              precision=self.dtype.name, what="SCF", defer_checks=True)
         pos = inp.pos.rechunk({1: 3})
         nmax, lmax, rs = self.nmax, self.lmax, self.scale_radius
         k = 4 * (nmax + 1) * (lmax + 1) ** 2 + 2
@@ -182,7 +184,9 @@ class SCF:
             adjust_chunks={"i": 1}, concatenate=True, dtype=np.float64,
             meta=xp.empty((0, 0), dtype=np.float64), nmax=nmax, lmax=lmax, r_s=rs)
         total = parts.sum(axis=0, split_every=self.split_every)
-        (vec,) = compute(total, label="SCF coefficients")
+        vec, *checks = compute(total, *inp.checks, label="SCF coefficients")  # one pass
+        if checks:
+            inp.verify(checks)
         from .scf_kernels import unpack_sums
 
         sums, msum, count = unpack_sums(np.asarray(_host(vec), dtype=np.float64), nmax, lmax)
