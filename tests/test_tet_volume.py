@@ -1,0 +1,214 @@
+"""Exact tetrahedron-cube intersection volumes and tetrahedron deposits (CPU kernel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosmo_dask.density import deposit_tets, tet_cube_volume
+from cosmo_dask.errors import ParameterError
+
+
+def tet_volume(t):
+    t = np.asarray(t, dtype=np.float64)
+    return np.abs(np.linalg.det(t[..., 1:, :] - t[..., :1, :])) / 6.0
+
+
+def corner_simplex_in_unit_cube(a):
+    """Volume of {x, y, z >= 0, x + y + z <= a} inside [0, 1]^3 (Irwin-Hall CDF)."""
+    from math import comb
+
+    return sum((-1) ** k * comb(3, k) * max(a - k, 0.0) ** 3 for k in range(4)) / 6.0
+
+
+def random_tets(rng, n, scale=1.0):
+    return rng.normal(size=(n, 4, 3)) * scale
+
+
+def inside_tet(points, tet):
+    """Boolean mask of points inside a tetrahedron (barycentric coordinates)."""
+    m = (tet[1:] - tet[0]).T
+    lam = np.linalg.solve(m, (points - tet[0]).T).T
+    return np.all(lam >= 0, axis=1) & (lam.sum(axis=1) <= 1)
+
+
+def test_tet_inside_cube_gives_tet_volume(rng):
+    tets = rng.uniform(0.1, 0.9, size=(50, 4, 3))
+    v = tet_cube_volume(tets, [0.0, 0.0, 0.0], 1.0)
+    np.testing.assert_allclose(v, tet_volume(tets), rtol=1e-14, atol=0)
+    # also when the cube is large and offset
+    v = tet_cube_volume(tets * 3 - 7, [-8.0, -8.0, -8.0], 5.0)
+    np.testing.assert_allclose(v, tet_volume(tets * 3), rtol=1e-13)
+
+
+def test_cube_inside_tet_gives_cube_volume(rng):
+    big = np.array([[0, 0, 0], [10, 0, 0], [0, 10, 0], [0, 0, 10.0]])
+    lo = rng.uniform(0.5, 2.0, size=(20, 3))
+    h = rng.uniform(0.1, 1.0, size=20)
+    v = tet_cube_volume(big, lo, h)[0]
+    np.testing.assert_allclose(v, h**3, rtol=1e-14)
+
+
+def test_cube_inside_tet_through_the_clipping_path(rng):
+    """The full clip (no fast path) also returns the cube volume."""
+    from cosmo_dask.density.tet_volume import clip_volume
+
+    stack = np.empty((16, 4, 3))
+    lev = np.empty(24, np.int64)
+    big = np.array([[-1, -1, -1], [10, -1, -1], [-1, 10, -1], [-1, -1, 10.0]])
+    for h in (0.5, 1.0, 2.5):
+        stack[0] = big
+        v = clip_volume(stack, lev, np.empty((4, 3)), np.empty(4), np.empty((6, 3)), h,
+                        lev[16:20], lev[20:24])
+        assert v == pytest.approx(h**3, rel=1e-14)
+
+
+def test_disjoint_is_zero(rng):
+    tets = rng.uniform(0, 1, size=(20, 4, 3))
+    assert np.all(tet_cube_volume(tets, [[1.5, 0, 0], [0, -2, 0], [0, 0, 1.0001]], 0.4) == 0)
+    # bounding boxes overlap but the cube lies beyond the slanted face
+    t = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1.0]])
+    assert tet_cube_volume(t, [0.6, 0.6, 0.6], 0.3)[0] == 0.0
+
+
+@pytest.mark.parametrize("a", [0.3, 1.0, 1.5, 2.0, 2.5, 3.0, 3.7])
+def test_corner_simplex_analytic(a):
+    """Tet {x,y,z >= 0, x+y+z <= a} against [0,1]^3: exact Irwin-Hall volume (faces touch)."""
+    t = np.array([[0, 0, 0], [a, 0, 0], [0, a, 0], [0, 0, a]], dtype=float)
+    v = tet_cube_volume(t, [0, 0, 0], 1.0)[0]
+    assert v == pytest.approx(corner_simplex_in_unit_cube(a), rel=1e-13, abs=1e-15)
+    # translated and scaled copies give the same fraction
+    s, off = 0.37, np.array([5.0, -3.0, 2.0])
+    v2 = tet_cube_volume(t * s + off, off, s)[0]
+    assert v2 == pytest.approx(corner_simplex_in_unit_cube(a) * s**3, rel=1e-12)
+
+
+def test_documented_case_five_sixths():
+    t = np.array([[0, 0, 0], [2, 0, 0], [0, 2, 0], [0, 0, 2.0]])
+    assert tet_cube_volume(t, [0, 0, 0], 1.0)[0] == pytest.approx(5 / 6, rel=1e-14)
+
+
+def test_half_cube_by_a_diagonal_plane():
+    """A large tet with one face on the plane x + y = 1 and the others far away: 1/2."""
+    big, far = 100.0, 1000.0
+    t = np.array([[1 + big, -big, -big], [-big, 1 + big, -big], [0.5, 0.5, big],
+                  [-far, -far, 0.5]])
+    assert tet_cube_volume(t, [0, 0, 0], 1.0)[0] == pytest.approx(0.5, rel=1e-12)
+    # shifted half a cell along x: the cube [0.5, 1.5] x [0, 1]^2 keeps x + y <= 1: 1/8
+    assert tet_cube_volume(t, [0.5, 0, 0], 1.0)[0] == pytest.approx(0.125, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tiling_of_space_sums_to_tet_volume(seed):
+    rng = np.random.default_rng(seed)
+    tets = random_tets(rng, 25, scale=rng.uniform(0.3, 3.0))
+    h = rng.uniform(0.05, 0.8)
+    off = rng.uniform(0, h, 3)
+    lo = np.floor((tets.min(axis=(0, 1)) - off) / h) * h + off - h
+    hi = tets.max(axis=(0, 1)) + h
+    axes = [np.arange(lo[d], hi[d], h) for d in range(3)]
+    cubes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+    total = tet_cube_volume(tets, cubes, h).sum(axis=1)
+    np.testing.assert_allclose(total, tet_volume(tets), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_against_monte_carlo(seed):
+    rng = np.random.default_rng(100 + seed)
+    tet = rng.uniform(0, 1, size=(4, 3))
+    h = rng.uniform(0.3, 0.6)
+    lo = rng.uniform(0.1, 0.9 - h, 3)
+    n = 400_000
+    pts = lo + h * rng.uniform(size=(n, 3))
+    p = inside_tet(pts, tet).mean()
+    mc = p * h**3
+    sigma = h**3 * np.sqrt(max(p * (1 - p), 1.0 / n) / n)
+    v = tet_cube_volume(tet, lo, h)[0]
+    assert abs(v - mc) < 4 * sigma, (v, mc, sigma)
+
+
+def test_degenerate_tets_give_zero_not_nan():
+    flat = np.array([[0, 0, 0.5], [1, 0, 0.5], [0, 1, 0.5], [0.3, 0.3, 0.5]])  # coplanar
+    line = np.array([[0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]])
+    point = np.full((4, 3), 0.5)
+    repeated = np.array([[0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1.0]])
+    v = tet_cube_volume(np.stack([flat, line, point, repeated]),
+                        [[0, 0, 0], [0.25, 0.25, 0.25], [0.5, 0.5, 0.5]], [1.0, 0.5, 0.25])
+    assert np.all(np.isfinite(v)) and np.all(v == 0)
+
+
+def test_tets_touching_a_face_exactly():
+    t_out = np.array([[1, 0, 0], [2, 0, 0], [1, 1, 0], [1, 0, 1.0]])  # face on x = 1, outside
+    t_in = np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0], [1, 0, 1.0]])  # same face, inside
+    v = tet_cube_volume(np.stack([t_out, t_in]), [0, 0, 0], 1.0)
+    assert v[0] == 0.0
+    assert v[1] == pytest.approx(1 / 6, rel=1e-15)
+    # a cube sharing only an edge or a vertex with a tet
+    assert tet_cube_volume(t_out, [[2, 0, -1], [2, 1, 1]], 1.0).tolist() == [[0.0, 0.0]]
+
+
+def test_broadcasting_and_dtypes(rng):
+    tets = rng.uniform(0, 2, size=(7, 4, 3))
+    lo = rng.uniform(0, 1, size=(5, 3))
+    full = tet_cube_volume(tets, lo, 0.7)
+    assert full.shape == (7, 5) and full.dtype == np.float64
+    h = np.full(5, 0.7)
+    np.testing.assert_array_equal(tet_cube_volume(tets, lo, h), full)
+    np.testing.assert_array_equal(tet_cube_volume(tets, lo[2], 0.7), full[:, 2])
+    assert tet_cube_volume(tets[0], lo, 0.7).shape == (1, 5)
+    t32 = tets.astype(np.float32)
+    np.testing.assert_array_equal(tet_cube_volume(t32, lo, 0.7),
+                                  tet_cube_volume(t32.astype(np.float64), lo, 0.7))
+    with pytest.raises(ParameterError):
+        tet_cube_volume(tets[:, :3], lo, 0.7)
+    with pytest.raises(ParameterError):
+        tet_cube_volume(tets, lo, -1.0)
+    with pytest.raises(ParameterError):
+        tet_cube_volume(tets, lo, np.ones(3))
+
+
+# --------------------------------------------------------------------------- deposit
+def test_deposit_matches_pairwise_volumes(rng):
+    tets = rng.uniform(0.2, 2.7, size=(6, 4, 3))
+    mass = rng.uniform(1, 2, size=6)
+    cs, shape, glo = 0.5, (6, 6, 6), np.zeros(3)
+    grid = deposit_tets(tets, mass, glo, cs, shape)
+    idx = np.stack(np.meshgrid(*[np.arange(6)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    w = tet_cube_volume(tets, idx * cs, cs)
+    ref = (mass[:, None] * w / tet_volume(tets)[:, None]).sum(axis=0).reshape(shape)
+    np.testing.assert_allclose(grid, ref, rtol=1e-12, atol=1e-15)
+    assert grid.sum() == pytest.approx(mass.sum(), rel=1e-13)
+
+
+def test_deposit_periodic_wraps_and_conserves(rng):
+    tets = rng.uniform(-1.5, 5.5, size=(40, 4, 3))  # straddle the box [0, 4)
+    grid = deposit_tets(tets, 1.0, [0, 0, 0], 0.5, (8, 8, 8), periodic=True)
+    assert grid.sum() == pytest.approx(40.0, rel=1e-13)
+    # the same tets shifted by a box deposit the same grid
+    grid2 = deposit_tets(tets + np.array([4.0, -8.0, 4.0]), 1.0, [0, 0, 0], 0.5, (8, 8, 8),
+                         periodic=True)
+    np.testing.assert_allclose(grid2, grid, rtol=1e-10, atol=1e-13)
+
+
+def test_deposit_non_periodic_drops_what_is_outside():
+    t = np.array([[0, 0, 0], [2, 0, 0], [0, 2, 0], [0, 0, 2.0]])
+    grid = deposit_tets(t, 6.0, [0, 0, 0], 0.5, (2, 2, 2))  # covers [0,1]^3
+    # fraction of the tet inside [0,1]^3 = (5/6) / (8/6)
+    assert grid.sum() == pytest.approx(6.0 * (5 / 6) / (8 / 6), rel=1e-13)
+
+
+def test_deposit_degenerate_goes_to_centroid_cell():
+    flat = np.array([[[0.1, 0.1, 0.3], [0.9, 0.1, 0.3], [0.1, 0.9, 0.3], [0.5, 0.5, 0.3]]])
+    grid = deposit_tets(flat, 2.0, [0, 0, 0], 0.25, (4, 4, 4))
+    assert np.all(np.isfinite(grid)) and grid.sum() == 2.0
+    assert grid[1, 1, 1] == 2.0
+
+
+def test_deposit_bad_grid():
+    t = np.zeros((1, 4, 3))
+    with pytest.raises(ParameterError):
+        deposit_tets(t, 1.0, [0, 0], 1.0, (2, 2, 2))
+    with pytest.raises(ParameterError):
+        deposit_tets(t, 1.0, [0, 0, 0], 0.0, (2, 2, 2))
+    with pytest.raises(ParameterError):
+        deposit_tets(t, 1.0, [0, 0, 0], 1.0, (2, 0, 2))
