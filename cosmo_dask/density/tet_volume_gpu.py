@@ -123,7 +123,8 @@ __device__ real clip_volume(real* st, int* lev, real h) {
                     real w = d[a] / (d[a] - d[e]);
                     for (int c = 0; c < 3; ++c) {
                         tmp[3 * k + c] = cur[3 * a + c];
-                        tmp[3 * (k + 3) + c] = cur[3 * a + c] + w * (cur[3 * e + c] - cur[3 * a + c]);
+                        tmp[3 * (k + 3) + c] =
+                            cur[3 * a + c] + w * (cur[3 * e + c] - cur[3 * a + c]);
                     }
                     tmp[3 * (k + 3) + ax] = plane;
                 }
