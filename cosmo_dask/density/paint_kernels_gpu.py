@@ -68,13 +68,13 @@ extern "C" __global__ void paint(const POS_T* __restrict__ pos, const MASS_T* __
     }
     const double mp = use_array ? (double)mass[p] : mass_scalar;
     for (int a = 0; a < ORDER; ++a) {
-        long long jx = ((i0[0] + a) % n) * n;
+        long long jx = ((i0[0] + a + n) % n) * n;  // i0 >= -1: keep % non-negative
         double ma = mp * w[0][a];
         for (int b = 0; b < ORDER; ++b) {
-            long long jxy = (jx + (i0[1] + b) % n) * n;
+            long long jxy = (jx + (i0[1] + b + n) % n) * n;
             double mab = ma * w[1][b];
             for (int c = 0; c < ORDER; ++c) {
-                atomicAdd(&mesh[jxy + (i0[2] + c) % n], (MESH_T)(mab * w[2][c]));
+                atomicAdd(&mesh[jxy + (i0[2] + c + n) % n], (MESH_T)(mab * w[2][c]));
             }
         }
     }
