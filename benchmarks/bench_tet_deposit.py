@@ -63,7 +63,7 @@ def bench_one(n, dev, repeat, check_cpu):
     if dev == "gpu":
         import cupy as cp
 
-        from cosmo_dask.density.tet_volume_gpu import deposit_tets_gpu
+        from cosmo_dask.density.tet_volume_gpu import deposit_tets_gpu, tet_cube_volume_gpu
 
         name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
         rec["gpu"] = name
@@ -71,7 +71,9 @@ def bench_one(n, dev, repeat, check_cpu):
         cubes = base[0] + off * cs
         for dt in (np.float64, np.float32):
             d_sub = cp.asarray(sub.astype(dt))
-            t = _median_gpu(lambda d_sub=d_sub, cubes=cubes: tet_cube_volume(d_sub, cubes, cs),
+            ar = np.dtype(dt).name
+            t = _median_gpu(lambda d_sub=d_sub, ar=ar: tet_cube_volume_gpu(d_sub, cubes, cs,
+                                                                           arithmetic=ar),
                             repeat)
             rec[f"volume_{np.dtype(dt).name}_pairs_per_s"] = len(sub) * 27 / t
             d_t = cp.asarray(tets.astype(dt))
@@ -82,7 +84,8 @@ def bench_one(n, dev, repeat, check_cpu):
                 def run(d_t=d_t, d_m=d_m, method=method, grid=grid):
                     grid[...] = 0
                     deposit_tets_gpu(d_t, d_m, [0, 0, 0], cs, (ng,) * 3, periodic=True,
-                                     out=grid, method=method)
+                                     out=grid, method=method,
+                                     arithmetic=np.dtype(d_t.dtype).name)
 
                 t = _median_gpu(run, repeat)
                 key = f"deposit_{np.dtype(dt).name}_{method}"

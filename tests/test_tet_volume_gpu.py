@@ -31,20 +31,33 @@ def test_gpu_analytic_cases():
     import cupy as cp
 
     t = np.array([[0, 0, 0], [2, 0, 0], [0, 2, 0], [0, 0, 2.0]])
-    assert float(tet_cube_volume(cp.asarray(t), [0, 0, 0], 1.0)[0, 0]) == pytest.approx(5 / 6)
+    assert float(tet_cube_volume(cp.asarray(t), [0, 0, 0], 1.0)[0]) == pytest.approx(5 / 6)
     flat = cp.asarray(np.array([[0, 0, 0.5], [1, 0, 0.5], [0, 1, 0.5], [0.3, 0.3, 0.5]]))
     v = tet_cube_volume(flat, [0, 0, 0], 1.0)
     assert bool(cp.all(v == 0))
 
 
-def test_gpu_float32_close_to_float64(rng):
+def test_gpu_float32_input_is_upcast(rng):
     import cupy as cp
+
+    tets = rng.uniform(0, 2, size=(200, 4, 3)).astype(np.float32)
+    lo, h = _cubes(rng, 50, 0.0, 1.5)
+    gpu = tet_cube_volume(cp.asarray(tets), lo, h)
+    assert gpu.dtype == np.float64
+    np.testing.assert_allclose(cp.asnumpy(gpu), tet_cube_volume(tets, lo, h), rtol=1e-12,
+                               atol=1e-15)
+
+
+def test_gpu_float32_arithmetic_close_to_float64(rng):
+    import cupy as cp
+
+    from cosmo_dask.density.tet_volume_gpu import tet_cube_volume_gpu
 
     tets = rng.uniform(0, 2, size=(200, 4, 3)).astype(np.float32)
     lo, h = _cubes(rng, 50, 0.0, 1.5)
     ref = tet_cube_volume(tets.astype(np.float64), lo.astype(np.float32).astype(np.float64),
                           h.astype(np.float32).astype(np.float64))
-    gpu = tet_cube_volume(cp.asarray(tets), lo, h)
+    gpu = tet_cube_volume_gpu(cp.asarray(tets), lo, h, arithmetic="float32")
     assert gpu.dtype == np.float32
     np.testing.assert_allclose(cp.asnumpy(gpu), ref, rtol=0, atol=1e-5 * ref.max())
 

@@ -416,7 +416,7 @@ def tet_cube_volume(tets, cube_lo, cube_size):
         the tet axis (T = 1). NumPy input gives float64 (float32 input is
         converted to float64 first). CuPy input runs
         :func:`cosmo_dask.density.tet_volume_gpu.tet_cube_volume_gpu` (float64
-        arithmetic for float64 input, float32 arithmetic and output for float32).
+        arithmetic and output there too).
 
     Notes
     -----

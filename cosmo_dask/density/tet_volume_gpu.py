@@ -5,8 +5,13 @@ cube planes depth first with a 16-slot stack per thread, prism splits, the
 same fast paths and the same operation order), written as CUDA C and compiled
 with NVRTC (``--fmad=false``, so float64 results match the numba kernel to
 rounding). The arithmetic type follows the input: float64 tetrahedra are
-processed in double, float32 ones in float (the deposit grid is always
-float64, accumulated with ``atomicAdd``).
+processed in double, and float32 input is converted to float64 first (as on
+the CPU). A float-arithmetic variant exists (``arithmetic="float32"``) but is
+not the default: measured on an H200 (2026-11-21) it deposited a z=0
+Zel'dovich snapshot (64^3, 100 Mpc/h, onto 128^3) with a 28% total-mass error,
+because thin, stretched tetrahedra lose their volume to cancellation in float
+(6x volume ~ 1e-6 of the cube of the edge lengths). It was 2.2x faster. The
+deposit grid is always float64, accumulated with ``atomicAdd``.
 
 Kernels
 -------
@@ -25,6 +30,15 @@ Kernels
 :func:`deposit_tets_gpu` picks ``deposit_warp`` when the tetrahedra span many
 cells on average and ``deposit_thread`` otherwise (``method="auto"``); see
 ``benchmarks/results/2026-11-21/`` for the measurements behind the rule.
+Measured (one H200, 2026-11-21, 64^3-particle Zel'dovich snapshot at z=0 in
+100 Mpc/h, 1.57M tetrahedra covering 94 cells of a periodic 128^3 grid each on
+average, float64, CUDA events, median of 3): warp 1.88 s (8.3e5 tets/s),
+thread 2.37 s (6.6e5 tets/s); the serial numba deposit took 76 s on that
+host (2.1e4 tets/s); GPU and CPU grids agree to 1.4e-15 of the largest cell,
+total mass to 2.4e-15. Most of the time is full clips: a stretched z=0
+tetrahedron cuts most cells of its bounding box. Next steps: clip once per
+x-slab and y-row and reuse the pieces (r3d-style voxelisation), keep the
+16-slot clip stack in shared memory instead of local memory.
 Deposit sums use atomics, so the order of additions (and the last bits of
 each cell) may vary from run to run.
 """
@@ -357,10 +371,13 @@ def _kernels(device_id: int, real: str) -> dict:
         return {name: module.get_function(name) for name in _KERNEL_NAMES}
 
 
-def _prepare(tets, cp):
+def _prepare(tets, cp, arithmetic="float64"):
+    """Contiguous tets and the kernel type. float32 input is upcast to float64 unless
+    ``arithmetic="float32"`` is asked for explicitly (see the module docstring)."""
     t = _as_tets(tets, cp)
-    real = "float" if t.dtype == np.float32 else "double"
-    return cp.ascontiguousarray(t), real
+    if arithmetic == "float32":
+        return cp.ascontiguousarray(t, dtype=cp.float32), "float"
+    return cp.ascontiguousarray(t, dtype=cp.float64), "double"
 
 
 def _blocks(n: int, threads: int, cp) -> int:
@@ -368,15 +385,16 @@ def _blocks(n: int, threads: int, cp) -> int:
     return int(max(1, min(-(-n // threads), sms * 32)))
 
 
-def tet_cube_volume_gpu(tets, cube_lo, cube_size):
+def tet_cube_volume_gpu(tets, cube_lo, cube_size, *, arithmetic="float64"):
     """GPU version of :func:`cosmo_dask.density.tet_cube_volume` (CuPy in, CuPy out).
 
-    One thread per (tetrahedron, cube) pair. float64 tets: double arithmetic,
-    float64 result; float32 tets: float arithmetic, float32 result (cube
-    corners and sides are rounded to float32 in the kernel).
+    One thread per (tetrahedron, cube) pair; float64 arithmetic and result
+    (float32 input is upcast). ``arithmetic="float32"``: float kernel and
+    float32 result (cube corners and sides rounded to float32), for
+    well-shaped tetrahedra only.
     """
     cp = require_gpu("tet_cube_volume on CuPy arrays")
-    t, real = _prepare(tets, cp)
+    t, real = _prepare(tets, cp, arithmetic)
     lo, h, single = _as_cubes(cube_lo, cube_size, cp)
     nt, nc = t.shape[0], lo.shape[0]
     out = cp.zeros((nt, nc), dtype=t.dtype)
@@ -389,7 +407,7 @@ def tet_cube_volume_gpu(tets, cube_lo, cube_size):
 
 
 def deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, out=None,
-                     method="auto"):
+                     method="auto", arithmetic="float64"):
     """GPU version of :func:`cosmo_dask.density.deposit_tets` (CuPy arrays).
 
     Parameters
@@ -398,14 +416,17 @@ def deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, o
         ``"warp"``: one warp per tetrahedron with the shared-memory queue of
         cut cells; ``"thread"``: one thread per tetrahedron. ``"auto"`` takes
         "warp" when the tetrahedra's bounding boxes cover 8 cells or more on
-        average (estimated from the first 4096), else "thread".
+        average (estimated from the first 4096), else "thread". Measured only
+        for ~94 cells per tetrahedron (warp 1.26x faster there).
+    arithmetic : {"float64", "float32"}
+        Kernel arithmetic; float32 input is upcast unless "float32" is given.
 
     Returns
     -------
     cupy.ndarray (nx, ny, nz) float64
     """
     cp = require_gpu("deposit_tets on CuPy arrays")
-    t, real = _prepare(tets, cp)
+    t, real = _prepare(tets, cp, arithmetic)
     nt = t.shape[0]
     m = cp.ascontiguousarray(cp.broadcast_to(cp.asarray(mass, dtype=cp.float64), (nt,)))
     glo, cs, shp = check_grid(grid_lo, cell_size, shape)
