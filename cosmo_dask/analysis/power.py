@@ -379,8 +379,8 @@ def plot_power_spectrum(ds, path=None, *, ax=None, reference=None, label=None):
     if reference is not None:
         ax.loglog(k[good], reference(k[good]), color="k", lw=0.8, label="reference")
     ax.axvline(float(ds.attrs["k_nyquist"]), color="0.7", lw=0.8)
-    ax.set_xlabel("k [2π / box units]  (h/Mpc for Mpc/h)")
-    ax.set_ylabel("P(k) [box units³]")
+    ax.set_xlabel("k [1 / length unit]  (h/Mpc for a box in Mpc/h)")
+    ax.set_ylabel("P(k) [length unit³]")
     ax.legend(frameon=False)
     fig.tight_layout()
     if path is not None:

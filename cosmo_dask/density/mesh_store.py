@@ -1,0 +1,92 @@
+"""The store ``cosmo-dask density --method ngp|cic|tsc|pcs`` writes: a painted mesh.
+
+Layout of ``OUT.zarr`` (Zarr v3 group, written atomically; attrs
+``format="cosmo_dask.mesh"``, ``format_version=1``, ``box_size``, ``n_mesh``,
+``scheme``, ``cell_size``, ``convention``): one array ``mass`` (n, n, n), the
+mass per cell in the snapshot's mass units, chunked in z-slabs. Cell ``i``
+covers ``[i H, (i + 1) H)`` with ``H = box_size / n``; divide by ``H**3`` for a
+density.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from ..atomic import atomic_directory, local_path
+from ..errors import SnapshotError
+from ..progress import compute
+from ..spatial.domains import host
+
+FORMAT = "cosmo_dask.mesh"
+FORMAT_VERSION = 1
+
+
+def write_mesh(path: str | os.PathLike, mesh: da.Array, *, box_size: float, scheme: str,
+               overwrite: bool = False, attrs: dict | None = None) -> str:
+    """Write a painted mesh (mass per cell) atomically; returns the path."""
+    n = int(mesh.shape[0])
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "box_size": float(box_size),
+            "n_mesh": n, "scheme": scheme, "cell_size": float(box_size) / n,
+            "convention": "mass per cell; cell i covers [i H, (i+1) H), H = box_size / n_mesh",
+            **(attrs or {})}
+    slab = max(1, min(n, 2**24 // max(1, n * n)))  # about 128 MiB of float64 per chunk
+    with atomic_directory(path, overwrite=overwrite, what="mesh store") as tmp:
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
+        target = group.create_array("mass", shape=mesh.shape, dtype=np.float64,
+                                    chunks=(slab, n, n), dimension_names=("x", "y", "z"))
+        data = mesh.astype(np.float64).map_blocks(host, dtype=np.float64)
+        compute(da.store(data.rechunk((slab, n, n)), target, lock=False, compute=False),
+                label=f"writing {path}")
+    return str(local_path(path))
+
+
+def open_mesh(path: str | os.PathLike):
+    """``(mass, attrs)``: the mesh as a lazy dask array and the store's attributes."""
+    try:
+        group = zarr.open_group(str(local_path(path)), mode="r")
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise SnapshotError(f"{path}: cannot open a mesh store ({exc})") from exc
+    attrs = dict(group.attrs)
+    if attrs.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not a mesh store (format={attrs.get('format')!r})")
+    return da.from_zarr(group["mass"]), attrs
+
+
+def plot_mesh_slice(mesh, box_size: float, *, axis: int = 2, index: int | None = None,
+                    thickness: int = 1, path=None, ax=None):
+    """Log-density image of a slab of a mesh (mass per cell), e.g. from :func:`open_mesh`.
+
+    ``thickness`` cells along ``axis`` starting at ``index`` (default: the middle) are
+    summed; the image is ``log10(1 + delta)`` of the slab. Returns the figure.
+    """
+    import matplotlib
+
+    if ax is None and path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    n = int(mesh.shape[axis])
+    start = n // 2 if index is None else int(index)
+    sel = [slice(None)] * 3
+    sel[axis] = slice(start, start + max(1, int(thickness)))
+    slab = mesh[tuple(sel)].sum(axis=axis)
+    slab = np.asarray(host(slab.compute() if hasattr(slab, "compute") else slab), np.float64)
+    mean = slab.mean()
+    image = np.log10(np.maximum(slab / mean, 1e-3)) if mean > 0 else slab
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 4.5))
+    ax = ax if ax is not None else fig.add_subplot(111)
+    shown = ax.imshow(image.T, origin="lower", extent=(0, box_size, 0, box_size),
+                      cmap="magma")
+    fig.colorbar(shown, ax=ax, label="log10(1 + delta)")
+    names = [a for a in "xyz" if a != "xyz"[axis]]
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1])
+    ax.set_title(f"{'xyz'[axis]} cells {start}-{start + max(1, int(thickness)) - 1} of {n}")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
