@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -39,21 +38,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def _emit(env, **fields):
-    print(json.dumps({**env, **fields}), flush=True)
-
-
-def _wall(fn, repeat, warm=1):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from timing import emit as _emit  # noqa: E402
+from timing import wall_median as _wall  # noqa: E402
 
 
 def _particles(n, seed=0):
@@ -255,7 +243,6 @@ def main(argv=None):
     if "scf" in args.methods:
         bench_scf(args, env)
     if "mex" in args.methods:
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_mex_part import bench_mex
 
         bench_mex(args, env)

@@ -20,11 +20,11 @@ Prints one JSON object per measurement.
 
 from __future__ import annotations
 
-import json
 import statistics
-import time
 
 import numpy as np
+from timing import emit as _emit
+from timing import wall_median as _wall
 
 
 def plummer(n: int, seed: int = 1):
@@ -34,20 +34,6 @@ def plummer(n: int, seed: int = 1):
     v = rng.normal(size=(n, 3))
     v /= np.linalg.norm(v, axis=1)[:, None]
     return r[:, None] * v, np.full(n, 1.0 / n)
-
-
-def _emit(env, **fields):
-    print(json.dumps({**env, **fields}), flush=True)
-
-
-def _wall(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _dask_end_to_end(pos, mass, lmax, chunks, precision, scheduler=None):

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from cosmo_dask.density import deposit_tets, snapshot_tetrahedra, tet_cube_volume
 from cosmo_dask.models.zeldovich import zeldovich
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import wall_median  # noqa: E402
 
 
 def _median_gpu(fn, repeat):
@@ -33,16 +38,6 @@ def _median_gpu(fn, repeat):
         b.record()
         b.synchronize()
         times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return float(np.median(times))
-
-
-def _median_cpu(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
 
@@ -106,9 +101,9 @@ def bench_one(n, dev, repeat, check_cpu):
                         cp.max(cp.abs(grid - ref)) / cp.max(ref))
     else:
         cubes = base[:1] + off * cs
-        t = _median_cpu(lambda: tet_cube_volume(sub, cubes, cs), repeat)
+        t = wall_median(lambda: tet_cube_volume(sub, cubes, cs), repeat)
         rec["volume_float64_pairs_per_s"] = len(sub) * 27 / t
-        t = _median_cpu(lambda: deposit_tets(tets, mass, [0, 0, 0], cs, (ng,) * 3,
+        t = wall_median(lambda: deposit_tets(tets, mass, [0, 0, 0], cs, (ng,) * 3,
                                              periodic=True), max(1, repeat // 2))
         rec["deposit_float64_s"] = t
         rec["deposit_float64_tets_per_s"] = len(tets) / t

@@ -159,6 +159,26 @@ def to_device(arr: Any, device: Device) -> Any:
     return _to_numpy_chunk(arr)
 
 
+def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Array:
+    """Any NumPy/CuPy/dask/array-like input -> dask array chunked along axis 0 only.
+
+    Non-dask input is wrapped in chunks of ``rows`` (default
+    :func:`default_chunk_size`) rows, keeping its array type; a dask array is
+    returned as is unless ``rows`` is given or it is chunked along other axes.
+    """
+    from dask.base import tokenize
+
+    if not isinstance(x, da.Array):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            x = np.asarray(x)
+        chunk = rows or default_chunk_size()
+        x = da.from_array(x, chunks=(chunk,) + tuple(x.shape[1:]), asarray=False,
+                          name=f"from-array-{name}-{tokenize(x)}")
+    elif rows is not None or any(len(c) > 1 for c in x.chunks[1:]):
+        x = x.rechunk((rows or x.chunks[0][0],) + tuple(-1 for _ in x.shape[1:]))
+    return x
+
+
 def empty_meta(like: Any, ndim: int, dtype) -> Any:
     """A zero-size array of the same module as ``like`` (for ``meta=`` arguments)."""
     xp = array_module(like)

@@ -25,11 +25,10 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
-from dask.base import tokenize
 
 from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
-from .backend import check_device, default_chunk_size, device_of, to_device
+from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
 from .errors import ParameterError, SnapshotError
 from .progress import compute as compute_with_progress
 from .validation import (
@@ -84,23 +83,6 @@ def _row_chunks(chunks: int | None) -> int:
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ParameterError(f"chunks must be a positive number of particles, got {chunks!r}")
     return int(chunks)
-
-
-def _as_dask(name: str, x: Any, rows: int | None) -> da.Array:
-    """Any NumPy/CuPy/dask/array-like input -> dask array chunked along axis 0 only."""
-    if not isinstance(x, da.Array):
-        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            x = np.asarray(x)
-        chunk = rows or default_chunk_size()
-        x = da.from_array(
-            x,
-            chunks=(chunk,) + tuple(x.shape[1:]),
-            asarray=False,
-            name=f"from-array-{name}-{tokenize(x)}",
-        )
-    elif rows is not None or any(len(c) > 1 for c in x.chunks[1:]):
-        x = x.rechunk((rows or x.chunks[0][0],) + tuple(-1 for _ in x.shape[1:]))
-    return x
 
 
 class Snapshot:
@@ -202,9 +184,10 @@ class Snapshot:
                 )
         if rows is None and not isinstance(arrays["pos"], da.Array):
             rows = default_chunk_size()
-        pos_d = _as_dask("pos", arrays["pos"], rows)
+        pos_d = as_dask_rows(arrays["pos"], rows, "pos")
         rows = rows or pos_d.chunks[0][0]
-        darrays = {k: (pos_d if k == "pos" else _as_dask(k, v, rows)) for k, v in arrays.items()}
+        darrays = {k: (pos_d if k == "pos" else as_dask_rows(v, rows, k))
+                   for k, v in arrays.items()}
         # all arrays share pos's chunking along axis 0
         for k, v in darrays.items():
             if v.chunks[0] != pos_d.chunks[0]:

@@ -27,7 +27,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, resolve_precision
+from ..backend import array_module, as_dask_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
 from .paint_kernels import SCHEMES
@@ -46,15 +46,6 @@ def _check_scheme(scheme, what):
         raise ParameterError(f"{what}: scheme must be one of {', '.join(SCHEMES)}, "
                              f"got {scheme!r}")
     return scheme.lower()
-
-
-def _as_dask(x) -> da.Array:
-    if isinstance(x, da.Array):
-        return x
-    if array_module(x) is np:
-        x = np.asarray(x)
-    return da.from_array(x, chunks=(min(max(1, x.shape[0]), 2**20),) + x.shape[1:],
-                         asarray=False)
 
 
 def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
@@ -102,7 +93,7 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
             from None
     if not (math.isfinite(box) and box > 0):
         raise ParameterError(f"{what}: box_size must be a positive number, got {box!r}")
-    pos = _as_dask(pos)
+    pos = as_dask_rows(pos)
     if pos.ndim != 2 or pos.shape[1] != 3:
         raise ParameterError(f"{what}: positions must have shape (N, 3), got {pos.shape}")
     n = int(pos.shape[0])
@@ -115,7 +106,7 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
         if not (math.isfinite(m) and m > 0):
             raise ParameterError(f"{what}: masses must be positive and finite, got {m!r}")
         return pos, m, box, n
-    m = _as_dask(mass)
+    m = as_dask_rows(mass)
     if m.shape != (n,):
         raise ParameterError(f"{what}: mass must have shape ({n},) or be one number, "
                              f"got shape {m.shape}")

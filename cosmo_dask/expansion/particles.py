@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, resolve_precision
+from ..backend import array_module, as_dask_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
 
@@ -56,15 +56,6 @@ def _verify(what, m_min, m_max, finite) -> None:
                              f"{m_min:g}, largest {m_max:g})")
     if not bool(_host(finite)):
         raise ParameterError(f"{what}: positions contain non-finite values")
-
-
-def _as_dask(x) -> da.Array:
-    if isinstance(x, da.Array):
-        return x
-    if array_module(x) is np:
-        x = np.asarray(x)
-    return da.from_array(x, chunks=(min(max(1, x.shape[0]), 2**20),) + x.shape[1:],
-                         asarray=False)
 
 
 def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="float64",
@@ -113,7 +104,7 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
         if m is None:
             raise ParameterError(f"{what}: raw positions need masses: pass mass= (an array "
                                  "of N masses or one mass for every particle)")
-    pos = _as_dask(pos)
+    pos = as_dask_rows(pos)
     if pos.ndim != 2 or pos.shape[1] != 3:
         raise ParameterError(f"{what}: positions must have shape (N, 3), got {pos.shape}")
     n = int(pos.shape[0])
@@ -121,7 +112,7 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
         raise ParameterError(f"{what}: no particles to fit (empty input)")
     if np.isscalar(m):  # one mass for all, in chunks of the positions' kind
         m = pos[:, 0].map_blocks(_filled, float(m), dtype=np.float64)
-    m = _as_dask(m)
+    m = as_dask_rows(m)
     if m.shape != (n,):
         raise ParameterError(f"{what}: mass must have shape ({n},), got {m.shape}")
     if m.chunks[0] != pos.chunks[0]:

@@ -29,10 +29,10 @@ import os
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, resolve_precision
+from ..backend import array_module, as_dask_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
-from .particles import _as_dask, _host, _shift, expansion_input
+from .particles import _host, _shift, expansion_input
 
 __all__ = ["SCF", "fit_series", "NMAX_LIMIT", "LMAX_LIMIT"]
 
@@ -271,7 +271,7 @@ class SCF:
         self._require_fit()
         if isinstance(pos, Snapshot):
             pos = pos.pos
-        pos = _as_dask(pos)
+        pos = as_dask_rows(pos)
         if pos.ndim != 2 or pos.shape[1] != 3:
             raise ParameterError(f"SCF.{what}: positions must have shape (N, 3), got {pos.shape}")
         pos = pos.rechunk({1: 3})
