@@ -316,6 +316,17 @@ def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
     return d2 + e * e + f * f <= ll2
 
 
+@numba.njit(cache=True, inline="always")
+def _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link, friends, parent):
+    """One candidate pair: when friends, count both and/or link them."""
+    if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+        if count:
+            friends[i] += 1
+            friends[j] += 1
+        if link:
+            _union(parent, i, j)
+
+
 @numba.njit(cache=True, nogil=True)
 def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, parent, kmin):
     """Visit every particle pair in neighbouring cells once.
@@ -364,12 +375,7 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, pa
             for j in range(i + 1, ea):
                 if cores_only and friends[j] < kmin:
                     continue
-                if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
-                    if count:
-                        friends[i] += 1
-                        friends[j] += 1
-                    if link:
-                        _union(parent, i, j)
+                _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link, friends, parent)
 
         # pairs with neighbour cells of larger id
         nxn = _axis_neighbours(cx, nx, per0, xs)
@@ -401,12 +407,8 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, pa
                         for j in range(sb, eb):
                             if cores_only and friends[j] < kmin:
                                 continue
-                            if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
-                                if count:
-                                    friends[i] += 1
-                                    friends[j] += 1
-                                if link:
-                                    _union(parent, i, j)
+                            _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link,
+                                   friends, parent)
 
 
 @numba.njit(cache=True, nogil=True)

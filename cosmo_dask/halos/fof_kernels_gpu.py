@@ -651,40 +651,10 @@ def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1):
     """Friends-of-friends groups of one domain's particles, on the current GPU.
 
     The GPU twin of :func:`cosmo_dask.halos.fof_kernels.fof_local`: same
-    arguments, same results element for element (see the module docstring for
-    the method and its cost).
-
-    Parameters
-    ----------
-    pos : cupy.ndarray or numpy.ndarray
-        Particle positions, shape ``(m, 3)``, float64 or float32 (read in that
-        dtype; other dtypes are converted to float64); NumPy input is copied to
-        the GPU. Distances are computed in float64 (float32 values are converted
-        exactly).
-    periods : array_like
-        Three per-axis periods: ``L > 0`` for a periodic axis (coordinates are
-        taken modulo ``L``, distances use the minimum image), ``0`` for an
-        open axis. Mixed periodicity is allowed.
-    linking_length : float
-        Two particles are friends when their distance is ``<= linking_length``.
-    min_friends : int, optional
-        With 1 (default) every friend pair links. With ``k > 1`` only pairs
-        whose two members both have at least ``k`` friends link; particles
-        with fewer friends stay single (DBSCAN-like variant).
-
-    Returns
-    -------
-    root : cupy.ndarray
-        int64, shape ``(m,)``: the smallest index of each particle's group.
-    friends : cupy.ndarray
-        int32, shape ``(m,)``: number of other particles within the linking
-        length of each particle (independent of ``min_friends``).
-
-    Raises
-    ------
-    ParameterError
-        If the shapes are wrong, a value is not finite, a period is negative,
-        ``linking_length <= 0`` or ``min_friends < 1``.
+    arguments, checks and results element for element (see there and the module
+    docstring for the method and its cost). Positions may be CuPy or NumPy
+    (copied to the GPU), float32 or float64 (read in that dtype); ``root`` and
+    ``friends`` are returned as CuPy arrays.
     """
     return _run(pos, periods, linking_length, min_friends)
 
