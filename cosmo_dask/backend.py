@@ -179,6 +179,33 @@ def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Arr
     return x
 
 
+def particle_rows(pos: Any, mass: Any, what: str):
+    """Checked particle arrays from any input: ``(pos, mass, n)``.
+
+    ``pos`` becomes a dask (N, 3) array with one column chunk (see
+    :func:`as_dask_rows`); ``mass`` stays ``None`` or one float, or becomes a
+    dask (N,) array chunked like ``pos``. Raises ``ParameterError`` (naming
+    ``what``) for a wrong shape or no particles; values are not read.
+    """
+    pos = as_dask_rows(pos)
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise ParameterError(f"{what}: positions must have shape (N, 3), got {pos.shape}")
+    n = int(pos.shape[0])
+    if n == 0:
+        raise ParameterError(f"{what}: no particles (empty input)")
+    if len(pos.chunks[1]) > 1:
+        pos = pos.rechunk({1: 3})
+    if mass is None or np.ndim(mass) == 0:
+        return pos, None if mass is None else float(mass), n
+    m = as_dask_rows(mass)
+    if m.shape != (n,):
+        raise ParameterError(f"{what}: mass must have shape ({n},) or be one number, "
+                             f"got shape {m.shape}")
+    if m.chunks[0] != pos.chunks[0]:
+        m = m.rechunk((pos.chunks[0],))
+    return pos, m, n
+
+
 def empty_meta(like: Any, ndim: int, dtype) -> Any:
     """A zero-size array of the same module as ``like`` (for ``meta=`` arguments)."""
     xp = array_module(like)

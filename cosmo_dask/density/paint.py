@@ -27,7 +27,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, as_dask_rows, resolve_precision
+from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
 from .paint_kernels import SCHEMES
@@ -93,25 +93,11 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
             from None
     if not (math.isfinite(box) and box > 0):
         raise ParameterError(f"{what}: box_size must be a positive number, got {box!r}")
-    pos = as_dask_rows(pos)
-    if pos.ndim != 2 or pos.shape[1] != 3:
-        raise ParameterError(f"{what}: positions must have shape (N, 3), got {pos.shape}")
-    n = int(pos.shape[0])
-    if n == 0:
-        raise ParameterError(f"{what}: no particles (empty input)")
-    if len(pos.chunks[1]) > 1:
-        pos = pos.rechunk({1: 3})
-    if np.isscalar(mass) or np.ndim(mass) == 0:
-        m = float(mass)
+    pos, m, n = particle_rows(pos, mass, what)
+    if not isinstance(m, da.Array):
         if not (math.isfinite(m) and m > 0):
             raise ParameterError(f"{what}: masses must be positive and finite, got {m!r}")
         return pos, m, box, n
-    m = as_dask_rows(mass)
-    if m.shape != (n,):
-        raise ParameterError(f"{what}: mass must have shape ({n},) or be one number, "
-                             f"got shape {m.shape}")
-    if m.chunks[0] != pos.chunks[0]:
-        m = m.rechunk((pos.chunks[0],))
     (ok,) = compute(((m > 0) & da.isfinite(m)).all(), label=None)
     if not bool(ok):
         raise ParameterError(f"{what}: masses must be positive and finite")

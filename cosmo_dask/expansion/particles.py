@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, as_dask_rows, resolve_precision
+from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
 
@@ -104,19 +104,9 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
         if m is None:
             raise ParameterError(f"{what}: raw positions need masses: pass mass= (an array "
                                  "of N masses or one mass for every particle)")
-    pos = as_dask_rows(pos)
-    if pos.ndim != 2 or pos.shape[1] != 3:
-        raise ParameterError(f"{what}: positions must have shape (N, 3), got {pos.shape}")
-    n = int(pos.shape[0])
-    if n == 0:
-        raise ParameterError(f"{what}: no particles to fit (empty input)")
-    if np.isscalar(m):  # one mass for all, in chunks of the positions' kind
-        m = pos[:, 0].map_blocks(_filled, float(m), dtype=np.float64)
-    m = as_dask_rows(m)
-    if m.shape != (n,):
-        raise ParameterError(f"{what}: mass must have shape ({n},), got {m.shape}")
-    if m.chunks[0] != pos.chunks[0]:
-        m = m.rechunk((pos.chunks[0],))
+    pos, m, n = particle_rows(pos, m, what)
+    if not isinstance(m, da.Array):  # one mass for all, in chunks of the positions' kind
+        m = pos[:, 0].map_blocks(_filled, m, dtype=np.float64)
     G = 1.0 if G is None else float(G)
     if not (np.isfinite(G) and G > 0):
         raise ParameterError(f"{what}: G must be a positive number, got {G!r}")
