@@ -127,8 +127,9 @@ def check_device(device: str) -> Device:
     return device  # type: ignore[return-value]
 
 
-def _to_numpy_chunk(block):
-    return block.get() if _is_cupy_type(block) else np.asarray(block)
+def host(x):
+    """A NumPy array of ``x`` (copied from the GPU when it is a CuPy array)."""
+    return x.get() if _is_cupy_type(x) else np.asarray(x)
 
 
 def _to_cupy_chunk(block):
@@ -155,8 +156,8 @@ def to_device(arr: Any, device: Device) -> Any:
         return cupy.asarray(arr)
     if isinstance(arr, da.Array):
         meta = np.empty((0,) * arr.ndim, dtype=arr.dtype)
-        return arr.map_blocks(_to_numpy_chunk, dtype=arr.dtype, meta=meta)
-    return _to_numpy_chunk(arr)
+        return arr.map_blocks(host, dtype=arr.dtype, meta=meta)
+    return host(arr)
 
 
 def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Array:

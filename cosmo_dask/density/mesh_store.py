@@ -17,9 +17,9 @@ import numpy as np
 import zarr
 
 from ..atomic import atomic_directory, local_path
+from ..backend import host
 from ..errors import SnapshotError
 from ..progress import compute
-from ..spatial.domains import host
 
 FORMAT = "cosmo_dask.mesh"
 FORMAT_VERSION = 1

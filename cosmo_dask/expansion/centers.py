@@ -21,7 +21,7 @@ import math
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module
+from ..backend import array_module, host
 from ..errors import ParameterError
 from ..progress import compute
 from .particles import _shift
@@ -45,7 +45,7 @@ def _argmin_position(pot: da.Array, pos: da.Array) -> np.ndarray:
                         adjust_chunks={"i": 1}, concatenate=True, dtype=np.float64,
                         meta=array_module(pos).empty((0, 0), dtype=np.float64))
     (rows,) = compute(best, label=None)
-    rows = rows.get() if array_module(rows) is not np else np.asarray(rows)
+    rows = host(rows)
     return rows[int(np.argmin(rows[:, 0])), 1:].copy()
 
 
@@ -105,7 +105,7 @@ def potential_min_center(pos, mass, G: float = 1.0, *, iterations: int = 3, nmax
     mass = mass.astype(np.float64)
     if start is None:
         msum, mx = compute(mass.sum(), (pos * mass[:, None]).sum(axis=0), label=None)
-        c = np.asarray(_host(mx), dtype=np.float64) / float(_host(msum))
+        c = np.asarray(host(mx), dtype=np.float64) / float(host(msum))
     else:
         c = np.asarray(start, dtype=np.float64)
     for _ in range(int(iterations)):
@@ -114,7 +114,7 @@ def potential_min_center(pos, mass, G: float = 1.0, *, iterations: int = 3, nmax
             r = da.sqrt((pos.map_blocks(_shift, c, dtype=np.float64) ** 2).sum(axis=1))
             (meds,) = compute(r.map_blocks(_block_median, chunks=(1,), dtype=np.float64),
                               label=None)
-            rs = float(np.nanmedian(np.asarray(_host(meds)))) / (1.0 + math.sqrt(2.0))
+            rs = float(np.nanmedian(np.asarray(host(meds)))) / (1.0 + math.sqrt(2.0))
             if not (rs > 0 and math.isfinite(rs)):
                 rs = 1.0
         scf = SCF(nmax, lmax, scale_radius=rs, center=c).fit(pos, mass, G=G)
@@ -131,10 +131,10 @@ def _shrinking_sphere(pos, mass, c, radius, min_count, shrink=0.8, max_passes=60
         w = mass * inside
         cnt, msum, mx = compute(inside.sum(), w.sum(), (pos * w[:, None]).sum(axis=0),
                                 label=None)
-        cnt = float(_host(cnt))
+        cnt = float(host(cnt))
         if cnt < min(min_count, n):
             break
-        c = np.asarray(_host(mx), dtype=np.float64) / float(_host(msum))
+        c = np.asarray(host(mx), dtype=np.float64) / float(host(msum))
         radius *= shrink
     return c
 
@@ -144,5 +144,3 @@ def _block_median(r):
     return xp.median(r).reshape(1).astype(np.float64) if r.shape[0] else xp.full(1, np.nan)
 
 
-def _host(x):
-    return x.get() if array_module(x) is not np else x

@@ -56,7 +56,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ..backend import array_module, resolve_precision
+from ..backend import array_module, host, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute, persist
 from .particles import expansion_input
@@ -76,10 +76,6 @@ def _kernels(xp):
     return k
 
 
-def _host(x):
-    return x.get() if array_module(x) is not np else np.asarray(x)
-
-
 def _pow2(x: float) -> float:
     """The power of two nearest ``x`` (> 0): scaling by it is exact in floating point."""
     if not (x > 0 and np.isfinite(x)):
@@ -97,14 +93,14 @@ def _radius(pos):
 def _sample(pos, mass):
     r = _radius(pos)
     step = max(1, r.shape[0] // _SAMPLE_PER_CHUNK)
-    return {"r": _host(r[::step]), "n": int(r.shape[0]),
-            "m": float(_host(mass.astype(np.float64).sum()))}
+    return {"r": host(r[::step]), "n": int(r.shape[0]),
+            "m": float(host(mass.astype(np.float64).sum()))}
 
 
 def _histogram(pos, bounds):
     xp = array_module(pos)
     b = xp.searchsorted(xp.asarray(bounds), _radius(pos), side="right")
-    return _host(xp.bincount(b, minlength=len(bounds) + 1))[None, :]
+    return host(xp.bincount(b, minlength=len(bounds) + 1))[None, :]
 
 
 def _split(pos, mass, offset, bounds):
@@ -113,7 +109,7 @@ def _split(pos, mass, offset, bounds):
     r = _radius(pos)
     b = xp.searchsorted(xp.asarray(bounds), r, side="right")
     order = xp.argsort(b, kind="stable") if xp is np else xp.argsort(b)
-    counts = _host(xp.bincount(b, minlength=len(bounds) + 1))
+    counts = host(xp.bincount(b, minlength=len(bounds) + 1))
     edges = np.concatenate([[0], np.cumsum(counts)])
     idx = xp.arange(pos.shape[0], dtype=np.int64) + offset
     out = []
@@ -141,7 +137,7 @@ def _bucket(params, *parts):
     Q, P = _kernels(xp).terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m),
                                    lmax, eps2)
     return {"pos": pos, "m": m, "r": r, "idx": idx, "Q": Q, "P": P,
-            "qtot": _host(Q[-1]).astype(np.float64), "ptot": _host(P[0]).astype(np.float64)}
+            "qtot": host(Q[-1]).astype(np.float64), "ptot": host(P[0]).astype(np.float64)}
 
 
 def _offsets(*totals):
@@ -185,7 +181,7 @@ def _route(values, idx, starts):
     xp = array_module(values)
     c = xp.searchsorted(xp.asarray(starts), idx, side="right") - 1
     order = xp.argsort(c)
-    counts = _host(xp.bincount(c, minlength=len(starts)))
+    counts = host(xp.bincount(c, minlength=len(starts)))
     edges = np.concatenate([[0], np.cumsum(counts)])
     return [(idx[order[edges[k]:edges[k + 1]]] - int(starts[k]),
              values[order[edges[k]:edges[k + 1]]]) for k in range(len(starts))]
@@ -208,7 +204,7 @@ def _split_points(pos, bounds):
     r = _radius(pos)
     b = xp.searchsorted(xp.asarray(bounds), r, side="right")
     order = xp.argsort(b)
-    counts = _host(xp.bincount(b, minlength=len(bounds) + 1))
+    counts = host(xp.bincount(b, minlength=len(bounds) + 1))
     edges = np.concatenate([[0], np.cumsum(counts)])
     return [(order[edges[k]:edges[k + 1]], pos[order[edges[k]:edges[k + 1]]],
              r[order[edges[k]:edges[k + 1]]]) for k in range(len(counts))]
@@ -365,7 +361,7 @@ class MEX:
                                 chunks=((1,) * nchunks, (n_buckets,)),
                                 meta=np.empty((0, 0), dtype=np.int64))
         (counts,) = compute(counts.sum(axis=0), label=None)
-        counts = np.asarray(_host(counts), dtype=np.int64)
+        counts = np.asarray(host(counts), dtype=np.int64)
 
         # 3. split / gather-sort-scan / offsets / finalize, as one graph
         tok = tokenize(pos, m, bounds, self.lmax, self.softening)

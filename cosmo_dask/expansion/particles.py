@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, particle_rows, resolve_precision
+from ..backend import array_module, host, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
 
@@ -50,11 +50,11 @@ class ExpansionInput:
 
 
 def _verify(what, m_min, m_max, finite) -> None:
-    m_min, m_max = float(_host(m_min)), float(_host(m_max))
+    m_min, m_max = float(host(m_min)), float(host(m_max))
     if not (np.isfinite(m_min) and np.isfinite(m_max) and m_min > 0):
         raise ParameterError(f"{what}: masses must be positive and finite (smallest "
                              f"{m_min:g}, largest {m_max:g})")
-    if not bool(_host(finite)):
+    if not bool(host(finite)):
         raise ParameterError(f"{what}: positions contain non-finite values")
 
 
@@ -132,7 +132,7 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
         if center != "com":
             raise ParameterError(f"{what}: center must be 'com', a point (x, y, z) or a "
                                  f"finder, got {center!r}")
-        c = np.asarray(_host(mx), dtype=np.float64) / float(m_tot)
+        c = np.asarray(host(mx), dtype=np.float64) / float(m_tot)
     elif callable(center):
         c = np.asarray(center(pos, m64), dtype=np.float64)
     else:
@@ -154,5 +154,3 @@ def _filled(block, value):
     return array_module(block).full(block.shape[0], value, dtype=np.float64)
 
 
-def _host(x):
-    return x.get() if array_module(x) is not np else np.asarray(x)

@@ -29,10 +29,10 @@ import os
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, as_dask_rows, resolve_precision
+from ..backend import array_module, as_dask_rows, host, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
-from .particles import _host, _shift, expansion_input
+from .particles import _shift, expansion_input
 
 __all__ = ["SCF", "fit_series", "NMAX_LIMIT", "LMAX_LIMIT"]
 
@@ -189,7 +189,7 @@ class SCF:
             inp.verify(checks)
         from .scf_kernels import unpack_sums
 
-        sums, msum, count = unpack_sums(np.asarray(_host(vec), dtype=np.float64), nmax, lmax)
+        sums, msum, count = unpack_sums(np.asarray(host(vec), dtype=np.float64), nmax, lmax)
         coef = np.stack([sums[0], sums[1]], axis=-1) / msum
         sq = np.stack([sums[2], sums[3]], axis=-1) / msum**2
         var = np.maximum(sq - coef**2 / count, 0.0)

@@ -32,11 +32,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, empty_meta
+from ..backend import array_module, empty_meta, host
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute, persist
 from ..spatial import DomainPart, domain_grid, scatter_to_domains
-from ..spatial.domains import host
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21

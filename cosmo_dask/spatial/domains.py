@@ -27,7 +27,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module
+from ..backend import array_module, host
 from ..errors import ParameterError
 
 
@@ -187,11 +187,6 @@ class DomainPart:
 
 
 _OFFSETS = [o for o in itertools.product((-1, 0, 1), repeat=3) if o != (0, 0, 0)]
-
-
-def host(x) -> np.ndarray:
-    """A NumPy array of ``x`` (copied from the GPU when it is a CuPy array)."""
-    return x.get() if array_module(x) is not np else np.asarray(x)
 
 
 def _like(xp, x):
