@@ -133,6 +133,9 @@ def test_demo_displacement_agrees_with_linear_theory(tmp_path):
     assert 1e-4 < e_scf < 0.03 and 1e-4 < e_mex < 0.03
     # density stage: P(k) on the largest scales within 3 sigma of linear theory
     assert abs(ctx["power_ratio_low_k"] - 1) < 3 * ctx["power_ratio_error"]
+    # PSE stage: the octree holds the particles' mass; the slice plot is written
+    assert abs(ctx["pse_mass_error"]) < 1e-12
+    assert ctx["pse_png"].read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("method", ["scf", "mex"])
@@ -255,8 +258,23 @@ def test_density_and_power_commands(tmp_path, capsys):
     got = pd.read_csv(table)
     expected = power_spectrum(snap, n_mesh=16).compute()
     np.testing.assert_allclose(got["power"].values, expected["power"].values, rtol=1e-12)
-    # the phase-space-element deposit is not built yet: a clear message, nothing written
-    assert main(["--cpu", "--workers", "1", "density", str(snap_path),
-                 str(tmp_path / "p.zarr"), "--method", "pse"]) == 2
-    assert "not implemented" in capsys.readouterr().err
-    assert not (tmp_path / "p.zarr").exists()
+    # the phase-space-element density: an octree store, its plot, the mass it holds
+    pse_out, pse_png = tmp_path / "p.zarr", tmp_path / "pse.png"
+    assert main(["--cpu", "--workers", "2", "density", str(snap_path), str(pse_out),
+                 "--method", "pse", "--patch-size", "8", "--block", "4", "--strategy",
+                 "reduce", "--plot", str(pse_png)]) == 0
+    said = capsys.readouterr().out
+    assert "strategy reduce" in said and "effective 32^3" in said
+    from cosmo_dask.density import open_density_octree, pse_density
+
+    stored = open_density_octree(pse_out)
+    ref = pse_density(snap, patch_size=8, block=4, strategy="gather")
+    np.testing.assert_allclose(stored.patches.compute(), ref.patches.compute(), rtol=1e-12,
+                               atol=1e-12 * float(ref.patches.max().compute()))
+    assert pse_png.read_bytes()[:4] == b"\x89PNG"
+    # bad patch size: a clear message, nothing written
+    bad = tmp_path / "bad.zarr"
+    assert main(["--cpu", "--workers", "1", "density", str(snap_path), str(bad),
+                 "--method", "pse", "--patch-size", "6"]) == 2
+    assert "power of two" in capsys.readouterr().err
+    assert not bad.exists()

@@ -55,7 +55,9 @@ import dask
 import dask.array as da
 import numpy as np
 
+from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
+from ..progress import compute, persist
 
 # corner c of a cell has offset ((c >> 2) & 1, (c >> 1) & 1, c & 1)
 CORNER_OFFSETS = np.array([[(c >> 2) & 1, (c >> 1) & 1, c & 1] for c in range(8)], np.int64)
@@ -126,25 +128,24 @@ def _check_block(block) -> int:
     return int(block)
 
 
-def id_ordered_positions(snap):
-    """(N, 3) dask array of positions in id order (row ``id`` = particle ``id``).
+def id_ordered(snap):
+    """``(positions, masses)`` in id order (row ``id`` = particle ``id``), as dask arrays.
 
-    Computes the ids (8 bytes per particle) to check that they are a
-    permutation of ``0 .. N-1`` (SnapshotError for duplicate, missing or
-    out-of-range ids). Ids already equal to ``arange(N)`` (the generators'
-    layout) return ``snap.pos`` unchanged and lazy; otherwise the rows are
-    permuted with a dask fancy index (a shuffle).
+    ``masses`` is None when the snapshot has one ``particle_mass``. Computes the
+    ids (8 bytes per particle) to check that they are a permutation of
+    ``0 .. N-1`` (SnapshotError for duplicate, missing or out-of-range ids).
+    Ids already equal to ``arange(N)`` (the generators' layout) return the
+    arrays unchanged and lazy; otherwise rows are permuted with a dask fancy
+    index (a shuffle).
     """
     shape, _ = _lagrangian(snap)
     n = snap.n_particles
     if int(np.prod(shape)) != n:
         raise SnapshotError(f"lagrangian_shape {shape} does not match {n} particles")
-    ids = np.asarray(snap.ids.compute())
-    if hasattr(ids, "get"):
-        ids = ids.get()
-    ids = ids.astype(np.int64, copy=False)
+    mass = snap.mass if _particle_mass(snap) is None else None
+    ids = host(snap.ids.compute()).astype(np.int64, copy=False)
     if np.array_equal(ids, np.arange(n)):
-        return snap.pos
+        return snap.pos, mass
     if ids.size and (ids.min() < 0 or ids.max() >= n):
         raise SnapshotError(f"ids must lie in [0, {n}) for lagrangian_shape {shape}")
     counts = np.bincount(ids, minlength=n)
@@ -152,16 +153,22 @@ def id_ordered_positions(snap):
         raise SnapshotError(
             f"ids are not a permutation of 0..{n - 1}: {int(np.sum(counts > 1))} duplicated, "
             f"{int(np.sum(counts == 0))} missing")
-    return snap.pos[np.argsort(ids, kind="stable")]
+    order = np.argsort(ids, kind="stable")
+    return snap.pos[order], None if mass is None else mass[order]
 
 
-def _id_ordered_masses(snap):
+def id_ordered_positions(snap):
+    """(N, 3) dask array of positions in id order; see :func:`id_ordered`."""
+    return id_ordered(snap)[0]
+
+
+def _particle_mass(snap):
+    """The single particle mass, or None when the snapshot carries a mass array."""
     if snap.mass is None:
-        return None
-    ids = np.asarray(snap.ids.compute()).astype(np.int64)
-    m = np.empty(snap.n_particles)
-    m[ids] = np.asarray(snap.mass.compute())
-    return m
+        if snap.particle_mass is None:
+            snap.particle_masses()  # raises the standard error
+        return float(snap.particle_mass)
+    return None
 
 
 # --------------------------------------------------------------------------- kernels
@@ -169,14 +176,14 @@ def _minimage(d, box):
     return d - box * np.floor(d / box + 0.5)
 
 
-def unwrap_cells(corners, box_size=None, ref=None) -> np.ndarray:
+def unwrap_cells(corners, box_size=None, ref=None):
     """Unwrapped corner positions of every cell of a corner array.
 
     Parameters
     ----------
     corners : ndarray (a+1, b+1, c+1, 3)
         Particle positions on a window of the Lagrangian grid (already wrapped
-        in index space), any float dtype.
+        in index space), any float dtype, NumPy or CuPy.
     box_size : float, optional
         Periodic box side; None: positions are used as they are.
     ref : (3,) array, optional
@@ -185,13 +192,14 @@ def unwrap_cells(corners, box_size=None, ref=None) -> np.ndarray:
 
     Returns
     -------
-    ndarray (a*b*c, 8, 3) float64
+    ndarray (a*b*c, 8, 3) float64 (same array module as ``corners``)
         Corner ``c`` of cell ``(i, j, k)`` (row ``(i*b + j)*c + k``) at offset
         ``CORNER_OFFSETS[c]``, each within half a box of the cell's corner 000.
     """
-    p = np.asarray(corners, dtype=np.float64)
+    xp = array_module(corners)
+    p = xp.asarray(corners, dtype=xp.float64)
     a, b, c = (s - 1 for s in p.shape[:3])
-    out = np.empty((a, b, c, 8, 3))
+    out = xp.empty((a, b, c, 8, 3))
     for n, (di, dj, dk) in enumerate(CORNER_OFFSETS):
         out[:, :, :, n] = p[di:di + a, dj:dj + b, dk:dk + c]
     out = out.reshape(a * b * c, 8, 3)
@@ -200,7 +208,8 @@ def unwrap_cells(corners, box_size=None, ref=None) -> np.ndarray:
         anchor = out[:, :1, :]
         rel = _minimage(out - anchor, box)
         if ref is not None:
-            anchor = np.asarray(ref, np.float64) + _minimage(anchor - np.asarray(ref), box)
+            r = xp.asarray(ref, dtype=xp.float64)
+            anchor = r + _minimage(anchor - r, box)
         out = anchor + rel
     return out
 
@@ -211,7 +220,7 @@ def block_tets_from_corners(corners, cell_mass, box_size=None, ref=None):
     Parameters
     ----------
     corners : ndarray (a+1, b+1, c+1, 3)
-        Positions of the block's particles plus the +1 layer.
+        Positions of the block's particles plus the +1 layer (NumPy or CuPy).
     cell_mass : float or ndarray (a, b, c)
         Mass of each cell (the mass of its corner-000 particle).
     box_size, ref
@@ -220,24 +229,123 @@ def block_tets_from_corners(corners, cell_mass, box_size=None, ref=None):
     Returns
     -------
     tets : ndarray (6*a*b*c, 4, 3) float64
-        Tetrahedra in cell order, 6 per cell (``KUHN_TETS`` order).
+        Tetrahedra in cell order, 6 per cell (``KUHN_TETS`` order), on the
+        array module of ``corners``.
     mass : ndarray (6*a*b*c,) float64
         ``cell_mass / 6`` per tetrahedron.
 
     Cost: O(a*b*c), ~300 bytes of output per cell.
     """
+    xp = array_module(corners)
     cells = unwrap_cells(corners, box_size, ref)
-    tets = cells[:, KUHN_TETS, :].reshape(-1, 4, 3)
-    m = np.broadcast_to(np.asarray(cell_mass, np.float64).reshape(-1)
-                        if np.ndim(cell_mass) else np.float64(cell_mass), (cells.shape[0],))
-    mass = np.repeat(m / 6.0, 6)
-    return tets, mass
+    tets = cells[:, xp.asarray(KUHN_TETS), :].reshape(-1, 4, 3)
+    if np.ndim(cell_mass):
+        m = xp.asarray(cell_mass, dtype=xp.float64).reshape(-1)
+    else:
+        m = xp.full(cells.shape[0], float(cell_mass))
+    return tets, xp.repeat(m / 6.0, 6)
+
+
+# --------------------------------------------------------------------------- block columns
+class BlockColumns(NamedTuple):
+    """Lagrangian sub-blocks grouped in columns, the unit of data in the PSE graphs.
+
+    Column ``(bi, bj)`` holds the corner particles of the blocks ``(bi, bj, bk)``
+    for every ``bk``: planes ``i0 .. i1`` and rows ``j0 .. j1`` of the
+    Lagrangian grid (one extra layer each, wrapped when periodic) and every
+    ``k`` (plus one wrapped layer). ``values`` are dask Delayed objects, one per
+    column, usually persisted (in worker memory under a distributed client);
+    each computes to ``(corners (a+1, b+1, nz', 3), cell_mass (a, b, ncz) or
+    None)`` in the snapshot's dtype and array module.
+
+    ``blocks``: the :class:`LagrangianBlocks` (bounding boxes of every block);
+    ``column_of_block`` (B,) column index of each block; ``particle_mass``:
+    the single particle mass, or None when ``cell_mass`` arrays are carried.
+    """
+
+    values: list
+    blocks: LagrangianBlocks
+    column_of_block: np.ndarray
+    box_size: float | None
+    particle_mass: float | None
+
+
+def _grid_index(lo, hi, n, periodic):
+    """Indices ``lo .. hi`` inclusive, wrapped modulo ``n`` when periodic."""
+    r = np.arange(lo, hi + 1)
+    return r % n if periodic else r
+
+
+def _column(slab_pos, slab_mass, shape, j0, j1, periodic):
+    """Corner window of one column from its x-slab of id-ordered rows."""
+    ny, nz = shape[1], shape[2]
+    jj = _grid_index(j0, j1, ny, periodic)
+    kk = _grid_index(0, nz if periodic else nz - 1, nz, periodic)
+    xp = array_module(slab_pos)
+    pos = slab_pos.reshape(-1, ny, nz, 3)[:, xp.asarray(jj)][:, :, xp.asarray(kk)]
+    if slab_mass is None:
+        return pos, None
+    m = slab_mass.reshape(-1, ny, nz)[:-1][:, xp.asarray(jj[:-1])][:, :, xp.asarray(kk[:-1])]
+    return pos, xp.asarray(m, dtype=xp.float64)
+
+
+def block_window(column, bk, block, ncz):
+    """Corners and cell masses of block ``bk`` of a computed column."""
+    pos, mass = column
+    k0 = bk * block
+    k1 = min(k0 + block, ncz)
+    return pos[:, :, k0:k1 + 1], None if mass is None else mass[:, :, k0:k1]
+
+
+def column_block_tets(column, bks, block, ncz, box_size, particle_mass, shifts=None):
+    """Tetrahedra and masses of blocks ``bks`` of one computed column, concatenated.
+
+    ``shifts`` (len(bks), 3), optional: a translation added to each block's
+    tetrahedra (whole periodic boxes, to bring an image next to a leaf).
+    """
+    xp = array_module(column[0])
+    tets, masses = [], []
+    for n, bk in enumerate(bks):
+        corners, cm = block_window(column, int(bk), block, ncz)
+        ref = corners[0, 0, 0] if box_size is not None else None
+        t, m = block_tets_from_corners(corners, 1.0 if cm is None else cm, box_size, ref)
+        if shifts is not None and np.any(shifts[n]):
+            t = t + xp.asarray(shifts[n], dtype=xp.float64)
+        if particle_mass is not None:
+            m = m * particle_mass
+        tets.append(t)
+        masses.append(m)
+    if not tets:
+        return xp.empty((0, 4, 3)), xp.empty(0)
+    return xp.concatenate(tets), xp.concatenate(masses)
+
+
+def _column_bboxes(column, block, ncz, box_size):
+    """``(lo (nbk, 3), hi (nbk, 3), n_tets (nbk,))`` of the blocks of one column (NumPy)."""
+    nbk = -(-ncz // block)
+    lo, hi, nt = np.empty((nbk, 3)), np.empty((nbk, 3)), np.empty(nbk, np.int64)
+    for bk in range(nbk):
+        corners, _ = block_window(column, bk, block, ncz)
+        ref = corners[0, 0, 0] if box_size is not None else None
+        cells = unwrap_cells(corners, box_size, ref)
+        lo[bk] = host(cells.min(axis=(0, 1)))
+        hi[bk] = host(cells.max(axis=(0, 1)))
+        nt[bk] = 6 * cells.shape[0]
+    return lo, hi, nt
+
+
+def _x_slab(arr, shape, i0, count, periodic):
+    """Rows of ``count`` consecutive Lagrangian x-planes from ``i0`` (wrapping)."""
+    plane = shape[1] * shape[2]
+    if not periodic:
+        return arr[i0 * plane:(i0 + count) * plane]
+    parts = [arr[s] for s in _plane_rows(i0, count, shape[0], plane)]
+    return parts[0] if len(parts) == 1 else da.concatenate(parts)
 
 
 def _plane_rows(i0: int, count: int, nx: int, plane: int):
     """Row slices of ``count`` consecutive x-planes from ``i0`` (wrapping at nx)."""
     idx = (i0 + np.arange(count)) % nx
-    # split into contiguous runs
     runs = []
     start = idx[0]
     length = 1
@@ -251,109 +359,62 @@ def _plane_rows(i0: int, count: int, nx: int, plane: int):
     return [slice(int(s) * plane, int(s + ln) * plane) for s, ln in runs]
 
 
-def _block_ranges(bidx, block, ncells):
-    lo = [int(b) * block for b in bidx]
-    hi = [min(lo[d] + block, ncells[d]) for d in range(3)]
-    if any(lo[d] >= ncells[d] or lo[d] < 0 for d in range(3)):
-        raise ParameterError(f"block index {tuple(bidx)} outside the block grid")
-    return lo, hi
+def block_columns(snap, block: int = 8, *, label: str | None = None) -> BlockColumns:
+    """Build (and persist) the block columns of a snapshot and every block's bounding box.
 
-
-def _window(slab, shape, lo, hi, periodic):
-    """Corner window (cells lo..hi plus one layer) from an x-slab (planes lo[0]..hi[0])."""
-    ny, nz = shape[1], shape[2]
-    jj = np.arange(lo[1], hi[1] + 1) % ny if periodic else np.arange(lo[1], hi[1] + 1)
-    kk = np.arange(lo[2], hi[2] + 1) % nz if periodic else np.arange(lo[2], hi[2] + 1)
-    return slab[:, jj][:, :, kk]
-
-
-def _slab(pos_by_id, shape, i0, count, periodic):
-    nx, ny, nz = shape
-    plane = ny * nz
-    if periodic:
-        parts = [pos_by_id[s] for s in _plane_rows(i0, count, nx, plane)]
-        rows = parts[0] if len(parts) == 1 else da.concatenate(parts)
-    else:
-        rows = pos_by_id[i0 * plane:(i0 + count) * plane]
-    return rows
-
-
-def _row_blocks(slab, mslab, shape, box, block, ncells, bi, bjk, want):
-    """Kernel of one block row: tets or bounding boxes of blocks (bi, bj, bk) for bjk."""
-    periodic = box is not None
-    slab = np.asarray(slab)
-    if hasattr(slab, "get"):
-        slab = slab.get()
-    slab = slab.reshape(-1, shape[1], shape[2], 3)
-    out = []
-    for bj, bk in bjk:
-        lo, hi = _block_ranges((bi, bj, bk), block, ncells)
-        local_lo = [0, lo[1], lo[2]]
-        local_hi = [hi[0] - lo[0], hi[1], hi[2]]
-        corners = _window(slab, shape, local_lo, local_hi, periodic)
-        ref = corners[0, 0, 0] if periodic else None
-        if mslab is None:
-            cm = _ONE
-        else:
-            ms = np.asarray(mslab).reshape(-1, shape[1], shape[2])
-            cm = _window(ms[..., None], shape, local_lo, local_hi, periodic)[:-1, :-1, :-1, 0]
-        if want == "bbox":
-            cells = unwrap_cells(corners, box, ref)
-            out.append((cells.min(axis=(0, 1)), cells.max(axis=(0, 1)), 6 * cells.shape[0]))
-        else:
-            out.append(block_tets_from_corners(corners, cm, box, ref))
-    return out
-
-
-_ONE = 1.0
-
-
-def _particle_mass(snap):
-    if snap.mass is None:
-        if snap.particle_mass is None:
-            snap.particle_masses()  # raises the standard error
-        return float(snap.particle_mass)
-    return None
-
-
-def lagrangian_blocks(snap, block: int = 8) -> LagrangianBlocks:
-    """Blocks of ``block^3`` Lagrangian cells and their bounding boxes.
-
-    One dask task per block row ``bi`` reads the ``block + 1`` x-planes of the
-    id-ordered positions it needs and returns the bounding boxes of all its
-    blocks (computed from the unwrapped cell corners, the same coordinates the
-    tetrahedra get). Cost: one pass over the positions, ~(1 + 1/block) reads.
-
-    Returns
-    -------
-    LagrangianBlocks
-        ``index`` (B, 3) in C order of ``(bi, bj, bk)``, ``lo``/``hi`` (B, 3),
-        ``n_tets`` (B,), ``block``, ``cells_shape``.
+    One dask task per column reads the ``block + 1`` x-planes and ``block + 1``
+    rows of id-ordered positions it needs (the x-slab is shared by the columns
+    of one block row); the columns are persisted (worker memory under a
+    distributed client), then one small task per column returns the bounding
+    boxes of its blocks, computed from the unwrapped cell corners (the same
+    coordinates the tetrahedra get). Cost: one pass over the positions; the
+    columns hold ~(1 + 1/block)^2 of them.
     """
     block = _check_block(block)
     shape, box = _lagrangian(snap)
     periodic = box is not None
     ncells = cells_shape(shape, periodic)
-    pos = id_ordered_positions(snap)
+    pos, mass = id_ordered(snap)
+    pm = _particle_mass(snap)
     nb = [-(-c // block) for c in ncells]
-    bjk = [(bj, bk) for bj in range(nb[1]) for bk in range(nb[2])]
-    tasks = []
+    values = []
     for bi in range(nb[0]):
         i0 = bi * block
         count = min(i0 + block, ncells[0]) - i0 + 1
-        slab = _slab(pos, shape, i0, count, periodic)
-        tasks.append(dask.delayed(_row_blocks, pure=True)(
-            slab, None, shape, box, block, ncells, bi, bjk, "bbox"))
-    rows = dask.compute(*tasks)
-    index = np.array([(bi, bj, bk) for bi in range(nb[0]) for bj, bk in bjk], np.int64)
-    lo = np.array([r[0] for row in rows for r in row]).reshape(-1, 3)
-    hi = np.array([r[1] for row in rows for r in row]).reshape(-1, 3)
-    nt = np.array([r[2] for row in rows for r in row], np.int64)
-    return LagrangianBlocks(index, lo, hi, nt, block, ncells)
+        slab = _x_slab(pos, shape, i0, count, periodic)
+        mslab = None if mass is None else _x_slab(mass, shape, i0, count, periodic)
+        for bj in range(nb[1]):
+            j0 = bj * block
+            j1 = min(j0 + block, ncells[1])
+            values.append(dask.delayed(_column, pure=True)(
+                slab, mslab, shape, j0, j1, periodic,
+                dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(slab, j0, j1)}"))
+    values = list(persist(*values, label=label or "PSE: Lagrangian block columns"))
+    boxes = compute(*[dask.delayed(_column_bboxes, pure=True)(v, block, ncells[2], box)
+                      for v in values], label="PSE: block bounding boxes")
+    index = np.array([(bi, bj, bk) for bi in range(nb[0]) for bj in range(nb[1])
+                      for bk in range(nb[2])], np.int64).reshape(-1, 3)
+    blocks = LagrangianBlocks(index, np.concatenate([b[0] for b in boxes]).reshape(-1, 3),
+                              np.concatenate([b[1] for b in boxes]).reshape(-1, 3),
+                              np.concatenate([b[2] for b in boxes]), block, ncells)
+    column_of_block = index[:, 0] * nb[1] + index[:, 1]
+    return BlockColumns(values, blocks, column_of_block, box, pm)
 
 
-def block_tetrahedra(snap, block_index, block: int = 8, *, positions=None):
-    """Tetrahedra and masses of one Lagrangian block.
+def lagrangian_blocks(snap, block: int = 8) -> LagrangianBlocks:
+    """Blocks of ``block^3`` Lagrangian cells and their bounding boxes.
+
+    Returns
+    -------
+    LagrangianBlocks
+        ``index`` (B, 3) in C order of ``(bi, bj, bk)``, ``lo``/``hi`` (B, 3),
+        ``n_tets`` (B,), ``block``, ``cells_shape``. See :func:`block_columns`.
+    """
+    return block_columns(snap, block).blocks
+
+
+def block_tetrahedra(snap, block_index, block: int = 8):
+    """Tetrahedra and masses of one Lagrangian block (NumPy, for tests and inspection).
 
     Parameters
     ----------
@@ -363,9 +424,6 @@ def block_tetrahedra(snap, block_index, block: int = 8, *, positions=None):
         ``(bi, bj, bk)`` as in :func:`lagrangian_blocks`.
     block : int
         Cells per block side.
-    positions : dask or numpy array (N, 3), optional
-        Id-ordered positions (from :func:`id_ordered_positions`), to avoid
-        re-checking the ids for every block.
 
     Returns
     -------
@@ -380,22 +438,19 @@ def block_tetrahedra(snap, block_index, block: int = 8, *, positions=None):
     periodic = box is not None
     ncells = cells_shape(shape, periodic)
     bi, bj, bk = (int(b) for b in block_index)
-    lo, hi = _block_ranges((bi, bj, bk), block, ncells)
-    pos = id_ordered_positions(snap) if positions is None else positions
-    count = hi[0] - lo[0] + 1
-    slab = _slab(pos, shape, lo[0], count, periodic)
-    slab = slab.compute() if hasattr(slab, "compute") else slab
-    pm = _particle_mass(snap)
-    mslab = None
-    if pm is None:
-        m = _id_ordered_masses(snap)
-        mslab = np.concatenate([m[s] for s in _plane_rows(lo[0], count, shape[0],
-                                                          shape[1] * shape[2])]) \
-            if periodic else m[lo[0] * shape[1] * shape[2]:(lo[0] + count) * shape[1] * shape[2]]
-    (tets, mass), = _row_blocks(slab, mslab, shape, box, block, ncells, bi, [(bj, bk)], "tets")
-    if pm is not None:
-        mass = mass * pm
-    return tets, mass
+    nb = [-(-c // block) for c in ncells]
+    if not all(0 <= b < n for b, n in zip((bi, bj, bk), nb, strict=True)):
+        raise ParameterError(f"block index {tuple(block_index)} outside the block grid {nb}")
+    pos, mass = id_ordered(snap)
+    i0 = bi * block
+    count = min(i0 + block, ncells[0]) - i0 + 1
+    slab = _x_slab(pos, shape, i0, count, periodic)
+    mslab = None if mass is None else _x_slab(mass, shape, i0, count, periodic)
+    slab, mslab = dask.compute(slab, mslab)
+    j0 = bj * block
+    col = _column(slab, mslab, shape, j0, min(j0 + block, ncells[1]), periodic)
+    tets, m = column_block_tets(col, [bk], block, ncells[2], box, _particle_mass(snap))
+    return host(tets), host(m)
 
 
 def snapshot_tetrahedra(snap):
@@ -404,21 +459,19 @@ def snapshot_tetrahedra(snap):
     Cells in C order of ``(i, j, k)``, 6 Kuhn tetrahedra each (``T = 6 * cells``),
     each cell unwrapped about its own corner 000 (no block shift). Memory ~300
     bytes per particle: for tests and small boxes; large snapshots go block by
-    block (:func:`block_tetrahedra`).
+    block (:func:`block_columns`).
     """
     shape, box = _lagrangian(snap)
     periodic = box is not None
-    pos = np.asarray(id_ordered_positions(snap).compute())
-    if hasattr(pos, "get"):
-        pos = pos.get()
-    grid = pos.reshape(*shape, 3)
+    pos, mass = id_ordered(snap)
+    pos, mass = dask.compute(pos, mass)
+    grid = host(pos).reshape(*shape, 3)
     if periodic:
         grid = np.pad(grid, ((0, 1), (0, 1), (0, 1), (0, 0)), mode="wrap")
     pm = _particle_mass(snap)
     if pm is None:
-        m = _id_ordered_masses(snap).reshape(shape)
         ncells = cells_shape(shape, periodic)
-        cm = m[:ncells[0], :ncells[1], :ncells[2]]
+        cm = host(mass).reshape(shape)[:ncells[0], :ncells[1], :ncells[2]]
     else:
         cm = pm
     return block_tets_from_corners(grid, cm, box)
