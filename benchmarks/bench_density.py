@@ -16,7 +16,7 @@ Measurements, one JSON line each:
   on the device, as on a dask-cuda worker), times include a device sync.
 * ``strategy`` (``--workers W``): gather and reduce on a ``W``-worker
   ``LocalCluster`` (processes, 1 thread each): wall time, bytes moved between
-  workers (the workers' ``transfer_outgoing_bytes_total`` before/after), peak
+  workers (the workers' ``transfer_incoming_log`` totals before/after), peak
   cluster memory (distributed ``MemorySampler``: ``managed`` = bytes of task
   results held, ``process`` = RSS of the worker processes), and the maximum
   difference between the two density fields.
@@ -110,8 +110,8 @@ def bench_strategies(snap, args, env):
 
     from cosmo_dask.density import pse_density
 
-    def sent(dask_worker):
-        return dask_worker.transfer_outgoing_bytes_total
+    def received(dask_worker):  # worker-to-worker transfers only (not results to the client)
+        return sum(e["total"] for e in dask_worker.transfer_incoming_log)
 
     results = {}
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
@@ -119,14 +119,14 @@ def bench_strategies(snap, args, env):
         pse_density(snap, patch_size=args.patch_size, strategy="gather")  # warm-up: compile
         for strategy in ("gather", "reduce"):
             ms = MemorySampler()
-            before = sum(client.run(sent).values())
+            before = sum(client.run(received).values())
             with ms.sample("managed", measure="managed", interval=0.05), \
                     ms.sample("process", measure="process", interval=0.05):
                 t0 = time.perf_counter()
                 octree = pse_density(snap, patch_size=args.patch_size, strategy=strategy)
                 patches = octree.patches.compute()
                 t = time.perf_counter() - t0
-            moved = sum(client.run(sent).values()) - before
+            moved = sum(client.run(received).values()) - before
             peak = {k: float(max(v for _, v in ms.samples[k])) if ms.samples[k] else None
                     for k in ("managed", "process")}
             results[strategy] = patches

@@ -35,12 +35,14 @@ those cells plus one more layer (the +1 corners), wrapped periodically.
 In id order the particles of one Lagrangian x-plane ``i`` are the contiguous
 rows ``[i*ny*nz, (i+1)*ny*nz)`` of the position array, so the particles of a
 block row ``bi`` are ``block + 1`` contiguous planes (two row ranges when the
-row wraps). A dask graph feeds :func:`block_tets_from_corners` by slicing
-those rows from the id-ordered position array (:func:`id_ordered_positions`,
-lazily; one slab task per ``bi``, shared by all ``(bj, bk)`` blocks of that
-row), selecting the ``(j, k)`` window with wrap, and calling it per block;
-:func:`lagrangian_blocks` does exactly that to compute every block's bounding
-box, and :func:`block_tetrahedra` for one block. Per block, the kernel input is
+row wraps). :func:`block_columns` slices those rows lazily from the
+id-ordered positions (:func:`id_ordered`; one x-slab per ``bi``), cuts
+them into *columns* (all blocks ``bk`` of one ``(bi, bj)``, with the ``j``
+and ``k`` windows wrapped), persists the columns (one dask key each; worker
+memory under a distributed client) and computes every block's bounding box
+from its unwrapped cells. Tasks then build a block's tetrahedra from its
+column (:func:`column_block_tets`); :func:`lagrangian_blocks` and
+:func:`block_tetrahedra` use the same path. Per block, the kernel input is
 ``(block+1)^3 * 3`` floats (17.5 kB for 8^3 cells in float64) against
 ``6 * block^3 * 12`` floats (295 kB) of tetrahedra, so blocks of particles,
 not tetrahedra, are what should move between workers.
