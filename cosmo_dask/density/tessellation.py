@@ -304,8 +304,14 @@ def column_block_tets(column, bks, block, ncz, box_size, particle_mass, shifts=N
 
     ``shifts`` (len(bks), 3), optional: a translation added to each block's
     tetrahedra (whole periodic boxes, to bring an image next to a leaf).
+    A CuPy column goes to the one-launch kernel of :mod:`.tessellation_gpu`
+    (same arithmetic, same result).
     """
     xp = array_module(column[0])
+    if xp is not np:
+        from .tessellation_gpu import column_block_tets_gpu
+
+        return column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shifts)
     tets, masses = [], []
     for n, bk in enumerate(bks):
         corners, cm = block_window(column, int(bk), block, ncz)
@@ -323,17 +329,21 @@ def column_block_tets(column, bks, block, ncz, box_size, particle_mass, shifts=N
 
 
 def _column_bboxes(column, block, ncz, box_size):
-    """``(lo (nbk, 3), hi (nbk, 3), n_tets (nbk,))`` of the blocks of one column (NumPy)."""
+    """``(lo (nbk, 3), hi (nbk, 3), n_tets (nbk,))`` of the blocks of one column (NumPy).
+
+    The boxes of the blocks' tetrahedra (the unwrapped cell corners), built for
+    the whole column at once.
+    """
     nbk = -(-ncz // block)
-    lo, hi, nt = np.empty((nbk, 3)), np.empty((nbk, 3)), np.empty(nbk, np.int64)
-    for bk in range(nbk):
-        corners, _ = block_window(column, bk, block, ncz)
-        ref = corners[0, 0, 0] if box_size is not None else None
-        cells = unwrap_cells(corners, box_size, ref)
-        lo[bk] = host(cells.min(axis=(0, 1)))
-        hi[bk] = host(cells.max(axis=(0, 1)))
-        nt[bk] = 6 * cells.shape[0]
-    return lo, hi, nt
+    tets, _ = column_block_tets(column, np.arange(nbk), block, ncz, box_size, None)
+    a, b = column[0].shape[0] - 1, column[0].shape[1] - 1
+    k0 = np.arange(nbk) * block
+    counts = 6 * a * b * (np.minimum(k0 + block, ncz) - k0)
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    lo = [tets[s:e].min(axis=(0, 1)) for s, e in zip(edges[:-1], edges[1:], strict=True)]
+    hi = [tets[s:e].max(axis=(0, 1)) for s, e in zip(edges[:-1], edges[1:], strict=True)]
+    xp = array_module(tets)
+    return host(xp.stack(lo)), host(xp.stack(hi)), counts.astype(np.int64)
 
 
 def _x_slab(arr, shape, i0, count, periodic):
