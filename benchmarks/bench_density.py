@@ -97,6 +97,17 @@ def bench_deposit(snap, args, env):
     want = snap.n_particles * snap.particle_mass
     n_tets = octree.attrs["n_tets"]
     levels = np.bincount(octree.level, minlength=octree.max_level + 1).tolist()
+    if args.profile:
+        import cProfile
+        import pstats
+
+        with dask.config.set(scheduler=scheduler):
+            prof = cProfile.Profile()
+            prof.enable()
+            pse_density(snap, patch_size=args.patch_size, strategy="gather")
+            _sync(args.device)
+            prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(15)
     emit(env, what="deposit", n_side=args.n_side, box=args.box, n_tets=n_tets,
          patch_size=args.patch_size, leaves=octree.n_leaves, leaves_per_level=levels,
          effective=octree.effective_resolution, scheduler=scheduler, seconds=t,
@@ -171,6 +182,7 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--skip-strategy", action="store_true")
     ap.add_argument("--skip-deposit", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile one deposit (stderr)")
     args = ap.parse_args()
     env = _env(args.device)
     snap = _snapshot(args.n_side, args.box, args.device)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from ..backend import array_module
 from .tessellation import column_block_tets
 from .tet_volume import deposit_tets
 
@@ -45,25 +44,37 @@ DEPOSIT_BATCH = 1 << 20
 
 
 # --------------------------------------------------------------------------- task bodies
-def _deposit_items(patch, leaf_lo, h, geom, items, columns):
-    """Deposit the pieces ``items`` ([(column slot, bks, shifts)]) onto ``patch`` (mass)."""
-    block, ncz, box, pm, _ = geom
+def _deposit_items(patch, leaf_lo, h, geom, packed, columns):
+    """Deposit the pieces ``packed`` (see :func:`_pack`) onto ``patch`` (mass).
+
+    Tetrahedra are built in batches of about ``DEPOSIT_BATCH``: on the GPU one
+    launch builds a whole batch from several columns
+    (:func:`.tessellation_gpu.items_tets_gpu`), then one deposit call.
+    """
+    block, ncz, box, pm, gpu = geom
     p = patch.shape[0]
-    tets, masses, held = [], [], 0
-    xp = array_module(patch)
-    for slot, bks, shifts in items:
-        t, m = column_block_tets(columns[slot], bks, block, ncz, box, pm,
-                                 None if box is None else shifts * box)
-        tets.append(t)
-        masses.append(m)
-        held += len(m)
+    batches, batch, held = [], [], 0
+    per_block = 6 * (block**2) * block
+    for item in _unpack(packed):
+        batch.append(item)
+        held += len(item[1]) * per_block
         if held >= DEPOSIT_BATCH:
-            deposit_tets(xp.concatenate(tets), xp.concatenate(masses), leaf_lo, h, (p, p, p),
-                         out=patch)
-            tets, masses, held = [], [], 0
-    if held:
-        deposit_tets(xp.concatenate(tets), xp.concatenate(masses), leaf_lo, h, (p, p, p),
-                     out=patch)
+            batches.append(batch)
+            batch, held = [], 0
+    if batch:
+        batches.append(batch)
+    for batch in batches:
+        if gpu:
+            from .tessellation_gpu import items_tets_gpu
+
+            tets, mass = items_tets_gpu(columns, batch, block, ncz, box, pm)
+        else:
+            parts = [column_block_tets(columns[slot], bks, block, ncz, box, pm,
+                                       None if box is None else shifts * box)
+                     for slot, bks, shifts in batch]
+            tets = np.concatenate([t for t, _ in parts])
+            mass = np.concatenate([m for _, m in parts])
+        deposit_tets(tets, mass, leaf_lo, h, (p, p, p), out=patch)
     return patch
 
 
@@ -75,17 +86,17 @@ def _new_patch(p, gpu):
     return np.zeros((p, p, p))
 
 
-def pse_leaf(leaf_lo, h, p, geom, items, *columns):
+def pse_leaf(leaf_lo, h, p, geom, packed, *columns):
     """Gather task: the density patch (1, p, p, p) of one leaf from all its blocks."""
     patch = _new_patch(p, geom[4])
-    _deposit_items(patch, leaf_lo, h, geom, items, columns)
+    _deposit_items(patch, leaf_lo, h, geom, packed, columns)
     return (patch / h**3)[None]
 
 
-def pse_partial(leaf_lo, h, p, geom, items, _token, *columns):
+def pse_partial(leaf_lo, h, p, geom, packed, _token, *columns):
     """Reduce strategy, step 1: one group's partial mass patch of one leaf."""
     patch = _new_patch(p, geom[4])
-    return _deposit_items(patch, leaf_lo, h, geom, items, columns)
+    return _deposit_items(patch, leaf_lo, h, geom, packed, columns)
 
 
 def pse_reduce(*parts):
@@ -113,16 +124,35 @@ def pse_empty(p, gpu):
 
 # --------------------------------------------------------------------------- graph helpers
 def _leaf_items(layout, cols, i):
-    """Pieces of leaf ``i`` grouped by column: ``{column: (bks, shifts)}``."""
+    """Pieces of leaf ``i`` grouped by column: ``{column: (bks, image shifts)}``."""
     a, b = layout.leaf_ptr[i], layout.leaf_ptr[i + 1]
     blk = layout.piece_block[a:b]
     shift = layout.piece_shift[a:b]
     col = cols.column_of_block[blk]
     bk = cols.blocks.index[blk, 2]
-    out = {}
-    for c in np.unique(col):
-        sel = col == c
-        out[int(c)] = (bk[sel], shift[sel].astype(np.float64))
+    order = np.argsort(col, kind="stable")
+    col, bk, shift = col[order], bk[order], shift[order]
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]]) if len(col) else []
+    ends = list(starts[1:]) + [len(col)]
+    return {int(col[s]): (bk[s:e], shift[s:e]) for s, e in zip(starts, ends, strict=True)}
+
+
+def _pack(items):
+    """``{column: (bks, shifts)}`` -> one int64 array of rows (slot, bk, sx, sy, sz).
+
+    One array per task argument keeps graph construction cheap (dask walks
+    lists and tuples of arguments, not arrays)."""
+    rows = [np.column_stack([np.full(len(bks), n), bks, sh])
+            for n, (bks, sh) in enumerate(items.values())]
+    return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 5), np.int64)
+
+
+def _unpack(packed):
+    """Rows (slot, bk, sx, sy, sz) -> [(slot, bks, image shifts)], one entry per slot."""
+    out = []
+    for slot in np.unique(packed[:, 0]):
+        sel = packed[:, 0] == slot
+        out.append((int(slot), packed[sel, 1], packed[sel, 2:].astype(np.float64)))
     return out
 
 
@@ -209,10 +239,9 @@ def gather_graph(cols, layout, p, workers, token, *, gpu=False):
         if workers is not None:
             owners, counts = np.unique([workers[c] for c in slots], return_counts=True)
             worker = str(owners[np.argmax(counts)])
-        spec = [(n, bks, sh) for n, (bks, sh) in enumerate(items.values())]
         with _annotate(worker, priority[i]):
             out.append(dask.delayed(pse_leaf, pure=True)(
-                lo[i], float(h[i]), p, geom, spec, *[cols.values[c] for c in slots],
+                lo[i], float(h[i]), p, geom, _pack(items), *[cols.values[c] for c in slots],
                 dask_key_name=key))
     return out
 
@@ -255,10 +284,10 @@ def reduce_graph(cols, layout, p, workers, token, *, n_groups, max_partials, spl
             if n >= max_partials:
                 gate = _done_token(done, sequence[g][n - max_partials], token)
             slots = list(items)
-            spec = [(k, bks, sh) for k, (bks, sh) in enumerate(items.values())]
             with _annotate(names[g], priority[i]):
                 partials[i].append(dask.delayed(pse_partial, pure=True)(
-                    lo[i], float(h[i]), p, geom, spec, gate, *[cols.values[c] for c in slots],
+                    lo[i], float(h[i]), p, geom, _pack(items), gate,
+                    *[cols.values[c] for c in slots],
                     dask_key_name=f"pse-partial-{token}-{i}-{g}"))
         result = _tree_sum(partials[i], split_every, f"pse-reduce-{token}-{i}", priority[i])
         key = f"pse-leaf-{token}-{i}"

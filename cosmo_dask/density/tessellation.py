@@ -339,11 +339,15 @@ def _column_bboxes(column, block, ncz, box_size):
     a, b = column[0].shape[0] - 1, column[0].shape[1] - 1
     k0 = np.arange(nbk) * block
     counts = 6 * a * b * (np.minimum(k0 + block, ncz) - k0)
-    edges = np.concatenate([[0], np.cumsum(counts)])
-    lo = [tets[s:e].min(axis=(0, 1)) for s, e in zip(edges[:-1], edges[1:], strict=True)]
-    hi = [tets[s:e].max(axis=(0, 1)) for s, e in zip(edges[:-1], edges[1:], strict=True)]
     xp = array_module(tets)
-    return host(xp.stack(lo)), host(xp.stack(hi)), counts.astype(np.int64)
+    full = int(np.sum(counts == counts[0]))  # all blocks but a shorter last one
+    head = tets[:full * counts[0]].reshape(full, -1, 3)
+    lo, hi = [head.min(axis=1)], [head.max(axis=1)]
+    if full < nbk:
+        tail = tets[full * counts[0]:]
+        lo.append(tail.min(axis=(0, 1))[None])
+        hi.append(tail.max(axis=(0, 1))[None])
+    return host(xp.concatenate(lo)), host(xp.concatenate(hi)), counts.astype(np.int64)
 
 
 def _x_slab(arr, shape, i0, count, periodic):

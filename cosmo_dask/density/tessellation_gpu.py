@@ -25,29 +25,40 @@ __device__ __forceinline__ double minimage(double d, double box) {
     return d - box * floor(d / box + 0.5);
 }
 
+// meta (int64): R, then R rows of (column, k0, k1, sx, sy, sz), then first[R+1],
+// then per column (a, b, Z, pos pointer, cell-mass pointer or 0).
 extern "C" __global__ void column_tets(
-    const double* __restrict__ pos,    // (A+1, B+1, Z, 3) corners of the column
-    const double* __restrict__ cmass,  // (A, B, NCZ) cell masses or null
-    const long long* __restrict__ req, // (R, 2): k0, k1 cell range of each requested block
-    const long long* __restrict__ first, // (R+1,) first output cell of each request
-    const double* __restrict__ shift,  // (R, 3)
-    const int* __restrict__ kuhn,      // (6, 4)
-    int R, int A, int B, int Z, int NCZ, double box, int periodic, double pmass,
+    const long long* __restrict__ meta, const int* __restrict__ kuhn,
+    int NCZ, double box, int periodic, double pmass,
     double* __restrict__ tets, double* __restrict__ mass)
 {
+    const long long R = meta[0];
+    const long long* req = meta + 1;
+    const long long* first = req + 6 * R;
+    const long long* colinfo = first + R + 1;
     long long n_cells = first[R];
     for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < n_cells;
          c += (long long)gridDim.x * blockDim.x) {
-        int r = 0;
-        while (first[r + 1] <= c) ++r;
-        long long k0 = req[2 * r], k1 = req[2 * r + 1];
+        long long lo = 0, hi = R - 1;       // request r: first[r] <= c < first[r + 1]
+        while (lo < hi) {
+            long long mid = (lo + hi + 1) >> 1;
+            if (first[mid] <= c) lo = mid; else hi = mid - 1;
+        }
+        const long long r = lo;
+        const long long* q = req + 6 * r;
+        const long long* ci = colinfo + 5 * q[0];
+        const int B = (int)ci[1];
+        const long long Z = ci[2];
+        const double* pos = (const double*)ci[3];
+        const double* cmass = (const double*)ci[4];
+        long long k0 = q[1], k1 = q[2];
         long long local = c - first[r];
         long long depth = k1 - k0;
         int i = (int)(local / (B * depth));
         int j = (int)((local / depth) % B);
         long long k = k0 + local % depth;
         double corner[8][3];
-        const double* ref = pos + (k0) * 3;  // corner (0, 0, k0)
+        const double* ref = pos + k0 * 3;  // corner (0, 0, k0)
         for (int n = 0; n < 8; ++n) {
             int di = (n >> 2) & 1, dj = (n >> 1) & 1, dk = n & 1;
             const double* p = pos + (((long long)(i + di) * (B + 1) + (j + dj)) * Z
@@ -64,14 +75,18 @@ extern "C" __global__ void column_tets(
                 for (int a = 0; a < 3; ++a)
                     corner[n][a] = anchor[a] + minimage(corner[n][a] - corner[0][a], box);
         }
+        double shift[3];
+        for (int a = 0; a < 3; ++a) shift[a] = (double)q[3 + a] * box;
         double m = cmass ? cmass[((long long)i * B + j) * NCZ + k] : 1.0;
         m = m / 6.0 * pmass;
         for (int t = 0; t < 6; ++t) {
             long long out = c * 6 + t;
             mass[out] = m;
             for (int v = 0; v < 4; ++v)
-                for (int a = 0; a < 3; ++a)
-                    tets[(out * 4 + v) * 3 + a] = corner[kuhn[4 * t + v]][a] + shift[3 * r + a];
+                for (int a = 0; a < 3; ++a) {
+                    double x = corner[kuhn[4 * t + v]][a];
+                    tets[(out * 4 + v) * 3 + a] = q[3 + a] ? x + shift[a] : x;
+                }
         }
     }
 }
@@ -95,34 +110,61 @@ def _kuhn(device_id: int):
         return cupy.asarray(KUHN_TETS.astype(np.int32))
 
 
-def column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shifts=None):
-    """GPU twin of :func:`.tessellation.column_block_tets` (CuPy column in, CuPy out)."""
+def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
+    """Tetrahedra and masses of many columns' blocks in one launch (CuPy).
+
+    ``items``: ``[(slot, bks, image_shifts)]`` with ``columns[slot]`` a CuPy
+    column ``(corners, cell_mass or None)``, block indices ``bks`` and integer
+    periodic image shifts (len(bks), 3) (or None) that are multiplied by
+    ``box_size``. Output in items order, blocks in ``bks`` order, cells in C
+    order: the same as concatenating :func:`.tessellation.column_block_tets`.
+    """
     import cupy
 
-    pos, cm = column
-    pos = cupy.ascontiguousarray(pos, dtype=cupy.float64)
-    a, b, z = pos.shape[0] - 1, pos.shape[1] - 1, pos.shape[2]
-    bks = np.asarray(bks, np.int64).reshape(-1)
-    k0 = bks * block
-    k1 = np.minimum(k0 + block, ncz)
-    first = np.zeros(len(bks) + 1, np.int64)
-    np.cumsum(a * b * (k1 - k0), out=first[1:])
+    slots = sorted({int(slot) for slot, _, _ in items})
+    where = {s: n for n, s in enumerate(slots)}
+    cols = [(cupy.ascontiguousarray(columns[s][0], dtype=cupy.float64),
+             None if columns[s][1] is None
+             else cupy.ascontiguousarray(columns[s][1], dtype=cupy.float64)) for s in slots]
+    rows, counts = [], []
+    for slot, bks, shifts in items:
+        pos = cols[where[int(slot)]][0]
+        a, b = pos.shape[0] - 1, pos.shape[1] - 1
+        bks = np.asarray(bks, np.int64).reshape(-1)
+        k0 = bks * block
+        k1 = np.minimum(k0 + block, ncz)
+        sh = (np.zeros((len(bks), 3), np.int64) if shifts is None
+              else np.rint(np.asarray(shifts)).astype(np.int64).reshape(-1, 3))
+        rows.append(np.column_stack([np.full(len(bks), where[int(slot)]), k0, k1, sh]))
+        counts.append(a * b * (k1 - k0))
+    rows = np.concatenate(rows) if rows else np.zeros((0, 6), np.int64)
+    first = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(np.concatenate(counts) if counts else [], out=first[1:])
     n_cells = int(first[-1])
-    shift = np.zeros((len(bks), 3)) if shifts is None else np.asarray(shifts, np.float64)
-    meta = cupy.asarray(np.concatenate([np.stack([k0, k1], 1).reshape(-1), first]))
-    req, first_d = meta[:2 * len(bks)], meta[2 * len(bks):]
     tets = cupy.empty((n_cells * 6, 4, 3))
     mass = cupy.empty(n_cells * 6)
     if n_cells == 0:
         return tets, mass
-    cmass = None if cm is None else cupy.ascontiguousarray(cm, dtype=cupy.float64)
+    info = np.array([(p.shape[0] - 1, p.shape[1] - 1, p.shape[2], p.data.ptr,
+                      0 if m is None else m.data.ptr) for p, m in cols], np.uint64)
+    meta = np.concatenate([[len(rows)], rows.reshape(-1), first,
+                           info.view(np.int64).reshape(-1)]).astype(np.int64)
     dev = cupy.cuda.Device().id
     threads = 128
     blocks = int(min(-(-n_cells // threads), 65535))
     _kernel(dev)((blocks,), (threads,), (
-        pos, cmass if cmass is not None else np.uintp(0), req, first_d,
-        cupy.asarray(shift.reshape(-1)), _kuhn(dev), np.int32(len(bks)), np.int32(a),
-        np.int32(b), np.int32(z), np.int32(ncz), np.float64(box_size or 0.0),
+        cupy.asarray(meta), _kuhn(dev), np.int32(ncz), np.float64(box_size or 0.0),
         np.int32(box_size is not None),
         np.float64(1.0 if particle_mass is None else particle_mass), tets, mass))
     return tets, mass
+
+
+def column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shifts=None):
+    """GPU twin of :func:`.tessellation.column_block_tets` for one column.
+
+    ``shifts`` here are translations (whole boxes), as there.
+    """
+    img = None
+    if shifts is not None:
+        img = np.asarray(shifts, np.float64) / (box_size if box_size else 1.0)
+    return items_tets_gpu([column], [(0, bks, img)], block, ncz, box_size, particle_mass)
