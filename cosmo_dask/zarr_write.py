@@ -6,10 +6,22 @@ import os
 from collections.abc import Sequence
 
 import dask.array as da
+import numpy as np
 
 from .errors import ParameterError, SnapshotError
 
 COMPRESSORS = (None, "zstd", "blosc")
+
+
+def plain_attrs(value):
+    """Store attributes as JSON-able Python objects (NumPy scalars and arrays converted)."""
+    if isinstance(value, dict):
+        return {str(k): plain_attrs(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain_attrs(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def codecs_for(compressor: str | None):

@@ -49,6 +49,7 @@ from ..atomic import atomic_directory, local_path
 from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute
+from ..zarr_write import plain_attrs
 
 FORMAT = "cosmo_dask.density_octree"
 FORMAT_VERSION = 1
@@ -72,15 +73,15 @@ def _row_keys(idx: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(idx, dtype=">i8").reshape(-1, 3).view("V24").ravel()
 
 
-def _plain(value):
-    """Provenance values as JSON-able Python objects (NumPy scalars/arrays converted)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+def _positive(name, value) -> float:
+    """A finite positive float, or ParameterError naming the argument."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"DensityOctree: {name} must be a number, got {value!r}") from exc
+    if not (math.isfinite(out) and out > 0):
+        raise ParameterError(f"DensityOctree: {name} must be finite and > 0, got {out}")
+    return out
 
 
 class DensityOctree:
@@ -121,28 +122,14 @@ class DensityOctree:
         if root_lo.shape != (3,) or not np.all(np.isfinite(root_lo)):
             raise ParameterError(f"DensityOctree: root_lo must be 3 finite numbers, "
                                  f"got {root_lo!r}")
-        try:
-            root_size = float(root_size)
-        except (TypeError, ValueError) as exc:
-            raise ParameterError(f"DensityOctree: root_size must be a number, "
-                                 f"got {root_size!r}") from exc
-        if not (math.isfinite(root_size) and root_size > 0):
-            raise ParameterError(f"DensityOctree: root_size must be finite and > 0, "
-                                 f"got {root_size}")
+        root_size = _positive("root_size", root_size)
         if isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer)):
             raise ParameterError(f"DensityOctree: patch_size must be an int, got {patch_size!r}")
         p = int(patch_size)
         if p < 1 or p & (p - 1):
             raise ParameterError(f"DensityOctree: patch_size must be a power of two, got {p}")
         if box_size is not None:
-            try:
-                box_size = float(box_size)
-            except (TypeError, ValueError) as exc:
-                raise ParameterError(f"DensityOctree: box_size must be None or a number, "
-                                     f"got {box_size!r}") from exc
-            if not (math.isfinite(box_size) and box_size > 0):
-                raise ParameterError(f"DensityOctree: box_size must be finite and > 0, "
-                                     f"got {box_size}")
+            box_size = _positive("box_size", box_size)
             tol = 1e-12 * box_size
             if np.any(root_lo < -tol) or np.any(root_lo + root_size > box_size + tol):
                 raise ParameterError(f"DensityOctree: the root cube {root_lo.tolist()} + "
@@ -487,7 +474,7 @@ class DensityOctree:
         Returns the path written. Raises ``SnapshotError`` for an existing
         ``path`` without ``overwrite=True``; a failed write leaves nothing.
         """
-        provenance = _plain(self.attrs)
+        provenance = plain_attrs(self.attrs)
         try:
             json.dumps(provenance)
         except (TypeError, ValueError) as exc:

@@ -22,6 +22,7 @@ import zarr
 from ..atomic import atomic_directory, local_path
 from ..errors import SnapshotError
 from ..progress import compute
+from ..zarr_write import plain_attrs
 
 FORMAT = "cosmo_dask.halos"
 FORMAT_VERSION = 1
@@ -62,7 +63,7 @@ class HaloResult:
         """Write labels, catalog and parameters to a Zarr v3 store, atomically."""
         with atomic_directory(path, overwrite=overwrite, what="halo store") as tmp:
             attrs = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                     "parameters": _plain(self.parameters)}
+                     "parameters": plain_attrs(self.parameters)}
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
             labels = self.labels
             rows = max(1, labels.chunks[0][0]) if labels.shape[0] else 1
@@ -74,19 +75,9 @@ class HaloResult:
             compute(da.store(labels, target, lock=False, compute=False),
                     label=f"writing {path}")
             ds = self.catalog.drop_vars("axis", errors="ignore")  # strings: no stable v3 dtype
-            ds.attrs = {k: _plain(v) for k, v in ds.attrs.items()}
+            ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
             ds.to_zarr(str(tmp / "catalog"), mode="w", zarr_format=3, consolidated=False)
         return str(local_path(path))
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def open_catalog(path: str | os.PathLike) -> HaloResult:
