@@ -195,3 +195,32 @@ def read_array(
         )
     dtype = np.dtype(plan["dtype"]).newbyteorder("=")
     return da.Array(dsk, key, chunks, dtype=dtype, meta=np.empty((0,) * zarray.ndim, dtype))
+
+
+def open_product_group(path: str | os.PathLike, *, fmt: str, what: str,
+                       version: int | None = None):
+    """``(group, attrs)`` of a product store cosmo_dask wrote (halos, meshes, octrees, ...).
+
+    SnapshotError naming ``what`` when ``path`` is no Zarr v3 directory, cannot be
+    opened, has another ``format`` attribute or, with ``version``, another
+    ``format_version``.
+    """
+    import zarr
+
+    from .atomic import local_path
+
+    p = local_path(path)
+    if not p.is_dir() or not (p / "zarr.json").exists():
+        raise SnapshotError(f"{p}: no {what} here (expected a Zarr v3 directory)")
+    try:
+        group = zarr.open_group(str(p), mode="r")
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise SnapshotError(f"{p}: cannot open a {what} ({exc})") from exc
+    attrs = dict(group.attrs)
+    if attrs.get("format") != fmt:
+        raise SnapshotError(f"{p}: not a cosmo_dask {what} (format is "
+                            f"{attrs.get('format')!r}, expected {fmt!r})")
+    if version is not None and attrs.get("format_version") != version:
+        raise SnapshotError(f"{p}: {what} format_version {attrs.get('format_version')!r} "
+                            f"is not supported (this cosmo_dask reads {version})")
+    return group, attrs

@@ -18,8 +18,8 @@ import zarr
 
 from ..atomic import atomic_directory, local_path
 from ..backend import host
-from ..errors import SnapshotError
 from ..progress import compute
+from ..zarr_read import open_product_group
 
 FORMAT = "cosmo_dask.mesh"
 FORMAT_VERSION = 1
@@ -46,13 +46,8 @@ def write_mesh(path: str | os.PathLike, mesh: da.Array, *, box_size: float, sche
 
 def open_mesh(path: str | os.PathLike):
     """``(mass, attrs)``: the mesh as a lazy dask array and the store's attributes."""
-    try:
-        group = zarr.open_group(str(local_path(path)), mode="r")
-    except (FileNotFoundError, OSError, ValueError) as exc:
-        raise SnapshotError(f"{path}: cannot open a mesh store ({exc})") from exc
-    attrs = dict(group.attrs)
-    if attrs.get("format") != FORMAT:
-        raise SnapshotError(f"{path}: not a mesh store (format={attrs.get('format')!r})")
+    group, attrs = open_product_group(path, fmt=FORMAT, version=FORMAT_VERSION,
+                                      what="mesh store")
     return da.from_zarr(group["mass"]), attrs
 
 

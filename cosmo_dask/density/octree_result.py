@@ -49,6 +49,7 @@ from ..atomic import atomic_directory, local_path
 from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute
+from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs
 
 FORMAT = "cosmo_dask.density_octree"
@@ -710,20 +711,8 @@ def open_density_octree(path: str | os.PathLike) -> DensityOctree:
         unsupported format version, or a malformed one.
     """
     p = local_path(path)
-    if not p.is_dir() or not (p / "zarr.json").exists():
-        raise SnapshotError(f"{p}: no density octree store here (expected a Zarr v3 directory)")
-    try:
-        group = zarr.open_group(str(p), mode="r")
-    except (FileNotFoundError, OSError, ValueError) as exc:
-        raise SnapshotError(f"{p}: cannot open a density octree store ({exc})") from exc
-    attrs = dict(group.attrs)
-    if attrs.get("format") != FORMAT:
-        raise SnapshotError(f"{p}: not a cosmo_dask density octree store (format is "
-                            f"{attrs.get('format')!r}, expected {FORMAT!r})")
-    if attrs.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"{p}: density octree format_version "
-                            f"{attrs.get('format_version')!r} is not supported (this cosmo_dask "
-                            f"reads {FORMAT_VERSION})")
+    group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
+                                      what="density octree store")
     try:
         levels = [int(v) for v in attrs["levels"]]
         level, origin, patches = [], [], []

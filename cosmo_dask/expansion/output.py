@@ -18,8 +18,8 @@ import dask.array as da
 import zarr
 
 from ..atomic import atomic_directory, local_path
-from ..errors import SnapshotError
 from ..progress import compute
+from ..zarr_read import open_product_group
 from ..zarr_write import create_arrays
 
 FORMAT = "cosmo_dask.expansion"
@@ -54,13 +54,8 @@ def open_expansion(path: str | os.PathLike) -> dict:
     from .scf import SCF
 
     p = local_path(path)
-    try:
-        group = zarr.open_group(str(p), mode="r")
-    except (FileNotFoundError, OSError, ValueError) as exc:
-        raise SnapshotError(f"{path}: cannot open an expansion store ({exc})") from exc
-    attrs = dict(group.attrs)
-    if attrs.get("format") != FORMAT:
-        raise SnapshotError(f"{path}: not an expansion store (format={attrs.get('format')!r})")
+    group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
+                                      what="expansion store")
     keys = set(group.array_keys())
     return {
         "method": attrs["method"],

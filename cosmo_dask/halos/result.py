@@ -20,8 +20,8 @@ import xarray as xr
 import zarr
 
 from ..atomic import atomic_directory, local_path
-from ..errors import SnapshotError
 from ..progress import compute
+from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs
 
 FORMAT = "cosmo_dask.halos"
@@ -83,16 +83,7 @@ class HaloResult:
 def open_catalog(path: str | os.PathLike) -> HaloResult:
     """Open a halo store written by :meth:`HaloResult.to_zarr` (labels lazily)."""
     p = local_path(path)
-    if not p.is_dir() or not (p / "zarr.json").exists():
-        raise SnapshotError(f"{p}: no halo store here (expected a Zarr v3 directory)")
-    group = zarr.open_group(str(p), mode="r")
-    attrs = dict(group.attrs)
-    if attrs.get("format") != FORMAT:
-        raise SnapshotError(f"{p}: not a cosmo_dask halo store (format is "
-                            f"{attrs.get('format')!r}, expected {FORMAT!r})")
-    if attrs.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"{p}: halo store format_version {attrs.get('format_version')!r} "
-                            f"is not supported (this cosmo_dask reads {FORMAT_VERSION})")
+    group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION, what="halo store")
     labels = da.from_zarr(group["labels"])
     catalog = xr.open_zarr(str(p / "catalog"), consolidated=False).load()
     if "axis" in catalog.dims:
