@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import dask
+import dask.array as da
 import numpy as np
 
 from ..backend import array_module
@@ -26,7 +28,7 @@ from ..errors import ParameterError
 from ..progress import active_client, persist
 from .octree_result import DensityOctree
 from .pse_octree import build_octree, check_octree_params, default_root
-from .pse_schedule import choose_strategy, gather_graph, reduce_graph
+from .pse_schedule import choose_strategy, gather_graph, leaf_items, reduce_graph
 from .tessellation import _lagrangian, block_columns
 
 STRATEGIES = ("auto", "gather", "reduce")
@@ -123,11 +125,11 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
         ``root``, ``block``, ``max_partials`` or ``split_every``.
     """
     shape, box = _lagrangian(snap)
+    p, _, _ = check_octree_params(patch_size, 0, 1.0)  # the defaults below need p
     if max_level is None:
-        pcheck, _, _ = check_octree_params(patch_size, 0, 1.0)
-        max_level = default_max_level(shape, pcheck)
+        max_level = default_max_level(shape, p)
     if max_tets_per_node is None:
-        max_tets_per_node = float(patch_size) ** 3 if isinstance(patch_size, int) else 1.0
+        max_tets_per_node = float(p) ** 3
     p, max_level, max_tets = check_octree_params(patch_size, max_level, max_tets_per_node)
     if strategy not in STRATEGIES:
         raise ParameterError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -142,18 +144,16 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
     layout = build_octree(cols.blocks, root_lo=root_lo, root_size=root_size, box_size=box,
                           max_level=max_level, max_tets_per_node=max_tets)
     workers = column_workers(cols.values)
-    chosen, estimate = choose_strategy(cols, layout, p, workers)
+    items = leaf_items(layout, cols)
+    chosen, estimate = choose_strategy(cols, items, p, workers)
     if strategy != "auto":
         chosen = strategy
     token = _token(snap, p, max_level, max_tets, chosen, root_lo, root_size, block)
     if chosen == "gather":
-        leaves = gather_graph(cols, layout, p, workers, token, gpu=gpu)
+        leaves = gather_graph(cols, layout, items, p, workers, token, gpu=gpu)
     else:
-        if n_groups is None:
-            import dask
-
-            n_groups = dask.system.CPU_COUNT
-        leaves = reduce_graph(cols, layout, p, workers, token, n_groups=n_groups,
+        leaves = reduce_graph(cols, layout, items, p, workers, token,
+                              n_groups=dask.system.CPU_COUNT if n_groups is None else n_groups,
                               max_partials=max_partials, split_every=split_every, gpu=gpu)
     patches = _stack(leaves, p, gpu)
     (patches,) = persist(patches, label=f"PSE deposit ({chosen}, {len(leaves)} leaves)")
@@ -166,14 +166,10 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
 
 
 def _token(*parts):
-    import dask
-
     return dask.base.tokenize(*[getattr(x, "pos", x) for x in parts])[:12]
 
 
 def _stack(leaves, p, gpu):
-    import dask.array as da
-
     if gpu:
         import cupy
 

@@ -123,6 +123,11 @@ def pse_empty(p, gpu):
 
 
 # --------------------------------------------------------------------------- graph helpers
+def leaf_items(layout, cols):
+    """Per leaf, its pieces grouped by column (:func:`_leaf_items`); computed once per run."""
+    return [_leaf_items(layout, cols, i) for i in range(len(layout.level))]
+
+
 def _leaf_items(layout, cols, i):
     """Pieces of leaf ``i`` grouped by column: ``{column: (bks, image shifts)}``."""
     a, b = layout.leaf_ptr[i], layout.leaf_ptr[i + 1]
@@ -181,7 +186,7 @@ def _bytes_of_column(cols):
     return (b.block + 1) ** 2 * nz * 3 * 8
 
 
-def _transfer_estimate(cols, layout, p, workers):
+def _transfer_estimate(cols, items_per_leaf, p, workers):
     """Estimated bytes moved by each strategy: ``{"gather": g, "reduce": r}``.
 
     gather: each worker fetches once every column its leaves need and does not
@@ -191,8 +196,7 @@ def _transfer_estimate(cols, layout, p, workers):
     colb = _bytes_of_column(cols)
     fetched = set()
     reduce = 0.0
-    for i in range(len(layout.level)):
-        items = _leaf_items(layout, cols, i)
+    for items in items_per_leaf:
         if not items:
             continue
         owners = [workers[c] if workers is not None else 0 for c in items]
@@ -203,14 +207,14 @@ def _transfer_estimate(cols, layout, p, workers):
     return {"gather": float(len(fetched) * colb), "reduce": reduce}
 
 
-def choose_strategy(cols, layout, p, workers) -> tuple[str, dict]:
+def choose_strategy(cols, items_per_leaf, p, workers) -> tuple[str, dict]:
     """The ``strategy="auto"`` rule: fewer estimated bytes moved wins; ties go to gather.
 
     See :func:`_transfer_estimate` for the two estimates. On one
     worker, or without a client, both estimates are 0, and gather is taken
     (no partial patches, no reduction). ADECO measured A ahead of B at scale.
     """
-    est = _transfer_estimate(cols, layout, p, workers)
+    est = _transfer_estimate(cols, items_per_leaf, p, workers)
     return ("reduce" if est["reduce"] < est["gather"] else "gather"), est
 
 
@@ -222,14 +226,13 @@ def _annotate(worker, priority):
 
 
 # --------------------------------------------------------------------------- strategies
-def gather_graph(cols, layout, p, workers, token, *, gpu=False):
+def gather_graph(cols, layout, items_per_leaf, p, workers, token, *, gpu=False):
     """One Delayed density chunk per leaf, strategy A."""
     lo, h = leaf_geometry(layout, p)
     geom = _geom(cols, gpu)
     _, priority = _work_order(layout)
     out = []
-    for i in range(len(layout.level)):
-        items = _leaf_items(layout, cols, i)
+    for i, items in enumerate(items_per_leaf):
         key = f"pse-leaf-{token}-{i}"
         if not items:
             out.append(dask.delayed(pse_empty, pure=True)(p, bool(gpu), dask_key_name=key))
@@ -256,7 +259,8 @@ def column_groups(cols, workers, n_groups):
     return (np.arange(nc) * n_groups) // nc, [None] * n_groups
 
 
-def reduce_graph(cols, layout, p, workers, token, *, n_groups, max_partials, split_every,
+def reduce_graph(cols, layout, items_per_leaf, p, workers, token, *, n_groups, max_partials,
+                 split_every,
                  gpu=False):
     """One Delayed density chunk per leaf, strategy B."""
     lo, h = leaf_geometry(layout, p)
@@ -268,7 +272,7 @@ def reduce_graph(cols, layout, p, workers, token, *, n_groups, max_partials, spl
     sequence = {g: [] for g in range(len(names))}
     per_leaf = {}
     for i in order:  # issue work largest first, in one global order
-        items = _leaf_items(layout, cols, i)
+        items = items_per_leaf[i]
         by_group = {}
         for c, it in items.items():
             by_group.setdefault(int(group[c]), {})[c] = it
