@@ -1,0 +1,1 @@
+"""Gravity: direct, octree (Barnes-Hut with group interaction lists), PM and TreePM."""
