@@ -1,1 +1,20 @@
-"""Gravity: direct, octree (Barnes-Hut with group interaction lists), PM and TreePM."""
+"""Gravity: direct, octree (Barnes-Hut with group interaction lists), PM and TreePM.
+
+Public API::
+
+    from cosmo_dask.gravity import accelerations, to_zarr, open_gravity
+
+    acc, pot = accelerations(snap, method="tree", theta=0.5, softening=0.01)
+    to_zarr(acc, pot, "gravity.zarr", attrs={"method": "tree"})
+    ds = open_gravity("gravity.zarr")   # xarray Dataset of dask arrays
+
+See ``docs/gravity.md`` for the conventions, methods and store layout. The
+method modules (``direct``, ``tree_graph``, ``pm``, ``treepm``) are imported
+only when a method is asked for.
+"""
+
+from .api import METHODS, accelerations, check_parameters, default_n_mesh
+from .output import open_gravity, to_zarr
+
+__all__ = ["accelerations", "check_parameters", "default_n_mesh", "to_zarr", "open_gravity",
+           "METHODS"]

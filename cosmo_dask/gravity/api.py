@@ -1,0 +1,446 @@
+"""The public gravity API: :func:`accelerations` checks its input and dispatches to a method.
+
+Every parameter is checked before any graph is built (:func:`check_parameters`
+needs no particle data); the particle values (finite positions, positions inside
+a periodic box, positive finite masses) are then checked by one small reduction
+over the input before the method's graph is built. Bad input raises
+:class:`~cosmo_dask.errors.ParameterError` naming the parameter.
+
+The methods live in their own modules and are imported only when asked for:
+
+========== ================================================ =====================================
+method     module                                           what it computes
+========== ================================================ =====================================
+"direct"   :mod:`cosmo_dask.gravity.direct`                 all pairs, tiled block-pair tasks
+"tree"     :mod:`cosmo_dask.gravity.tree_graph`             octree, group interaction lists
+"pm"       :mod:`cosmo_dask.gravity.pm`                     periodic particle-mesh (FFT)
+"treepm"   :mod:`cosmo_dask.gravity.treepm`                 PM long range + truncated tree
+========== ================================================ =====================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from ..backend import device_of, particle_rows, resolve_precision, to_device
+from ..errors import ParameterError
+from ..models._blocks import check_positive, check_positive_int
+from ..progress import compute
+
+__all__ = ["accelerations", "check_parameters", "GravityInput", "METHODS", "KERNELS",
+           "default_n_mesh"]
+
+#: method name -> (module in cosmo_dask.gravity, function name)
+_IMPLEMENTATIONS = {
+    "tree": ("tree_graph", "tree_accelerations"),
+    "direct": ("direct", "direct_accelerations"),
+    "pm": ("pm", "pm_accelerations"),
+    "treepm": ("treepm", "treepm_accelerations"),
+}
+METHODS = tuple(_IMPLEMENTATIONS)
+KERNELS = ("plummer", "spline")
+#: the opening angle must lie in (0, THETA_MAX)
+THETA_MAX = 1.5
+#: r_split = R_SPLIT_CELLS * box_size / n_mesh and r_cut = R_CUT_SPLITS * r_split by default
+R_SPLIT_CELLS = 1.2
+R_CUT_SPLITS = 4.5
+#: the smallest default mesh
+MIN_N_MESH = 16
+
+
+def default_n_mesh(n_particles: int) -> int:
+    """The PM mesh used when ``n_mesh`` is not given.
+
+    The smallest power of two ``>= N**(1/3)`` (one cell per particle on average,
+    or more), and at least :data:`MIN_N_MESH` (16): 64 for a 64^3 snapshot, 128
+    for 100^3 or 128^3.
+    """
+    side = 1
+    while side**3 < n_particles:
+        side *= 2
+    return max(MIN_N_MESH, side)
+
+
+@dataclass
+class GravityInput:
+    """Checked particles and parameters of one :func:`accelerations` call.
+
+    Attributes
+    ----------
+    pos : dask.array.Array
+        (N, 3) positions, chunked along rows only (NumPy or CuPy chunks).
+    mass : float or dask.array.Array
+        One mass for every particle, or (N,) masses chunked like ``pos``.
+    n : int
+        Number of particles N.
+    params : dict
+        The resolved parameters (defaults filled in), JSON-able: ``method``,
+        ``G``, ``box_size``, ``theta``, ``softening``, ``softening_kernel``,
+        ``precision``, ``potential`` and, where they apply, ``n_mesh``,
+        ``r_split``, ``r_cut``, ``max_leaf``, ``max_group``.
+    source : str or None
+        Path of the snapshot the particles came from.
+    """
+
+    pos: da.Array
+    mass: Any
+    n: int
+    params: dict = field(default_factory=dict)
+    source: str | None = None
+
+
+# ----------------------------------------------------------------------------- parameters
+def _choice(value, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in choices:
+        raise ParameterError(f"{name} must be one of {', '.join(map(repr, choices))}, "
+                             f"got {value!r}")
+    return value.lower()
+
+
+def _optional_positive(value, name: str) -> float | None:
+    return None if value is None else check_positive(value, name)
+
+
+def check_parameters(
+    n_particles: int,
+    *,
+    method: str = "tree",
+    theta: float = 0.5,
+    softening: float = 0.0,
+    softening_kernel: str = "plummer",
+    G: float | None = 1.0,  # noqa: N803 (physics symbol)
+    box_size: float | None = None,
+    n_mesh: int | None = None,
+    r_split: float | None = None,
+    precision: str = "float32",
+    potential: bool = True,
+    max_leaf: int = 64,
+    max_group: int = 64,
+    r_cut: float | None = None,
+) -> dict:
+    """Check the parameters of :func:`accelerations` and fill in the defaults.
+
+    Reads no particle data (only N, for the default mesh). Returns the resolved
+    parameters as a JSON-able dict (see :attr:`GravityInput.params`).
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameter: unknown ``method`` or ``softening_kernel``;
+        ``theta`` not in (0, 1.5); negative or non-finite ``softening``;
+        ``G`` or ``box_size`` not a positive finite number; ``pm``/``treepm``
+        without ``box_size`` (an isolated system); ``n_mesh``, ``max_leaf`` or
+        ``max_group`` not a positive integer; ``r_split``/``r_cut`` not positive,
+        or ``r_cut`` beyond half the box; ``precision`` other than float32 or
+        float64; ``softening`` with ``method="pm"``.
+    """
+    method = _choice(method, "method", METHODS)
+    kernel = _choice(softening_kernel, "softening_kernel", KERNELS)
+    ok = isinstance(theta, (int, float, np.integer, np.floating)) and not isinstance(theta, bool)
+    if not ok or not (0.0 < float(theta) < THETA_MAX):
+        raise ParameterError(f"theta (the opening angle) must be a number in (0, {THETA_MAX}), "
+                             f"got {theta!r}")
+    softening = check_positive(softening, "softening (a length)", allow_zero=True)
+    G = check_positive(G, "G (the gravitational constant)")  # noqa: N806
+    box = _optional_positive(box_size, "box_size")
+    prec = resolve_precision(precision).name if precision is not None else None
+    if prec is None:
+        raise ParameterError("precision must be 'float32' or 'float64', got None")
+    if not isinstance(potential, (bool, np.bool_)):
+        raise ParameterError(f"potential must be True or False, got {potential!r}")
+    params: dict[str, Any] = {
+        "method": method, "G": G, "box_size": box, "theta": float(theta),
+        "softening": softening, "softening_kernel": kernel, "precision": prec,
+        "potential": bool(potential),
+    }
+    if method == "tree":
+        params["max_leaf"] = check_positive_int(max_leaf, "max_leaf")
+        params["max_group"] = check_positive_int(max_group, "max_group")
+    if method in ("pm", "treepm"):
+        if box is None:
+            raise ParameterError(
+                f"method={method!r} needs a periodic box but the particles are isolated "
+                "(box_size is None); pass box_size= or use method='tree' or 'direct'")
+        if n_mesh is None:
+            n_mesh = default_n_mesh(n_particles)
+        ok = isinstance(n_mesh, (int, np.integer)) and not isinstance(n_mesh, bool)
+        if not ok or n_mesh < 1:
+            raise ParameterError(f"n_mesh must be a positive integer (mesh cells per side), "
+                                 f"got {n_mesh!r}")
+        params["n_mesh"] = int(n_mesh)
+        if method == "pm":
+            if softening > 0:
+                raise ParameterError(
+                    "softening does not apply to method='pm' (the mesh cell sets the force "
+                    "resolution); pass softening=0 or use method='treepm'")
+            # plain PM: the whole force from the mesh, no Gaussian split unless asked
+            params["r_split"] = 0.0 if r_split is None else check_positive(r_split, "r_split")
+        else:
+            rs = (R_SPLIT_CELLS * box / params["n_mesh"] if r_split is None
+                  else check_positive(r_split, "r_split"))
+            rc = R_CUT_SPLITS * rs if r_cut is None else check_positive(r_cut, "r_cut")
+            if rc > 0.5 * box:
+                raise ParameterError(
+                    f"r_cut = {rc:.6g} exceeds half the box ({0.5 * box:.6g}); the short-range "
+                    "sum uses the nearest image only: increase n_mesh or decrease "
+                    "r_split/r_cut")
+            params["r_split"], params["r_cut"] = rs, rc
+    return params
+
+
+# ----------------------------------------------------------------------------- particles
+def _resolve_particles(snap_or_pos, mass, G, box_size):  # noqa: N803
+    """``(pos, mass, G, box_size, source)`` from a Snapshot or raw arrays (no data read)."""
+    from ..snapshot import Snapshot
+
+    if isinstance(snap_or_pos, Snapshot):
+        snap = snap_or_pos
+        if box_size is not None and snap.box_size is not None:
+            try:
+                same = math.isclose(float(box_size), snap.box_size, rel_tol=1e-12)
+            except (TypeError, ValueError):
+                same = False
+            if not same:
+                raise ParameterError(f"box_size={box_size!r} differs from the snapshot's "
+                                     f"box_size={snap.box_size:g}; leave box_size=None")
+        box = snap.box_size if box_size is None else box_size
+        if G is None:
+            G = snap.G  # noqa: N806
+            if G is None:
+                raise ParameterError(
+                    f"G: {snap.source or 'the snapshot'} has no 'G' attribute; pass G= (the "
+                    "gravitational constant in the snapshot's units)")
+        if mass is None:
+            if snap.mass is not None:
+                mass = snap.mass
+            elif snap.particle_mass is not None:
+                mass = float(snap.particle_mass)
+            else:
+                raise ParameterError(
+                    f"mass: {snap.source or 'the snapshot'} has no 'mass' array and no "
+                    "'particle_mass' attribute; pass mass=")
+        return snap.pos, mass, G, box, snap.source
+    if mass is None:
+        raise ParameterError("mass is required with raw positions: an (N,) array of masses "
+                             "or one number (the mass of every particle)")
+    return snap_or_pos, mass, 1.0 if G is None else G, box_size, None
+
+
+def _check_values(pos: da.Array, mass, box: float | None) -> None:
+    """One reduction over the data: finite positions (inside the box) and masses > 0."""
+    items = [pos.min(), pos.max()]
+    if isinstance(mass, da.Array):
+        items += [mass.min(), mass.max()]
+    values = [float(v) for v in compute(*items, label=None, show=False)]
+    lo, hi = values[0], values[1]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ParameterError("pos: positions must be finite (found NaN or infinity)")
+    if box is not None and (lo < 0 or hi >= box):
+        raise ParameterError(
+            f"pos: particles outside the periodic box [0, {box:g}) of box_size (coordinates "
+            f"span [{lo:g}, {hi:g}]); wrap them into the box (pos % box_size, or "
+            "open_snapshot(..., wrap=True))")
+    if len(values) > 2:
+        m_lo, m_hi = values[2], values[3]
+        if not (math.isfinite(m_lo) and math.isfinite(m_hi) and m_lo > 0):
+            raise ParameterError(f"mass: masses must be positive and finite (minimum {m_lo:g}, "
+                                 f"maximum {m_hi:g})")
+
+
+def prepare(snap_or_pos, mass=None, *, G=None, box_size=None, check: bool = True,  # noqa: N803
+            **kwargs) -> GravityInput:
+    """Checked particles and resolved parameters: everything but the computation.
+
+    ``kwargs`` are the parameters of :func:`check_parameters` other than ``G``
+    and ``box_size``. With ``check=True`` the particle values are checked by one
+    reduction over the input (see :func:`accelerations`).
+    """
+    pos, mass, G, box, source = _resolve_particles(snap_or_pos, mass, G, box_size)  # noqa: N806
+    pos, mass, n = particle_rows(pos, mass, "accelerations")
+    params = check_parameters(n, G=G, box_size=box, **kwargs)
+    if isinstance(mass, float):
+        mass = check_positive(mass, "mass")
+    elif device_of(mass) != device_of(pos):
+        mass = to_device(mass, device_of(pos))
+    _implementation(params["method"])  # a missing method fails before any data is read
+    if check:
+        _check_values(pos, mass, params["box_size"])
+    return GravityInput(pos, mass, n, params, source)
+
+
+# ----------------------------------------------------------------------------- dispatch
+def _implementation(method: str):
+    module, name = _IMPLEMENTATIONS[method]
+    qualified = f"{__package__}.{module}"
+    try:
+        mod = importlib.import_module(qualified)
+    except ModuleNotFoundError as exc:
+        if exc.name != qualified:
+            raise
+        raise NotImplementedError(f"method={method!r}: module {qualified} is not available in "
+                                  "this installation") from None
+    fn = getattr(mod, name, None)
+    if fn is None:
+        raise NotImplementedError(f"method={method!r}: {qualified} has no {name}()")
+    return fn
+
+
+def _call(inp: GravityInput):
+    p = inp.params
+    fn = _implementation(p["method"])
+    common = {"G": p["G"], "precision": p["precision"], "potential": p["potential"]}
+    if p["method"] == "pm":
+        return fn(inp.pos, inp.mass, box_size=p["box_size"], n_mesh=p["n_mesh"],
+                  r_split=p["r_split"], **common)
+    soft = {"softening": p["softening"], "softening_kernel": p["softening_kernel"]}
+    if p["method"] == "direct":
+        return fn(inp.pos, inp.mass, box_size=p["box_size"], **soft, **common)
+    if p["method"] == "treepm":
+        return fn(inp.pos, inp.mass, box_size=p["box_size"], n_mesh=p["n_mesh"],
+                  r_split=p["r_split"], r_cut=p["r_cut"], theta=p["theta"], **soft, **common)
+    return fn(inp.pos, inp.mass, theta=p["theta"], box_size=p["box_size"],
+              max_leaf=p["max_leaf"], max_group=p["max_group"], **soft, **common)
+
+
+def _aligned(x, like: da.Array, shape: tuple[int, ...], name: str):
+    """``x`` as a dask array of ``shape`` chunked along rows like ``like``."""
+    if x is None:
+        return None
+    if tuple(x.shape) != shape:  # a method returning the wrong shape is a bug, not bad input
+        raise RuntimeError(f"gravity method returned {name} of shape {tuple(x.shape)}, "
+                           f"expected {shape}")
+    x = as_dask(x, like)
+    if x.chunks[0] != like.chunks[0]:
+        x = x.rechunk((like.chunks[0],) + tuple(-1 for _ in shape[1:]))
+    return x
+
+
+def as_dask(x, like: da.Array) -> da.Array:
+    if isinstance(x, da.Array):
+        return x
+    return da.from_array(x, chunks=(like.chunks[0],) + tuple(x.shape[1:]), asarray=False)
+
+
+def accelerations(
+    snap_or_pos,
+    mass=None,
+    *,
+    method: str = "tree",
+    theta: float = 0.5,
+    softening: float = 0.0,
+    softening_kernel: str = "plummer",
+    G: float | None = None,  # noqa: N803 (physics symbol)
+    box_size: float | None = None,
+    n_mesh: int | None = None,
+    r_split: float | None = None,
+    precision: str = "float32",
+    potential: bool = True,
+    out: str | os.PathLike | None = None,
+    max_leaf: int = 64,
+    max_group: int = 64,
+    r_cut: float | None = None,
+    overwrite: bool = False,
+    check: bool = True,
+):
+    """Gravitational accelerations and potentials of every particle.
+
+    ``a_i = -G sum_{j != i} m_j K(r_ij) (x_i - x_j)`` and
+    ``phi_i = -G sum_{j != i} m_j P(r_ij)`` (self-pairs excluded; ``K``, ``P``
+    the softened Newtonian kernels, see ``docs/gravity.md``).
+
+    Parameters
+    ----------
+    snap_or_pos : Snapshot or array_like
+        A :class:`~cosmo_dask.Snapshot` (its ``G``, ``box_size``, ``mass`` or
+        ``particle_mass`` are used unless given here), or raw (N, 3) positions
+        (NumPy, CuPy or dask array) in length units.
+    mass : array_like or float, optional
+        (N,) masses or the one mass of every particle. Required with raw
+        positions; taken from the snapshot otherwise.
+    method : {"tree", "direct", "pm", "treepm"}
+        Octree with group interaction lists (default), all pairs, periodic
+        particle-mesh, or PM long range + truncated tree short range.
+    theta : float
+        Opening angle of the tree walk, in (0, 1.5) (tree, treepm).
+    softening : float
+        Plummer-equivalent softening length eps >= 0, in length units
+        (tree, direct, treepm; must be 0 for pm).
+    softening_kernel : {"plummer", "spline"}
+        ``1/(r^2 + eps^2)^(3/2)`` or the Gadget-2 cubic spline of support 2.8 eps.
+    G : float, optional
+        Gravitational constant in the input's units. Default: the snapshot's
+        ``G`` attribute (a ParameterError when it has none); 1 for raw arrays
+        (N-body units).
+    box_size : float, optional
+        Side of the periodic box [0, box_size)^3, in length units. Default: the
+        snapshot's. None (isolated) is refused by pm and treepm; tree and direct
+        use nearest-image separations in a periodic box (no Ewald sum).
+    n_mesh : int, optional
+        PM mesh cells per side (pm, treepm). Default :func:`default_n_mesh`:
+        the smallest power of two >= N^(1/3), at least 16.
+    r_split : float, optional
+        Gaussian force-split scale r_s in length units. treepm default
+        ``1.2 box_size / n_mesh``; pm default 0 (no split: the full PM force).
+    precision : {"float32", "float64"}
+        Arithmetic and output dtype.
+    potential : bool
+        Also compute the potentials (specific energy, velocity units squared).
+    out : path, optional
+        Write ``acc``/``pot`` to this Zarr store (see :func:`to_zarr`) and return
+        the arrays read lazily from it.
+    max_leaf, max_group : int
+        Tree leaf and group sizes in particles (tree).
+    r_cut : float, optional
+        Short-range cutoff radius (treepm), default ``4.5 r_split``; at most
+        half the box.
+    overwrite : bool
+        With ``out``: replace an existing store.
+    check : bool
+        Check the particle values (finite; inside the box; masses > 0) with one
+        reduction over the input before building the graph. Turn off only for
+        inputs already checked (it costs one read of the positions).
+
+    Returns
+    -------
+    acc : dask.array.Array
+        (N, 3) accelerations in length / time^2 of the input units (with
+        ``G`` in length^3 / (mass time^2)), input particle order and row chunks,
+        dtype ``precision``, NumPy or CuPy chunks like the input.
+    pot : dask.array.Array or None
+        (N,) potentials, or None with ``potential=False``.
+
+    Raises
+    ------
+    ParameterError
+        For bad input (see :func:`check_parameters`; also missing masses or G,
+        non-finite positions, positions outside the periodic box, masses <= 0),
+        before any graph is built.
+    NotImplementedError
+        When the module of ``method`` is not available.
+    """
+    inp = prepare(snap_or_pos, mass, G=G, box_size=box_size, check=check, method=method,
+                  theta=theta, softening=softening, softening_kernel=softening_kernel,
+                  n_mesh=n_mesh, r_split=r_split, precision=precision, potential=potential,
+                  max_leaf=max_leaf, max_group=max_group, r_cut=r_cut)
+    if out is not None:
+        from ..atomic import check_writable_target
+
+        check_writable_target(out, overwrite=overwrite, what="gravity store")
+    acc, pot = _call(inp)
+    acc = _aligned(acc, inp.pos, (inp.n, 3), "acc")
+    pot = _aligned(pot, inp.pos, (inp.n,), "pot") if inp.params["potential"] else None
+    if out is None:
+        return acc, pot
+    from .output import open_gravity, to_zarr
+
+    attrs = dict(inp.params, n_particles=inp.n, source=inp.source)
+    to_zarr(acc, pot, out, attrs=attrs, overwrite=overwrite)
+    ds = open_gravity(out)
+    return ds["acc"].data, (ds["pot"].data if "pot" in ds else None)

@@ -1,0 +1,162 @@
+"""The gravity store: accelerations and potentials of a snapshot's particles.
+
+Layout of ``OUT.zarr`` (Zarr v3 group, written atomically: a failed or
+interrupted write leaves nothing at the path and an existing store untouched)::
+
+    gravity.zarr/
+      zarr.json   attrs: format="cosmo_dask.gravity", format_version=1, n_particles,
+                  created_by, and the parameters of the computation: method, G,
+                  box_size, theta, softening, softening_kernel, precision, n_mesh,
+                  r_split, r_cut, max_leaf, max_group (those that apply), source
+      acc  (N, 3) float32|float64   chunks (C, 3), dims (particle, axis)
+      pot  (N,)   float32|float64   chunks (C,), dims (particle,); absent when not computed
+
+Rows are in the snapshot's particle order and chunked like its arrays, so
+``acc`` sits next to the snapshot's ``pos`` row for row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from .. import __version__
+from ..atomic import atomic_directory, local_path
+from ..backend import to_device
+from ..errors import ParameterError, SnapshotError
+from ..progress import compute
+from ..zarr_read import open_product_group
+from ..zarr_write import codecs_for, create_arrays, plain_attrs
+
+FORMAT = "cosmo_dask.gravity"
+FORMAT_VERSION = 1
+
+__all__ = ["to_zarr", "open_gravity", "FORMAT", "FORMAT_VERSION"]
+
+
+def _regular_rows(arr: da.Array) -> da.Array:
+    """``arr`` with equal row chunks (the last may be shorter), as a Zarr chunk grid needs."""
+    rows = arr.chunks[0]
+    if len(set(rows[:-1])) > 1 or (len(rows) > 1 and rows[-1] > rows[0]):
+        arr = arr.rechunk((max(rows),) + tuple(-1 for _ in arr.shape[1:]))
+    return arr
+
+
+def _as_dask(x, rows: int | None = None) -> da.Array:
+    if isinstance(x, da.Array):
+        return x
+    if not hasattr(x, "shape"):
+        x = np.asarray(x)
+    chunk = rows or max(1, int(x.shape[0]))
+    return da.from_array(x, chunks=(chunk,) + tuple(x.shape[1:]), asarray=False)
+
+
+def to_zarr(
+    acc,
+    pot,
+    path: str | os.PathLike,
+    *,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+    compressor: str | None = None,
+    progress: bool | None = None,
+) -> str:
+    """Write accelerations (and potentials) to a Zarr v3 gravity store, atomically.
+
+    Parameters
+    ----------
+    acc : dask.array.Array or array_like
+        (N, 3) accelerations (NumPy or CuPy chunks; CuPy chunks are copied to
+        the host chunk by chunk).
+    pot : dask.array.Array or array_like or None
+        (N,) potentials, or None to store none.
+    path : str or path-like
+        The store directory (local or shared filesystem).
+    attrs : dict, optional
+        JSON-able attributes stored with the format header, typically the
+        parameters of :func:`~cosmo_dask.gravity.accelerations` (``method``,
+        ``G``, ``theta``, ...).
+    overwrite : bool
+        Replace an existing store at ``path`` (only once the new one is complete).
+    compressor : {None, "zstd", "blosc"}
+        Chunk compression (default none).
+    progress : bool, optional
+        Show progress (default: dask config ``cosmo_dask.progress``).
+
+    Returns
+    -------
+    str
+        The path written.
+
+    Raises
+    ------
+    ParameterError
+        Wrong shapes, non-float dtypes or attributes that are not JSON-able.
+    SnapshotError
+        ``path`` exists (without ``overwrite``), is a file, or its parent is missing.
+    """
+    acc = _as_dask(acc)
+    if acc.ndim != 2 or acc.shape[1] != 3:
+        raise ParameterError(f"to_zarr: acc must have shape (N, 3), got {tuple(acc.shape)}")
+    n = int(acc.shape[0])
+    arrays = {"acc": acc}
+    if pot is not None:
+        pot = _as_dask(pot, acc.chunks[0][0] or None)
+        if tuple(pot.shape) != (n,):
+            raise ParameterError(f"to_zarr: pot must have shape ({n},) like acc's rows, "
+                                 f"got {tuple(pot.shape)}")
+        arrays["pot"] = pot
+    for name, arr in arrays.items():
+        if arr.dtype not in (np.float32, np.float64):
+            raise ParameterError(f"to_zarr: {name} must be float32 or float64, got {arr.dtype}")
+    meta = plain_attrs(dict(attrs or {}))
+    meta.update({"format": FORMAT, "format_version": FORMAT_VERSION, "n_particles": n,
+                 "created_by": f"cosmo_dask {__version__}"})
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"to_zarr: attrs must be JSON-serialisable ({exc})") from None
+    compressors = codecs_for(compressor)
+    names = list(arrays)
+    sources = [_regular_rows(to_device(arrays[k], "cpu")) for k in names]
+    with atomic_directory(path, overwrite=overwrite, what="gravity store") as tmp:
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
+        targets = create_arrays(group, names, sources, compressors, root=str(tmp))
+        stored = da.store(sources, targets, lock=False, compute=False)
+        stored = stored if isinstance(stored, (tuple, list)) else (stored,)
+        compute(*stored, label=f"writing {path}", show=progress)
+    return str(local_path(path))
+
+
+def open_gravity(path: str | os.PathLike):
+    """Open a gravity store lazily as an ``xarray.Dataset``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``acc`` over dims (``particle``, ``axis``) and, when stored, ``pot``
+        over ``particle``: dask arrays reading the store chunk by chunk; the
+        store's attributes (parameters included) in ``attrs``.
+
+    Raises
+    ------
+    SnapshotError
+        No Zarr v3 group at ``path``, not a gravity store, an unsupported
+        format version, or no ``acc`` array.
+    """
+    import xarray as xr
+
+    p = local_path(path)
+    group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
+                                      what="gravity store")
+    keys = set(group.array_keys())
+    if "acc" not in keys:
+        raise SnapshotError(f"{p}: malformed gravity store (no 'acc' array)")
+    data = {"acc": (("particle", "axis"), da.from_zarr(group["acc"]))}
+    if "pot" in keys:
+        data["pot"] = (("particle",), da.from_zarr(group["pot"]))
+    return xr.Dataset(data, coords={"axis": ["x", "y", "z"]}, attrs=attrs)
