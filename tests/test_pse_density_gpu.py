@@ -86,3 +86,21 @@ def test_gpu_column_tets_equal_the_array_path():
         t, w = column_block_tets_gpu(gcol, bks, 4, ncz, box, None, shifts)
         np.testing.assert_array_equal(cupy.asnumpy(t), cupy.asnumpy(cupy.concatenate(t_ref)))
         np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(cupy.concatenate(m_ref)))
+
+
+@pytest.mark.parametrize("box", [20.0, None])
+def test_gpu_block_bboxes_equal_the_cpu_ones(box):
+    """The bounding-box kernel (no tetrahedra made) gives the CPU path's boxes exactly."""
+    from cosmo_dask.density.tessellation import block_columns
+
+    n = 12
+    snap = zeldovich(n, box_size=20.0, redshift=0.0, precision="float64")
+    if box is None:
+        snap = Snapshot.from_arrays(np.asarray(snap.pos.compute()), ids=np.arange(n**3),
+                                    particle_mass=1.0, lagrangian_shape=(n, n, n))
+    cpu = block_columns(snap, 5).blocks
+    gpu = block_columns(gpu_copy(snap), 5).blocks
+    assert isinstance(gpu.lo, np.ndarray)
+    np.testing.assert_array_equal(gpu.lo, cpu.lo)
+    np.testing.assert_array_equal(gpu.hi, cpu.hi)
+    np.testing.assert_array_equal(gpu.n_tets, cpu.n_tets)

@@ -329,17 +329,22 @@ def column_block_tets(column, bks, block, ncz, box_size, particle_mass, shifts=N
 
 
 def _column_bboxes(column, block, ncz, box_size):
-    """``(lo (nbk, 3), hi (nbk, 3), n_tets (nbk,))`` of the blocks of one column (NumPy).
+    """``(lo (nbk, 3), hi (nbk, 3), n_tets (nbk,))`` of the blocks of one column.
 
     The boxes of the blocks' tetrahedra (the unwrapped cell corners), built for
-    the whole column at once.
+    the whole column at once; ``lo``/``hi`` stay on the column's array module
+    (a CuPy column: one kernel, no tetrahedra made, no copy to the host).
     """
     nbk = -(-ncz // block)
-    tets, _ = column_block_tets(column, np.arange(nbk), block, ncz, box_size, None)
     a, b = column[0].shape[0] - 1, column[0].shape[1] - 1
     k0 = np.arange(nbk) * block
-    counts = 6 * a * b * (np.minimum(k0 + block, ncz) - k0)
-    xp = array_module(tets)
+    counts = (6 * a * b * (np.minimum(k0 + block, ncz) - k0)).astype(np.int64)
+    xp = array_module(column[0])
+    if xp is not np:
+        from .tessellation_gpu import column_bboxes_gpu
+
+        return (*column_bboxes_gpu(column, block, ncz, box_size), counts)
+    tets, _ = column_block_tets(column, np.arange(nbk), block, ncz, box_size, None)
     full = int(np.sum(counts == counts[0]))  # all blocks but a shorter last one
     head = tets[:full * counts[0]].reshape(full, -1, 3)
     lo, hi = [head.min(axis=1)], [head.max(axis=1)]
@@ -347,7 +352,21 @@ def _column_bboxes(column, block, ncz, box_size):
         tail = tets[full * counts[0]:]
         lo.append(tail.min(axis=(0, 1))[None])
         hi.append(tail.max(axis=(0, 1))[None])
-    return host(xp.concatenate(lo)), host(xp.concatenate(hi)), counts.astype(np.int64)
+    return np.concatenate(lo), np.concatenate(hi), counts
+
+
+def _stack_bboxes(*boxes):
+    """One ``(lo, hi, n_tets)`` for all columns, on the host (one copy from a GPU)."""
+    xp = array_module(boxes[0][0])
+    lo = host(xp.concatenate([b[0] for b in boxes]).reshape(-1, 3))
+    hi = host(xp.concatenate([b[1] for b in boxes]).reshape(-1, 3))
+    return lo, hi, np.concatenate([b[2] for b in boxes])
+
+
+def _one_task(arr):
+    """A dask array as one Delayed (one chunk; its graph optimised once, not per user)."""
+    arr = arr.rechunk(arr.shape)
+    return arr.to_delayed().ravel()[0]
 
 
 def _x_slab(arr, shape, i0, count, periodic):
@@ -397,22 +416,22 @@ def block_columns(snap, block: int = 8, *, label: str | None = None) -> BlockCol
     for bi in range(nb[0]):
         i0 = bi * block
         count = min(i0 + block, ncells[0]) - i0 + 1
-        slab = _x_slab(pos, shape, i0, count, periodic)
-        mslab = None if mass is None else _x_slab(mass, shape, i0, count, periodic)
+        slab = _one_task(_x_slab(pos, shape, i0, count, periodic))
+        mslab = None if mass is None else _one_task(_x_slab(mass, shape, i0, count, periodic))
         for bj in range(nb[1]):
             j0 = bj * block
             j1 = min(j0 + block, ncells[1])
             values.append(dask.delayed(_column, pure=True)(
                 slab, mslab, shape, j0, j1, periodic,
-                dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(slab, j0, j1)}"))
+                dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(slab.key, j0, j1)}"))
     values = list(persist(*values, label=label or "PSE: Lagrangian block columns"))
-    boxes = compute(*[dask.delayed(_column_bboxes, pure=True)(v, block, ncells[2], box)
-                      for v in values], label="PSE: block bounding boxes")
+    boxes = [dask.delayed(_column_bboxes, pure=True)(v, block, ncells[2], box)
+             for v in values]
+    (lo, hi, n_tets), = compute(dask.delayed(_stack_bboxes, pure=True)(*boxes),
+                                label="PSE: block bounding boxes")
     index = np.array([(bi, bj, bk) for bi in range(nb[0]) for bj in range(nb[1])
                       for bk in range(nb[2])], np.int64).reshape(-1, 3)
-    blocks = LagrangianBlocks(index, np.concatenate([b[0] for b in boxes]).reshape(-1, 3),
-                              np.concatenate([b[1] for b in boxes]).reshape(-1, 3),
-                              np.concatenate([b[2] for b in boxes]), block, ncells)
+    blocks = LagrangianBlocks(index, lo, hi, n_tets, block, ncells)
     column_of_block = index[:, 0] * nb[1] + index[:, 1]
     return BlockColumns(values, blocks, column_of_block, box, pm)
 

@@ -27,15 +27,67 @@ __device__ __forceinline__ double minimage(double d, double box) {
 
 // meta (int64): R, then R rows of (column, k0, k1, sx, sy, sz), then first[R+1],
 // then per column (a, b, Z, pos pointer, cell-mass pointer or 0).
+struct Request {
+    const long long* q;      // (column, k0, k1, sx, sy, sz)
+    const double* pos;       // the column's corners (a+1, B+1, Z, 3)
+    const double* cmass;     // cell masses (a, B, NCZ) or null
+    int B;
+    long long Z;
+};
+
+__device__ __forceinline__ Request request(const long long* meta, long long r) {
+    const long long R = meta[0];
+    const long long* req = meta + 1;
+    const long long* colinfo = req + 6 * R + R + 1;
+    Request out;
+    out.q = req + 6 * r;
+    const long long* ci = colinfo + 5 * out.q[0];
+    out.B = (int)ci[1];
+    out.Z = ci[2];
+    out.pos = (const double*)ci[3];
+    out.cmass = (const double*)ci[4];
+    return out;
+}
+
+// Unwrapped corners of cell `local` (C order over (i, j, k - k0)) of request q;
+// returns the cell's (i, j, k).
+__device__ __forceinline__ void cell_corners(const Request& rq, long long local,
+                                             int periodic, double box, double corner[8][3],
+                                             int* ci, int* cj, long long* ck) {
+    const int B = rq.B;
+    const long long Z = rq.Z;
+    long long k0 = rq.q[1], k1 = rq.q[2];
+    long long depth = k1 - k0;
+    int i = (int)(local / (B * depth));
+    int j = (int)((local / depth) % B);
+    long long k = k0 + local % depth;
+    const double* ref = rq.pos + k0 * 3;  // corner (0, 0, k0)
+    for (int n = 0; n < 8; ++n) {
+        int di = (n >> 2) & 1, dj = (n >> 1) & 1, dk = n & 1;
+        const double* p = rq.pos + (((long long)(i + di) * (B + 1) + (j + dj)) * Z
+                                    + (k + dk)) * 3;
+        for (int a = 0; a < 3; ++a) corner[n][a] = p[a];
+    }
+    if (periodic) {
+        double anchor[3];
+        for (int a = 0; a < 3; ++a) {
+            double r0 = ref[a];
+            anchor[a] = r0 + minimage(corner[0][a] - r0, box);
+        }
+        for (int n = 7; n >= 0; --n)
+            for (int a = 0; a < 3; ++a)
+                corner[n][a] = anchor[a] + minimage(corner[n][a] - corner[0][a], box);
+    }
+    *ci = i; *cj = j; *ck = k;
+}
+
 extern "C" __global__ void column_tets(
     const long long* __restrict__ meta, const int* __restrict__ kuhn,
     int NCZ, double box, int periodic, double pmass,
     double* __restrict__ tets, double* __restrict__ mass)
 {
     const long long R = meta[0];
-    const long long* req = meta + 1;
-    const long long* first = req + 6 * R;
-    const long long* colinfo = first + R + 1;
+    const long long* first = meta + 1 + 6 * R;
     long long n_cells = first[R];
     for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < n_cells;
          c += (long long)gridDim.x * blockDim.x) {
@@ -44,40 +96,14 @@ extern "C" __global__ void column_tets(
             long long mid = (lo + hi + 1) >> 1;
             if (first[mid] <= c) lo = mid; else hi = mid - 1;
         }
-        const long long r = lo;
-        const long long* q = req + 6 * r;
-        const long long* ci = colinfo + 5 * q[0];
-        const int B = (int)ci[1];
-        const long long Z = ci[2];
-        const double* pos = (const double*)ci[3];
-        const double* cmass = (const double*)ci[4];
-        long long k0 = q[1], k1 = q[2];
-        long long local = c - first[r];
-        long long depth = k1 - k0;
-        int i = (int)(local / (B * depth));
-        int j = (int)((local / depth) % B);
-        long long k = k0 + local % depth;
+        const Request rq = request(meta, lo);
         double corner[8][3];
-        const double* ref = pos + k0 * 3;  // corner (0, 0, k0)
-        for (int n = 0; n < 8; ++n) {
-            int di = (n >> 2) & 1, dj = (n >> 1) & 1, dk = n & 1;
-            const double* p = pos + (((long long)(i + di) * (B + 1) + (j + dj)) * Z
-                                     + (k + dk)) * 3;
-            for (int a = 0; a < 3; ++a) corner[n][a] = p[a];
-        }
-        if (periodic) {
-            double anchor[3];
-            for (int a = 0; a < 3; ++a) {
-                double r0 = ref[a];
-                anchor[a] = r0 + minimage(corner[0][a] - r0, box);
-            }
-            for (int n = 7; n >= 0; --n)
-                for (int a = 0; a < 3; ++a)
-                    corner[n][a] = anchor[a] + minimage(corner[n][a] - corner[0][a], box);
-        }
+        int i, j;
+        long long k;
+        cell_corners(rq, c - first[lo], periodic, box, corner, &i, &j, &k);
         double shift[3];
-        for (int a = 0; a < 3; ++a) shift[a] = (double)q[3 + a] * box;
-        double m = cmass ? cmass[((long long)i * B + j) * NCZ + k] : 1.0;
+        for (int a = 0; a < 3; ++a) shift[a] = (double)rq.q[3 + a] * box;
+        double m = rq.cmass ? rq.cmass[((long long)i * rq.B + j) * NCZ + k] : 1.0;
         m = m / 6.0 * pmass;
         for (int t = 0; t < 6; ++t) {
             long long out = c * 6 + t;
@@ -85,21 +111,72 @@ extern "C" __global__ void column_tets(
             for (int v = 0; v < 4; ++v)
                 for (int a = 0; a < 3; ++a) {
                     double x = corner[kuhn[4 * t + v]][a];
-                    tets[(out * 4 + v) * 3 + a] = q[3 + a] ? x + shift[a] : x;
+                    tets[(out * 4 + v) * 3 + a] = rq.q[3 + a] ? x + shift[a] : x;
                 }
         }
+    }
+}
+
+// Bounding box of each request's unwrapped cell corners (plus its shift): one
+// thread block per request, threads over its cells, a shared-memory reduction.
+// The same coordinates column_tets writes, without writing the tetrahedra.
+extern "C" __global__ void column_bboxes(
+    const long long* __restrict__ meta, double box, int periodic,
+    double* __restrict__ lo_out, double* __restrict__ hi_out)
+{
+    __shared__ double s_lo[3][256];
+    __shared__ double s_hi[3][256];
+    const long long R = meta[0];
+    const long long* first = meta + 1 + 6 * R;
+    for (long long r = blockIdx.x; r < R; r += gridDim.x) {
+        const Request rq = request(meta, r);
+        const double inf = __longlong_as_double(0x7ff0000000000000LL);
+        double lo[3] = {inf, inf, inf};
+        double hi[3] = {-inf, -inf, -inf};
+        long long n = first[r + 1] - first[r];
+        for (long long c = threadIdx.x; c < n; c += blockDim.x) {
+            double corner[8][3];
+            int i, j;
+            long long k;
+            cell_corners(rq, c, periodic, box, corner, &i, &j, &k);
+            for (int v = 0; v < 8; ++v)
+                for (int a = 0; a < 3; ++a) {
+                    lo[a] = fmin(lo[a], corner[v][a]);
+                    hi[a] = fmax(hi[a], corner[v][a]);
+                }
+        }
+        for (int a = 0; a < 3; ++a) { s_lo[a][threadIdx.x] = lo[a]; s_hi[a][threadIdx.x] = hi[a]; }
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s)
+                for (int a = 0; a < 3; ++a) {
+                    s_lo[a][threadIdx.x] = fmin(s_lo[a][threadIdx.x], s_lo[a][threadIdx.x + s]);
+                    s_hi[a][threadIdx.x] = fmax(s_hi[a][threadIdx.x], s_hi[a][threadIdx.x + s]);
+                }
+            __syncthreads();
+        }
+        if (threadIdx.x < 3) {
+            int a = threadIdx.x;
+            double sh = (double)rq.q[3 + a] * box;
+            lo_out[r * 3 + a] = s_lo[a][0] + (rq.q[3 + a] ? sh : 0.0);
+            hi_out[r * 3 + a] = s_hi[a][0] + (rq.q[3 + a] ? sh : 0.0);
+        }
+        __syncthreads();
     }
 }
 """
 
 
 @functools.cache
-def _kernel(device_id: int):
+def _module(device_id: int):
     import cupy
 
     with cupy.cuda.Device(device_id):
-        return cupy.RawModule(code=_SOURCE, options=("--fmad=false",)).get_function(
-            "column_tets")
+        return cupy.RawModule(code=_SOURCE, options=("--fmad=false",))
+
+
+def _kernel(device_id: int, name: str = "column_tets"):
+    return _module(device_id).get_function(name)
 
 
 @functools.cache
@@ -110,14 +187,11 @@ def _kuhn(device_id: int):
         return cupy.asarray(KUHN_TETS.astype(np.int32))
 
 
-def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
-    """Tetrahedra and masses of many columns' blocks in one launch (CuPy).
+def _requests(columns, items, block, ncz):
+    """The int64 request table of the kernels (see the CUDA source) for ``items``.
 
-    ``items``: ``[(slot, bks, image_shifts)]`` with ``columns[slot]`` a CuPy
-    column ``(corners, cell_mass or None)``, block indices ``bks`` and integer
-    periodic image shifts (len(bks), 3) (or None) that are multiplied by
-    ``box_size``. Output in items order, blocks in ``bks`` order, cells in C
-    order: the same as concatenating :func:`.tessellation.column_block_tets`.
+    Returns ``(meta (CuPy), n_requests, n_cells, held)``; ``held`` keeps the
+    contiguous float64 columns the table points into alive until the launch.
     """
     import cupy
 
@@ -140,23 +214,57 @@ def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
     rows = np.concatenate(rows) if rows else np.zeros((0, 6), np.int64)
     first = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(np.concatenate(counts) if counts else [], out=first[1:])
-    n_cells = int(first[-1])
-    tets = cupy.empty((n_cells * 6, 4, 3))
-    mass = cupy.empty(n_cells * 6)
-    if n_cells == 0:
-        return tets, mass
     info = np.array([(p.shape[0] - 1, p.shape[1] - 1, p.shape[2], p.data.ptr,
                       0 if m is None else m.data.ptr) for p, m in cols], np.uint64)
     meta = np.concatenate([[len(rows)], rows.reshape(-1), first,
                            info.view(np.int64).reshape(-1)]).astype(np.int64)
+    return cupy.asarray(meta), len(rows), int(first[-1]), cols
+
+
+def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
+    """Tetrahedra and masses of many columns' blocks in one launch (CuPy).
+
+    ``items``: ``[(slot, bks, image_shifts)]`` with ``columns[slot]`` a CuPy
+    column ``(corners, cell_mass or None)``, block indices ``bks`` and integer
+    periodic image shifts (len(bks), 3) (or None) that are multiplied by
+    ``box_size``. Output in items order, blocks in ``bks`` order, cells in C
+    order: the same as concatenating :func:`.tessellation.column_block_tets`.
+    """
+    import cupy
+
+    meta, _, n_cells, held = _requests(columns, items, block, ncz)
+    tets = cupy.empty((n_cells * 6, 4, 3))
+    mass = cupy.empty(n_cells * 6)
+    if n_cells == 0:
+        return tets, mass
     dev = cupy.cuda.Device().id
     threads = 128
     blocks = int(min(-(-n_cells // threads), 65535))
     _kernel(dev)((blocks,), (threads,), (
-        cupy.asarray(meta), _kuhn(dev), np.int32(ncz), np.float64(box_size or 0.0),
+        meta, _kuhn(dev), np.int32(ncz), np.float64(box_size or 0.0),
         np.int32(box_size is not None),
         np.float64(1.0 if particle_mass is None else particle_mass), tets, mass))
+    del held
     return tets, mass
+
+
+def column_bboxes_gpu(column, block, ncz, box_size):
+    """``(lo (nbk, 3), hi (nbk, 3))`` CuPy: bounding boxes of every block of one column.
+
+    The boxes of the unwrapped cell corners that :func:`items_tets_gpu` would
+    write (one launch, one thread block per block; no tetrahedra are made).
+    """
+    import cupy
+
+    nbk = -(-ncz // block)
+    meta, n_req, _, held = _requests([column], [(0, np.arange(nbk), None)], block, ncz)
+    lo = cupy.empty((n_req, 3))
+    hi = cupy.empty((n_req, 3))
+    dev = cupy.cuda.Device().id
+    _kernel(dev, "column_bboxes")((int(min(n_req, 65535)),), (256,), (
+        meta, np.float64(box_size or 0.0), np.int32(box_size is not None), lo, hi))
+    del held
+    return lo, hi
 
 
 def column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shifts=None):
