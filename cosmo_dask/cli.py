@@ -7,6 +7,7 @@
     generate {plummer,hernquist,ferrers,lattice,zeldovich} OUT.zarr [options]
     info SNAP [--quick] [--json]
     convert gadget IN OUT.zarr [--part-type 1]
+    gravity SNAP OUT.zarr [--method tree|direct|pm|treepm] [--theta 0.5] [--softening EPS]
     demo [--dir DIR] [--n-side 64]
 
 Bad input exits with status 2 and one line ``cosmo-dask: error: ...`` naming
@@ -409,6 +410,49 @@ def cmd_power(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- gravity
+GRAVITY_METHODS = ("tree", "direct", "pm", "treepm")
+
+
+def cmd_gravity(args) -> int:
+    import math
+
+    import dask.array as da
+
+    from .atomic import check_writable_target
+    from .gravity import accelerations
+    from .gravity.api import prepare
+    from .snapshot import open_snapshot
+
+    snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    params = dict(method=args.method, theta=args.theta, softening=args.softening,
+                  softening_kernel=args.softening_kernel, G=args.G, n_mesh=args.n_mesh,
+                  r_split=args.r_split, r_cut=args.r_cut, precision=args.precision,
+                  potential=not args.no_potential, max_leaf=args.max_leaf,
+                  max_group=args.max_group)
+    # every parameter is checked (and the method's module imported) before a cluster starts
+    resolved = prepare(snap, check=False, **params).params
+    check_writable_target(args.out, overwrite=args.overwrite, what="gravity store")
+    with _cluster(args):
+        t0 = time.perf_counter()
+        # values were checked as the store is read (open_snapshot checks every chunk)
+        acc, _ = accelerations(snap, out=args.out, overwrite=args.overwrite, check=False,
+                               **params)
+        dt = time.perf_counter() - t0
+        acc64 = acc.astype("float64")
+        (mean_sq,) = dask.compute(da.mean((acc64 * acc64).sum(axis=1)))
+    what = {"tree": f"tree (theta={resolved['theta']:g})", "direct": "direct summation",
+            "pm": f"PM {resolved.get('n_mesh')}^3",
+            "treepm": f"TreePM {resolved.get('n_mesh')}^3 (theta={resolved['theta']:g}, "
+                      f"r_split={resolved.get('r_split', 0):.4g})"}[resolved["method"]]
+    soft = (f", softening {resolved['softening']:g} ({resolved['softening_kernel']})"
+            if resolved["softening"] > 0 else "")
+    _say(f"gravity: {what}{soft}, {resolved['precision']}, G={resolved['G']:g}: "
+         f"N={snap.n_particles}, rms |a| = {math.sqrt(float(mean_sq)):.6g}, {dt:.2f} s "
+         f"-> {args.out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
     from .demo import run_demo
@@ -567,6 +611,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", default=None, help="P(k) plot (with linear theory "
                    "when the snapshot carries a cosmology)")
     p.set_defaults(func=cmd_power)
+
+    gr = subparser("gravity", help="accelerations and potentials of every particle",
+                   description="Gravitational accelerations and potentials of every particle "
+                   "of a snapshot (tree, direct summation, PM or TreePM), written to a Zarr "
+                   "store in the snapshot's particle order.")
+    gr.add_argument("snapshot", metavar="SNAP")
+    gr.add_argument("out", metavar="OUT.zarr")
+    gr.add_argument("--method", choices=GRAVITY_METHODS, default="tree")
+    gr.add_argument("--theta", type=float, default=0.5, help="tree opening angle, in (0, 1.5)")
+    gr.add_argument("--softening", type=float, default=0.0,
+                    help="Plummer-equivalent softening length (snapshot length units)")
+    gr.add_argument("--softening-kernel", choices=("plummer", "spline"), default="plummer")
+    gr.add_argument("--precision", choices=("float32", "float64"), default="float32")
+    gr.add_argument("--n-mesh", type=int, default=None,
+                    help="pm/treepm mesh cells per side (default: the smallest power of two "
+                    ">= N^(1/3), at least 16)")
+    gr.add_argument("--r-split", type=float, default=None,
+                    help="treepm force-split scale (default 1.2 box / n_mesh)")
+    gr.add_argument("--r-cut", type=float, default=None,
+                    help="treepm short-range cutoff (default 4.5 r_split)")
+    gr.add_argument("--max-leaf", type=int, default=64, help="tree leaf size (particles)")
+    gr.add_argument("--max-group", type=int, default=64, help="tree group size (particles)")
+    gr.add_argument("--G", dest="G", type=float, default=None,
+                    help="gravitational constant (default: the snapshot's G attribute)")
+    gr.add_argument("--no-potential", action="store_true", help="accelerations only")
+    gr.add_argument("--overwrite", action="store_true")
+    gr.set_defaults(func=cmd_gravity)
 
     d = subparser("demo", help="run the end-to-end demo on a local cluster")
     d.add_argument(

@@ -216,7 +216,7 @@ def _resolve_particles(snap_or_pos, mass, G, box_size):  # noqa: N803
             if G is None:
                 raise ParameterError(
                     f"G: {snap.source or 'the snapshot'} has no 'G' attribute; pass G= (the "
-                    "gravitational constant in the snapshot's units)")
+                    "gravitational constant in the snapshot's units; --G on the command line)")
         if mass is None:
             if snap.mass is not None:
                 mass = snap.mass
