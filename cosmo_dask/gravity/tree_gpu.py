@@ -1,0 +1,565 @@
+"""Tree gravity entirely on one GPU (CuPy): build, group walks, M2P + P2P.
+
+Pipeline (all device work; the host only launches and reads a few scalars):
+
+1. :func:`cosmo_dask.spatial.octree_gpu.build_octree_gpu` (Morton sort, nodes level by
+   level, float64 multipoles bottom up, groups).
+2. Tree walk, one thread per group (stack-based, Octgrav style), run twice: the first pass
+   counts, a prefix sum gives every group its slice, the second pass writes the group's
+   cell list (nodes accepted for M2P) and its P2P list as particle ranges (a leaf that
+   follows the previous one in sorted order extends the last range, so sibling leaves
+   become one range). A node is accepted when the distance ``d`` from its centre of mass
+   to the group's bounding box satisfies ``d * theta > bmax`` (``bmax``: the node's largest
+   particle distance from its centre of mass), and, with spline softening, ``d - bmax >
+   2.8 eps`` (all pairs Newtonian). With the truncated kernel a node whose box (or bounding
+   sphere) lies farther than ``r_cut`` from the group box is dropped, and a node is accepted
+   only when its whole sphere lies inside ``r_cut`` of every point of the group box (nodes
+   straddling the cutoff are opened, so the cut is applied per particle pair).
+3. One thread block per group (64 threads, one i-particle each; bigger groups loop): the
+   cells are staged in shared memory 64 at a time for the M2P (monopole + traceless
+   quadrupole), then the P2P ranges are staged 64 particles at a time. Positions are made
+   relative to the group's box centre in float64, with the periodic minimum image, then
+   cast to the arithmetic precision. Results are written straight to the input order.
+
+M2P expansions: for a radial pair potential ``-G m g(r)`` the node's field to second order
+is ``-G [M g + (A q + s2 C) / 6]`` with ``q = r.Q.r``, ``s2 = sum m |d|^2``,
+``A = (g'' - g'/r) / r^2`` and ``C = A r^2 + 3 g'/r`` (the Laplacian of g). Newtonian:
+``C = 0``; Plummer: ``g = u^1/2``, ``u = 1/(r^2+eps^2)``, ``A = 3 u^5/2``,
+``C = -3 eps^2 u^5/2``; truncated (``g = erfc(r/2rs)/r``): ``C = exp(-x^2) / (2 sqrt(pi)
+rs^3)``, and ``A``, ``A'`` from the force factor ``T`` and its radial derivatives. With
+Plummer softening and the truncated kernel the M2P applies the softening as a factor
+``(r^2/(r^2+eps^2))^{3/2}`` (force) / ``r/sqrt(r^2+eps^2)`` (potential) to the truncated
+expansion, accurate to second order in ``bmax/d`` times ``(eps/d)^2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ParameterError
+
+BLOCK = 64
+_SRC = r"""
+#if REAL_IS_DOUBLE
+typedef double real;
+#define SQRT sqrt
+#define RSQRT rsqrt
+#define EXP exp
+#define ERFC erfc
+#define RINT rint
+#else
+typedef float real;
+#define SQRT sqrtf
+#define RSQRT rsqrtf
+#define EXP expf
+#define ERFC erfcf
+#define RINT rintf
+#endif
+#define BLOCK 64
+#define STACK 256
+#define INV_SQRT_PI 0.56418958354775628
+
+__device__ __forceinline__ double wrapd(double d, double box) {
+    return box > 0 ? d - box * rint(d / box) : d;
+}
+
+extern "C" __global__ void tree_walk(
+    const int n_groups, const int g0, const long long* __restrict__ gnode,
+    const double* __restrict__ lo, const double* __restrict__ hi,
+    const double* __restrict__ com, const double* __restrict__ bmax,
+    const long long* __restrict__ fchild, const signed char* __restrict__ nchild,
+    const long long* __restrict__ nstart, const long long* __restrict__ ncount,
+    const double theta, const double h_guard, const int trunc, const double r_cut,
+    const double box, const int write,
+    int* __restrict__ ncell, int* __restrict__ nrange,
+    const long long* __restrict__ cell_off, const long long* __restrict__ range_off,
+    int* __restrict__ cells, int* __restrict__ rstart, int* __restrict__ rcount)
+{
+    int g = g0 + blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    long long gn = gnode[g];
+    double c[3], hw[3];
+    for (int a = 0; a < 3; ++a) {
+        c[a] = 0.5 * (lo[3 * gn + a] + hi[3 * gn + a]);
+        hw[a] = 0.5 * (hi[3 * gn + a] - lo[3 * gn + a]);
+    }
+    int stack[STACK];
+    int sp = 0;
+    stack[sp++] = 0;
+    int nc = 0, nr = 0;
+    long long last_end = -1;
+    long long co = write ? cell_off[g - g0] : 0, ro = write ? range_off[g - g0] : 0;
+    const double rc2 = r_cut * r_cut;
+    while (sp > 0) {
+        int nd = stack[--sp];
+        double dmin2 = 0.0, dmax2 = 0.0, gap2 = 0.0;
+        for (int a = 0; a < 3; ++a) {
+            double dc = fabs(wrapd(com[3 * nd + a] - c[a], box));
+            double e = dc - hw[a];
+            if (e > 0) dmin2 += e * e;
+            double f = dc + hw[a];
+            dmax2 += f * f;
+            if (trunc) {
+                double l = lo[3 * nd + a], h = hi[3 * nd + a];
+                double gp = fabs(wrapd(0.5 * (l + h) - c[a], box)) - hw[a] - 0.5 * (h - l);
+                if (gp > 0) gap2 += gp * gp;
+            }
+        }
+        double b = bmax[nd];
+        double dmin = sqrt(dmin2);
+        if (trunc && (gap2 >= rc2 || dmin - b >= r_cut)) continue;
+        bool accept = dmin * theta > b && dmin - b > h_guard;
+        if (trunc && accept) accept = sqrt(dmax2) + b < r_cut;
+        if (accept) {
+            if (write) cells[co + nc] = nd;
+            ++nc;
+            continue;
+        }
+        long long f = fchild[nd];
+        if (f < 0) {
+            long long s = nstart[nd], n = ncount[nd];
+            if (s == last_end) {
+                if (write) rcount[ro + nr - 1] += (int)n;
+            } else {
+                if (write) { rstart[ro + nr] = (int)s; rcount[ro + nr] = (int)n; }
+                ++nr;
+            }
+            last_end = s + n;
+            continue;
+        }
+        int k = nchild[nd];
+        for (int q = k - 1; q >= 0; --q) stack[sp++] = (int)(f + q);
+    }
+    if (!write) { ncell[g - g0] = nc; nrange[g - g0] = nr; }
+}
+
+// softened pair kernels: K (force factor, a = -G m K r_vec) and P (phi = -G m P)
+__device__ __forceinline__ void pair_kernel(real r2, real eps, real eps2, real hinv, real h,
+                                            real& K, real& P)
+{
+#if SPLINE
+    // Gadget-2 cubic spline, support h = 2.8 eps
+    real r = SQRT(r2);
+    if (r >= h) {
+        real inv = RSQRT(r2);
+        K = inv * inv * inv; P = inv;
+    } else {
+        real u = r * hinv, h3 = hinv * hinv * hinv;
+        if (u < (real)0.5) {
+            K = h3 * ((real)10.666666666667 + u * u * ((real)32.0 * u - (real)38.4));
+            P = hinv * ((real)2.8 - u * u * ((real)5.333333333333
+                                             + u * u * ((real)6.4 * u - (real)9.6)));
+        } else {
+            K = h3 * ((real)21.333333333333 - (real)48.0 * u + (real)38.4 * u * u
+                      - (real)10.666666666667 * u * u * u
+                      - (real)0.066666666667 / (u * u * u));
+            P = -hinv * ((real)-3.2 + (real)0.066666666667 / u
+                         + u * u * ((real)10.666666666667
+                                    + u * ((real)-16.0 + u * ((real)9.6
+                                                              - (real)2.133333333333 * u))));
+        }
+    }
+#else
+    real inv = RSQRT(r2 + eps2);
+    K = inv * inv * inv; P = inv;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
+    const int n_groups, const int g0, const long long* __restrict__ gnode,
+    const double* __restrict__ lo, const double* __restrict__ hi,
+    const long long* __restrict__ nstart, const long long* __restrict__ ncount,
+    const double* __restrict__ pos, const double* __restrict__ pm,
+    const long long* __restrict__ order,
+    const long long* __restrict__ cell_off, const int* __restrict__ ncell,
+    const int* __restrict__ cells, const double* __restrict__ com,
+    const double* __restrict__ nmass, const double* __restrict__ quad,
+    const double* __restrict__ s2, const int use_quad,
+    const long long* __restrict__ range_off, const int* __restrict__ nrange,
+    const int* __restrict__ rstart, const int* __restrict__ rcount,
+    const double G, const double eps_d, const double rs_d, const double r_cut_d,
+    const double box, const int want_pot, real* __restrict__ acc, real* __restrict__ pot)
+{
+    __shared__ real sc[11][BLOCK];
+    __shared__ real sj[4][BLOCK];
+    __shared__ int sjid[BLOCK];
+    const int g = g0 + blockIdx.x;
+    if (g >= n_groups) return;
+    const int tid = threadIdx.x;
+    const long long gn = gnode[g];
+    double c[3];
+    for (int a = 0; a < 3; ++a) c[a] = 0.5 * (lo[3 * gn + a] + hi[3 * gn + a]);
+    const long long gs = nstart[gn], gc = ncount[gn];
+    const long long co = cell_off[g - g0], ro = range_off[g - g0];
+    const int nc = ncell[g - g0], nr = nrange[g - g0];
+    const real eps = (real)eps_d, eps2 = eps * eps;
+    const real h = (real)(2.8 * eps_d), hinv = eps_d > 0 ? (real)(1.0 / (2.8 * eps_d)) : (real)0;
+    const real boxr = (real)box, ibox = box > 0 ? (real)(1.0 / box) : (real)0;
+    const real rcut = (real)r_cut_d;
+    const real i2rs = rs_d > 0 ? (real)(0.5 / rs_d) : (real)0;
+#if TRUNC
+    const real irs = (real)(1.0 / rs_d);
+    const real two_isp = (real)(2.0 * INV_SQRT_PI);
+    const real cc = (real)(INV_SQRT_PI / (2.0 * rs_d * rs_d * rs_d));
+#endif
+    for (long long ib = 0; ib < gc; ib += BLOCK) {
+        const long long ii = gs + ib + tid;
+        const bool act = ib + tid < gc;
+        real xi = 0, yi = 0, zi = 0;
+        if (act) {
+            xi = (real)wrapd(pos[3 * ii] - c[0], box);
+            yi = (real)wrapd(pos[3 * ii + 1] - c[1], box);
+            zi = (real)wrapd(pos[3 * ii + 2] - c[2], box);
+        }
+        real ax = 0, ay = 0, az = 0, ph = 0;
+        // ---------------- M2P
+        for (int base = 0; base < nc; base += BLOCK) {
+            int k = base + tid;
+            if (k < nc) {
+                int nd = cells[co + k];
+                sc[0][tid] = (real)wrapd(com[3 * nd] - c[0], box);
+                sc[1][tid] = (real)wrapd(com[3 * nd + 1] - c[1], box);
+                sc[2][tid] = (real)wrapd(com[3 * nd + 2] - c[2], box);
+                sc[3][tid] = (real)nmass[nd];
+                for (int a = 0; a < 6; ++a) sc[4 + a][tid] = use_quad ? (real)quad[6 * nd + a] : 0;
+                sc[10][tid] = use_quad ? (real)s2[nd] : 0;
+            }
+            __syncthreads();
+            int nn = min(BLOCK, nc - base);
+            if (act) {
+                for (int t = 0; t < nn; ++t) {
+                    real dx = xi - sc[0][t], dy = yi - sc[1][t], dz = zi - sc[2][t];
+                    real M = sc[3][t];
+                    real qx = sc[4][t] * dx + sc[5][t] * dy + sc[6][t] * dz;
+                    real qy = sc[5][t] * dx + sc[7][t] * dy + sc[8][t] * dz;
+                    real qz = sc[6][t] * dx + sc[8][t] * dy + sc[9][t] * dz;
+                    real q = qx * dx + qy * dy + qz * dz;
+                    real r2 = dx * dx + dy * dy + dz * dz;
+#if TRUNC
+                    real ir = RSQRT(r2), r = r2 * ir;
+                    real x = r * i2rs, e = EXP(-x * x), ec = ERFC(x);
+                    real T = ec + two_isp * x * e;
+                    real Tr = -two_isp * irs * x * x * e;
+                    real Trr = -two_isp * irs * irs * (x - x * x * x) * e;
+                    real ir2 = ir * ir, ir4 = ir2 * ir2, ir5 = ir4 * ir, ir6 = ir4 * ir2;
+                    real A = (real)3 * T * ir5 - Tr * ir4;
+                    real Ap = (real)7 * Tr * ir5 - (real)15 * T * ir6 - Trr * ir4;
+                    real C = cc * e, Cp = -C * x * irs;
+                    real s = sc[10][t];
+                    real F1 = (-M * T * ir2 + (Ap * q + s * Cp) * ((real)1 / (real)6)) * ir;
+                    real A3 = A * ((real)1 / (real)3);
+                    real phi = M * ec * ir + (A * q + s * C) * ((real)1 / (real)6);
+                    if (!SPLINE && eps_d > 0) {
+                        real fs = r2 / (r2 + eps2);
+                        real fp = SQRT(fs);
+                        F1 *= fs * fp; A3 *= fs * fp; phi *= fp;
+                    }
+                    ax += F1 * dx + A3 * qx; ay += F1 * dy + A3 * qy; az += F1 * dz + A3 * qz;
+                    ph -= phi;
+#else
+#if SPLINE
+                    const real e2 = 0;
+#else
+                    const real e2 = eps2;
+#endif
+                    real u = (real)1 / (r2 + e2);
+                    real u1 = SQRT(u), u3 = u1 * u, u5 = u3 * u, u7 = u5 * u;
+                    real qe = q - e2 * sc[10][t];
+                    real F1 = -M * u3 - (real)2.5 * u7 * qe;
+                    ax += F1 * dx + u5 * qx; ay += F1 * dy + u5 * qy; az += F1 * dz + u5 * qz;
+                    ph -= M * u1 + (real)0.5 * u5 * qe;
+#endif
+                }
+            }
+            __syncthreads();
+        }
+        // ---------------- P2P
+        for (int r_ = 0; r_ < nr; ++r_) {
+            const long long s = rstart[ro + r_];
+            const int n = rcount[ro + r_];
+            for (int base = 0; base < n; base += BLOCK) {
+                int k = base + tid;
+                if (k < n) {
+                    long long j = s + k;
+                    sj[0][tid] = (real)wrapd(pos[3 * j] - c[0], box);
+                    sj[1][tid] = (real)wrapd(pos[3 * j + 1] - c[1], box);
+                    sj[2][tid] = (real)wrapd(pos[3 * j + 2] - c[2], box);
+                    sj[3][tid] = (real)pm[j];
+                    sjid[tid] = (int)j;
+                }
+                __syncthreads();
+                int nn = min(BLOCK, n - base);
+                if (act) {
+                    for (int t = 0; t < nn; ++t) {
+                        real dx = xi - sj[0][t], dy = yi - sj[1][t], dz = zi - sj[2][t];
+                        if (box > 0) {
+                            dx -= boxr * RINT(dx * ibox); dy -= boxr * RINT(dy * ibox);
+                            dz -= boxr * RINT(dz * ibox);
+                        }
+                        real r2 = dx * dx + dy * dy + dz * dz;
+                        bool skip = sjid[t] == (int)ii || (r2 == (real)0 && eps_d == 0);
+#if TRUNC
+                        skip = skip || r2 >= rcut * rcut;
+#endif
+                        if (skip) continue;
+                        real K, P;
+                        pair_kernel(r2, eps, eps2, hinv, h, K, P);
+#if TRUNC
+                        {
+                            real r = SQRT(r2), x = r * i2rs, e = EXP(-x * x), ec = ERFC(x);
+                            K *= ec + two_isp * x * e;
+                            P *= ec;
+                        }
+#endif
+                        real mK = sj[3][t] * K;
+                        ax -= mK * dx; ay -= mK * dy; az -= mK * dz;
+                        ph -= sj[3][t] * P;
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        if (act) {
+            long long o = order[ii];
+            acc[3 * o] = (real)(G * ax); acc[3 * o + 1] = (real)(G * ay);
+            acc[3 * o + 2] = (real)(G * az);
+            if (want_pot) pot[o] = (real)(G * ph);
+        }
+    }
+}
+"""
+
+_modules: dict = {}
+
+
+def _module(dtype, spline: bool, trunc: bool):
+    import cupy as cp
+
+    key = (np.dtype(dtype).name, bool(spline), bool(trunc))
+    if key not in _modules:
+        opts = ("--std=c++14", f"-DREAL_IS_DOUBLE={int(np.dtype(dtype) == np.float64)}",
+                f"-DSPLINE={int(bool(spline))}", f"-DTRUNC={int(bool(trunc))}")
+        _modules[key] = cp.RawModule(code=_SRC, options=opts)
+    return _modules[key]
+
+
+def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs, r_cut):  # noqa: N803
+    theta = float(theta)
+    if not (0.0 < theta < 1.5):
+        raise ParameterError(f"theta must satisfy 0 < theta < 1.5, got {theta!r}")
+    softening = float(softening)
+    if not (softening >= 0.0 and math.isfinite(softening)):
+        raise ParameterError(f"softening must be a finite number >= 0, got {softening!r}")
+    if softening_kernel not in ("plummer", "spline"):
+        raise ParameterError(f"softening_kernel must be 'plummer' or 'spline', "
+                             f"got {softening_kernel!r}")
+    if precision not in ("float32", "float64"):
+        raise ParameterError(f"precision must be 'float32' or 'float64', got {precision!r}")
+    G = float(G)  # noqa: N806
+    if not (G > 0 and math.isfinite(G)):
+        raise ParameterError(f"G must be a positive number, got {G!r}")
+    if rs is None and r_cut is not None:
+        raise ParameterError("r_cut needs rs (the truncated short-range kernel)")
+    if rs is not None:
+        rs = float(rs)
+        if not (rs > 0 and math.isfinite(rs)):
+            raise ParameterError(f"rs must be a positive number, got {rs!r}")
+        r_cut = 4.5 * rs if r_cut is None else float(r_cut)
+        if not (r_cut > 0 and math.isfinite(r_cut)):
+            raise ParameterError(f"r_cut must be a positive number, got {r_cut!r}")
+    if box_size is not None:
+        box_size = float(box_size)
+        if not (box_size > 0 and math.isfinite(box_size)):
+            raise ParameterError(f"box_size must be a positive number, got {box_size!r}")
+        if rs is None:
+            raise NotImplementedError(
+                "tree_forces_gpu: a periodic box needs the truncated short-range kernel "
+                "(pass rs, as TreePM does); periodic Newtonian tree forces (Ewald) are not "
+                "implemented")
+        if r_cut >= 0.5 * box_size:
+            raise ParameterError(f"r_cut ({r_cut}) must be smaller than half the box "
+                                 f"({0.5 * box_size})")
+    return theta, softening, G, box_size, rs, r_cut
+
+
+class _Timer:
+    """CUDA-event phase timer (milliseconds per named phase)."""
+
+    def __init__(self):
+        import cupy as cp
+
+        self.cp = cp
+        self.marks = []
+
+    def mark(self, name: str):
+        ev = self.cp.cuda.Event()
+        ev.record()
+        self.marks.append((name, ev))
+
+    def phases(self) -> dict:
+        self.marks[-1][1].synchronize()
+        out = {}
+        for (_, a), (name, b) in zip(self.marks[:-1], self.marks[1:], strict=True):
+            out[name] = out.get(name, 0.0) + self.cp.cuda.get_elapsed_time(a, b) / 1e3
+        return out
+
+
+def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,  # noqa: N803
+            max_leaf, max_group, quadrupole, box_size, rs, r_cut, timer=None, stats=None,
+            max_entries: int = 1 << 28):
+    import cupy as cp
+
+    from ..spatial.octree_gpu import _build
+
+    theta, softening, G, box_size, rs, r_cut = _check_params(  # noqa: N806
+        theta, softening, softening_kernel, precision, G, box_size, rs, r_cut)
+    trunc = rs is not None
+    spline = softening_kernel == "spline" and softening > 0
+    dtype = np.dtype(precision)
+    mod = _module(dtype, spline, trunc)
+    if timer:
+        timer.mark("start")
+    tree, s2, pos64 = _build(pos, mass, max_leaf=max_leaf, max_group=max_group,
+                             box_size=box_size)
+    if timer:
+        timer.mark("build")
+    n = tree.n_particles
+    groups = tree.groups
+    n_groups = int(groups.shape[0])
+    h_guard = 2.8 * softening if (spline or trunc) else 0.0
+    box = 0.0 if box_size is None else box_size
+    rc = 0.0 if r_cut is None else r_cut
+    walk = mod.get_function("tree_walk")
+    force = mod.get_function("group_forces")
+    i32 = np.int32
+    ncell = cp.empty(n_groups, dtype=cp.int32)
+    nrange = cp.empty(n_groups, dtype=cp.int32)
+    dummy64 = cp.zeros(1, dtype=cp.int64)
+    dummy32 = cp.zeros(1, dtype=cp.int32)
+    wt = 128
+    node_args = (tree.lo, tree.hi, tree.com, tree.bmax, tree.first_child, tree.n_child,
+                 tree.start, tree.count, np.float64(theta), np.float64(h_guard), i32(trunc),
+                 np.float64(rc), np.float64(box))
+    walk(((n_groups + wt - 1) // wt,), (wt,),
+         (i32(n_groups), i32(0), groups) + node_args
+         + (i32(0), ncell, nrange, dummy64, dummy64, dummy32, dummy32, dummy32))
+    cum_c = cp.cumsum(ncell, dtype=cp.int64)
+    cum_r = cp.cumsum(nrange, dtype=cp.int64)
+    tot_c, tot_r = (int(v) for v in cp.asnumpy(cp.stack([cum_c[-1], cum_r[-1]])))
+    if timer:
+        timer.mark("walk_count")
+    # batches of groups whose lists fit in max_entries entries
+    if tot_c + tot_r <= max_entries:
+        cuts = [0, n_groups]
+    else:
+        both = cp.asnumpy(cum_c + cum_r)
+        cuts = [0]
+        while cuts[-1] < n_groups:
+            base = both[cuts[-1] - 1] if cuts[-1] > 0 else 0
+            nxt = int(np.searchsorted(both, base + max_entries, side="right"))
+            cuts.append(min(n_groups, max(nxt, cuts[-1] + 1)))
+    acc = cp.empty((n, 3), dtype=dtype)
+    pot = cp.empty(n if potential else 1, dtype=dtype)
+    for g0, g1 in zip(cuts[:-1], cuts[1:], strict=True):
+        nb = g1 - g0
+        c0 = int(cum_c[g0 - 1]) if g0 > 0 else 0
+        r0 = int(cum_r[g0 - 1]) if g0 > 0 else 0
+        c_off = cum_c[g0:g1] - ncell[g0:g1] - c0
+        r_off = cum_r[g0:g1] - nrange[g0:g1] - r0
+        c_tot = int(cum_c[g1 - 1]) - c0 if len(cuts) > 2 else tot_c
+        r_tot = int(cum_r[g1 - 1]) - r0 if len(cuts) > 2 else tot_r
+        cells = cp.empty(max(c_tot, 1), dtype=cp.int32)
+        rstart = cp.empty(max(r_tot, 1), dtype=cp.int32)
+        rcount = cp.empty(max(r_tot, 1), dtype=cp.int32)
+        nc_b, nr_b = ncell[g0:g1], nrange[g0:g1]
+        walk(((nb + wt - 1) // wt,), (wt,),
+             (i32(g1), i32(g0), groups) + node_args
+             + (i32(1), nc_b, nr_b, c_off, r_off, cells, rstart, rcount))
+        if timer:
+            timer.mark("walk_write")
+        force((nb,), (BLOCK,),
+              (i32(g1), i32(g0), groups, tree.lo, tree.hi, tree.start, tree.count, pos64,
+               tree.pmass, tree.order, c_off, nc_b, cells, tree.com, tree.mass, tree.quad, s2,
+               i32(bool(quadrupole)), r_off, nr_b, rstart, rcount, np.float64(G),
+               np.float64(softening), np.float64(rs or 0.0), np.float64(rc), np.float64(box),
+               i32(bool(potential)), acc, pot))
+        if timer:
+            timer.mark("forces")
+        if stats is not None:
+            gcnt = tree.count[groups[g0:g1]]
+            jcum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(rcount, dtype=cp.int64)])
+            jper = jcum[r_off + nr_b] - jcum[r_off]
+            stats["m2p"] = stats.get("m2p", 0) + int((gcnt * nc_b).sum())
+            stats["p2p"] = stats.get("p2p", 0) + int((gcnt * jper).sum())
+    if stats is not None:
+        stats.update(n_groups=n_groups, n_nodes=tree.n_nodes, cells=tot_c, ranges=tot_r,
+                     batches=len(cuts) - 1)
+    return acc, (pot if potential else None)
+
+
+def tree_forces_gpu(pos, mass, *, G: float = 1.0, theta: float = 0.5,  # noqa: N803
+                    softening: float = 0.0, softening_kernel: str = "plummer",
+                    precision: str = "float64", potential: bool = True, max_leaf: int = 64,
+                    max_group: int = 64, quadrupole: bool = True,
+                    box_size: float | None = None, rs: float | None = None,
+                    r_cut: float | None = None):
+    """Tree accelerations and potentials of particles on one GPU (CuPy in, CuPy out).
+
+    Parameters
+    ----------
+    pos : (N, 3) cupy.ndarray
+        Positions (length units), float32 or float64.
+    mass : (N,) cupy.ndarray or float
+        Particle masses (mass units) or one mass for every particle.
+    G : float
+        Gravitational constant (length^3 / (mass time^2)).
+    theta : float
+        Opening angle, ``0 < theta < 1.5``: a node is used as a multipole when
+        ``bmax < theta * d`` (``d``: distance from its centre of mass to the group's box).
+    softening : float
+        Plummer-equivalent softening length ``eps`` (length units), >= 0.
+    softening_kernel : {"plummer", "spline"}
+        Plummer, or the Gadget-2 cubic spline with support ``2.8 eps``.
+    precision : {"float32", "float64"}
+        Arithmetic precision of the kernels (positions are made relative to the group's
+        centre in float64 first) and dtype of the outputs.
+    potential : bool
+        Also return the specific potential.
+    max_leaf, max_group : int
+        Leaf and group sizes of the octree (particles).
+    quadrupole : bool
+        Include the quadrupole in the M2P (monopole only when False).
+    box_size : float, optional
+        Periodic box side (length units): minimum-image separations, particles must lie in
+        ``[0, box_size)^3``. Needs ``rs`` (periodic forces are the TreePM short range only).
+    rs : float, optional
+        Split scale of the truncated short-range kernel (length units): pair forces are
+        multiplied by ``T(x) = erfc(x) + 2x/sqrt(pi) exp(-x^2)``, potentials by ``erfc(x)``,
+        ``x = r/(2 rs)``, both exactly (``erfcf``/``expf`` in float32).
+    r_cut : float, optional
+        Cutoff radius of the truncated kernel (default ``4.5 rs``); pairs with
+        ``r >= r_cut`` contribute nothing.
+
+    Returns
+    -------
+    acc : (N, 3) cupy.ndarray
+        Accelerations in the input order, dtype ``precision``.
+    pot : (N,) cupy.ndarray or None
+        Specific potentials (self-pairs excluded), or None when ``potential`` is False.
+
+    Raises
+    ------
+    ParameterError
+        Bad parameters or inputs (see :mod:`cosmo_dask.gravity` conventions).
+    NotImplementedError
+        ``box_size`` without ``rs`` (periodic Newtonian forces need Ewald sums).
+    """
+    return _forces(pos, mass, G=G, theta=theta, softening=softening,
+                   softening_kernel=softening_kernel, precision=precision, potential=potential,
+                   max_leaf=max_leaf, max_group=max_group, quadrupole=quadrupole,
+                   box_size=box_size, rs=rs, r_cut=r_cut)
+
+
+__all__ = ["tree_forces_gpu"]

@@ -1,0 +1,441 @@
+"""Octree construction on one GPU with CuPy (layout: :mod:`cosmo_dask.spatial.octree_layout`).
+
+Steps, all on the device:
+
+1. Morton keys (21 bits per axis, x the most significant bit of each triple) by an
+   elementwise kernel, then one stable sort (``cupy.argsort``, a radix sort).
+2. Nodes level by level (breadth first): for every node of level ``L`` holding more than
+   ``max_leaf`` particles, one thread per (node, octant) finds the child's particle range by
+   a binary search of the sorted keys; the non-empty children of the level are compacted
+   with a prefix sum, so the children of a node are contiguous and in Morton order.
+3. Multipoles in float64: leaves directly from their particles (one warp per leaf,
+   shuffle reductions), parents from their children level by level (bottom up) with the
+   parallel-axis theorem; ``bmax`` exactly (one block per internal node over its particles).
+4. Groups: nodes with ``count <= max_group`` whose parent holds more (or big leaves).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ParameterError
+from .octree_layout import MORTON_BITS, Octree
+
+_SRC = r"""
+extern "C" __global__ void child_bounds(
+    const unsigned long long* __restrict__ keys, const long long* __restrict__ pstart,
+    const long long* __restrict__ pcount, const int n_parent, const int shift,
+    long long* __restrict__ bounds)
+{
+    // bounds[p*9 + c], c = 0..8: first sorted index of octant c of parent p (c = 8: end)
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_parent * 9) return;
+    int p = t / 9, c = t - 9 * (t / 9);
+    long long s = pstart[p], e = s + pcount[p];
+    if (c == 8) { bounds[t] = e; return; }
+    if (c == 0) { bounds[t] = s; return; }
+    unsigned long long pre = (keys[s] >> (shift + 3)) << 3;
+    unsigned long long target = (pre | (unsigned long long)c) << shift;
+    long long lo = s, hi = e;          // lower bound of target in keys[s:e]
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (keys[mid] < target) lo = mid + 1; else hi = mid;
+    }
+    bounds[t] = lo;
+}
+
+__device__ __forceinline__ double wsum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double wmin(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmin(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ double wmax(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+extern "C" __global__ void leaf_moments(
+    const double* __restrict__ pos, const double* __restrict__ pm,
+    const long long* __restrict__ leaves, const int n_leaf,
+    const long long* __restrict__ start, const long long* __restrict__ count,
+    double* __restrict__ mass, double* __restrict__ com, double* __restrict__ quad,
+    double* __restrict__ s2, double* __restrict__ bmax, double* __restrict__ lo,
+    double* __restrict__ hi)
+{
+    int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= n_leaf) return;              // uniform per warp
+    long long nd = leaves[w], s = start[nd], c = count[nd];
+    double m = 0, mx = 0, my = 0, mz = 0, sx = 0, sy = 0, sz = 0;
+    double lx = 1e300, ly = 1e300, lz = 1e300, hx = -1e300, hy = -1e300, hz = -1e300;
+    for (long long k = lane; k < c; k += 32) {
+        long long i = s + k;
+        double x = pos[3 * i], y = pos[3 * i + 1], z = pos[3 * i + 2], w_ = pm[i];
+        m += w_; mx += w_ * x; my += w_ * y; mz += w_ * z; sx += x; sy += y; sz += z;
+        lx = fmin(lx, x); ly = fmin(ly, y); lz = fmin(lz, z);
+        hx = fmax(hx, x); hy = fmax(hy, y); hz = fmax(hz, z);
+    }
+    m = wsum(m); mx = wsum(mx); my = wsum(my); mz = wsum(mz);
+    sx = wsum(sx); sy = wsum(sy); sz = wsum(sz);
+    lx = wmin(lx); ly = wmin(ly); lz = wmin(lz); hx = wmax(hx); hy = wmax(hy); hz = wmax(hz);
+    double cx, cy, cz;
+    if (m > 0) { cx = mx / m; cy = my / m; cz = mz / m; }
+    else { cx = sx / c; cy = sy / c; cz = sz / c; }
+    double qxx = 0, qxy = 0, qxz = 0, qyy = 0, qyz = 0, qzz = 0, ss = 0, bb = 0;
+    for (long long k = lane; k < c; k += 32) {
+        long long i = s + k;
+        double dx = pos[3 * i] - cx, dy = pos[3 * i + 1] - cy, dz = pos[3 * i + 2] - cz;
+        double w_ = pm[i], d2 = dx * dx + dy * dy + dz * dz;
+        qxx += w_ * (3 * dx * dx - d2); qxy += w_ * 3 * dx * dy; qxz += w_ * 3 * dx * dz;
+        qyy += w_ * (3 * dy * dy - d2); qyz += w_ * 3 * dy * dz; qzz += w_ * (3 * dz * dz - d2);
+        ss += w_ * d2; bb = fmax(bb, d2);
+    }
+    qxx = wsum(qxx); qxy = wsum(qxy); qxz = wsum(qxz); qyy = wsum(qyy); qyz = wsum(qyz);
+    qzz = wsum(qzz); ss = wsum(ss); bb = wmax(bb);
+    if (lane == 0) {
+        mass[nd] = m; com[3 * nd] = cx; com[3 * nd + 1] = cy; com[3 * nd + 2] = cz;
+        quad[6 * nd] = qxx; quad[6 * nd + 1] = qxy; quad[6 * nd + 2] = qxz;
+        quad[6 * nd + 3] = qyy; quad[6 * nd + 4] = qyz; quad[6 * nd + 5] = qzz;
+        s2[nd] = ss; bmax[nd] = sqrt(bb);
+        lo[3 * nd] = lx; lo[3 * nd + 1] = ly; lo[3 * nd + 2] = lz;
+        hi[3 * nd] = hx; hi[3 * nd + 1] = hy; hi[3 * nd + 2] = hz;
+    }
+}
+
+extern "C" __global__ void parent_moments(
+    const long long* __restrict__ nodes, const int n, const long long* __restrict__ fchild,
+    const signed char* __restrict__ nchild, const long long* __restrict__ count,
+    double* __restrict__ mass, double* __restrict__ com, double* __restrict__ quad,
+    double* __restrict__ s2, double* __restrict__ lo, double* __restrict__ hi)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    long long nd = nodes[t], f = fchild[nd];
+    int k = nchild[nd];
+    double m = 0, mx = 0, my = 0, mz = 0, sx = 0, sy = 0, sz = 0;
+    double l[3] = {1e300, 1e300, 1e300}, h[3] = {-1e300, -1e300, -1e300};
+    for (int q = 0; q < k; ++q) {
+        long long ch = f + q;
+        double w_ = mass[ch], cn = (double)count[ch];
+        m += w_; mx += w_ * com[3 * ch]; my += w_ * com[3 * ch + 1]; mz += w_ * com[3 * ch + 2];
+        // unweighted mean of the particles (used only for massless nodes)
+        sx += cn * com[3 * ch]; sy += cn * com[3 * ch + 1]; sz += cn * com[3 * ch + 2];
+        for (int a = 0; a < 3; ++a) {
+            l[a] = fmin(l[a], lo[3 * ch + a]); h[a] = fmax(h[a], hi[3 * ch + a]);
+        }
+    }
+    double cx, cy, cz;
+    if (m > 0) { cx = mx / m; cy = my / m; cz = mz / m; }
+    else { double cn = (double)count[nd]; cx = sx / cn; cy = sy / cn; cz = sz / cn; }
+    double q6[6] = {0, 0, 0, 0, 0, 0}, ss = 0;
+    for (int q = 0; q < k; ++q) {
+        long long ch = f + q;
+        double w_ = mass[ch];
+        double dx = com[3 * ch] - cx, dy = com[3 * ch + 1] - cy, dz = com[3 * ch + 2] - cz;
+        double d2 = dx * dx + dy * dy + dz * dz;
+        q6[0] += quad[6 * ch] + w_ * (3 * dx * dx - d2);
+        q6[1] += quad[6 * ch + 1] + w_ * 3 * dx * dy;
+        q6[2] += quad[6 * ch + 2] + w_ * 3 * dx * dz;
+        q6[3] += quad[6 * ch + 3] + w_ * (3 * dy * dy - d2);
+        q6[4] += quad[6 * ch + 4] + w_ * 3 * dy * dz;
+        q6[5] += quad[6 * ch + 5] + w_ * (3 * dz * dz - d2);
+        ss += s2[ch] + w_ * d2;
+    }
+    mass[nd] = m; com[3 * nd] = cx; com[3 * nd + 1] = cy; com[3 * nd + 2] = cz;
+    for (int a = 0; a < 6; ++a) quad[6 * nd + a] = q6[a];
+    s2[nd] = ss;
+    for (int a = 0; a < 3; ++a) { lo[3 * nd + a] = l[a]; hi[3 * nd + a] = h[a]; }
+}
+
+extern "C" __global__ void node_bmax(
+    const double* __restrict__ pos, const long long* __restrict__ nodes,
+    const long long* __restrict__ start, const long long* __restrict__ count,
+    const double* __restrict__ com, double* __restrict__ bmax)
+{
+    // one block (256 threads) per node: exact max distance of its particles from com
+    __shared__ double red[8];
+    long long nd = nodes[blockIdx.x], s = start[nd], c = count[nd];
+    double cx = com[3 * nd], cy = com[3 * nd + 1], cz = com[3 * nd + 2], bb = 0;
+    for (long long k = threadIdx.x; k < c; k += blockDim.x) {
+        long long i = s + k;
+        double dx = pos[3 * i] - cx, dy = pos[3 * i + 1] - cy, dz = pos[3 * i + 2] - cz;
+        bb = fmax(bb, dx * dx + dy * dy + dz * dz);
+    }
+    bb = wmax(bb);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = bb;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        bb = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
+        bb = wmax(bb);
+        if (threadIdx.x == 0) bmax[nd] = sqrt(bb);
+    }
+}
+"""
+
+_MORTON_PREAMBLE = r"""
+__device__ __forceinline__ unsigned long long spread21(unsigned long long v) {
+    v &= 0x1fffffULL;
+    v = (v | (v << 32)) & 0x1f00000000ffffULL;
+    v = (v | (v << 16)) & 0x1f0000ff0000ffULL;
+    v = (v | (v << 8)) & 0x100f00f00f00f00fULL;
+    v = (v | (v << 4)) & 0x10c30c30c30c30c3ULL;
+    v = (v | (v << 2)) & 0x1249249249249249ULL;
+    return v;
+}
+__device__ __forceinline__ unsigned long long cell21(double x, double lo, double scale) {
+    double f = floor((x - lo) * scale);
+    if (!(f > 0.0)) f = 0.0;                 // also maps NaN to 0 (inputs are checked)
+    if (f > 2097151.0) f = 2097151.0;
+    return (unsigned long long)f;
+}
+"""
+
+_cache: dict = {}
+
+
+def _kernels():
+    if "mod" not in _cache:
+        import cupy as cp
+
+        _cache["mod"] = cp.RawModule(code=_SRC, options=("--std=c++14",))
+        _cache["morton"] = cp.ElementwiseKernel(
+            "float64 x, float64 y, float64 z, float64 lox, float64 loy, float64 loz, "
+            "float64 scale",
+            "uint64 key",
+            "key = (spread21(cell21(x, lox, scale)) << 2) | (spread21(cell21(y, loy, scale)) << 1)"
+            " | spread21(cell21(z, loz, scale));",
+            "cosmo_dask_morton21",
+            preamble=_MORTON_PREAMBLE,
+        )
+    return _cache
+
+
+def _check_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ParameterError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def morton_keys_gpu(pos, root_lo, root_size: float):
+    """Morton keys (uint64, 21 bits per axis) of positions on the GPU.
+
+    Parameters
+    ----------
+    pos : (N, 3) cupy.ndarray
+        Positions (length units).
+    root_lo : (3,) array_like
+        Lower corner of the root cube (length units).
+    root_size : float
+        Side of the root cube (length units).
+
+    Returns
+    -------
+    cupy.ndarray
+        (N,) uint64 keys; cell coordinates are clipped to ``[0, 2**21 - 1]``.
+    """
+    import cupy as cp
+
+    k = _kernels()["morton"]
+    p = pos.astype(cp.float64, copy=False)
+    scale = float(2**MORTON_BITS) / float(root_size)
+    lo = [float(v) for v in np.asarray(root_lo, dtype=np.float64)]
+    return k(p[:, 0], p[:, 1], p[:, 2], lo[0], lo[1], lo[2], scale)
+
+
+def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None,
+           box_size=None):
+    """Build the tree; returns ``(Octree, s2, pos64)`` where ``s2 = sum m |x - com|^2``
+    per node (float64) and ``pos64`` the sorted positions in float64 (both used by the
+    force kernels)."""
+    import cupy as cp
+
+    max_leaf = _check_int(max_leaf, "max_leaf")
+    max_group = _check_int(max_group, "max_group")
+    pos = cp.asarray(pos)
+    if pos.ndim != 2 or pos.shape[1] != 3 or pos.shape[0] < 1:
+        raise ParameterError(f"pos must have shape (N, 3) with N >= 1, got {pos.shape}")
+    if pos.dtype.kind != "f":
+        raise ParameterError(f"pos must be a float array, got dtype {pos.dtype}")
+    n = int(pos.shape[0])
+    if np.ndim(mass) == 0:
+        m = float(mass)
+        if not np.isfinite(m) or m < 0:
+            raise ParameterError(f"mass must be a finite non-negative number, got {mass!r}")
+        pm_in = cp.full(n, m, dtype=cp.float64)
+    else:
+        pm_in = cp.asarray(mass)
+        if pm_in.shape != (n,):
+            raise ParameterError(f"mass must be a scalar or have shape ({n},), got {pm_in.shape}")
+        pm_in = pm_in.astype(cp.float64, copy=False)
+    lo_all = pos.min(axis=0).astype(cp.float64)
+    hi_all = pos.max(axis=0).astype(cp.float64)
+    lo_h, hi_h = cp.asnumpy(lo_all), cp.asnumpy(hi_all)
+    if not (np.all(np.isfinite(lo_h)) and np.all(np.isfinite(hi_h))):
+        raise ParameterError("pos contains NaN or infinite values")
+    if box_size is not None:
+        box = float(box_size)
+        if not np.isfinite(box) or box <= 0:
+            raise ParameterError(f"box_size must be a positive number, got {box_size!r}")
+        if lo_h.min() < 0 or hi_h.max() >= box:
+            raise ParameterError(f"particles outside the periodic box [0, {box}): "
+                                 f"min {lo_h.min()}, max {hi_h.max()}")
+        rlo, rsize = np.zeros(3), box
+    elif root_lo is not None or root_size is not None:
+        if root_lo is None or root_size is None:
+            raise ParameterError("root_lo and root_size must be given together")
+        rlo = np.asarray(root_lo, dtype=np.float64).reshape(3)
+        rsize = float(root_size)
+        if not rsize > 0:
+            raise ParameterError(f"root_size must be positive, got {root_size!r}")
+        if np.any(lo_h < rlo) or np.any(hi_h >= rlo + rsize):
+            raise ParameterError("particles outside the root cube [root_lo, root_lo + root_size)")
+    else:
+        ext = float((hi_h - lo_h).max())
+        rsize = ext * (1.0 + 1e-6) if ext > 0 else 1.0
+        rlo = lo_h - 0.5 * (rsize - (hi_h - lo_h))
+    kern = _kernels()
+    mod = kern["mod"]
+    keys = morton_keys_gpu(pos, rlo, rsize)
+    order = cp.argsort(keys)  # stable (radix) sort: ties keep the input order
+    keys = keys[order]
+    spos = pos[order]
+    pos64 = spos.astype(cp.float64, copy=False)
+    pos64 = cp.ascontiguousarray(pos64)
+    pmass = pm_in[order]
+
+    # ---- nodes, level by level
+    lv_start = [cp.zeros(1, dtype=cp.int64)]
+    lv_count = [cp.full(1, n, dtype=cp.int64)]
+    lv_parent = [cp.full(1, -1, dtype=cp.int64)]
+    lv_fc, lv_nc = [], []
+    offset = 0  # global index of the first node of the current level
+    child_bounds = mod.get_function("child_bounds")
+    level = 0
+    while True:
+        cnt = lv_count[level]
+        n_cur = int(cnt.shape[0])
+        fc = cp.full(n_cur, -1, dtype=cp.int64)
+        nc = cp.zeros(n_cur, dtype=cp.int8)
+        split = cp.nonzero(cnt > max_leaf)[0] if level < MORTON_BITS else cp.zeros(0, cp.int64)
+        n_split = int(split.shape[0])
+        if n_split == 0:
+            lv_fc.append(fc)
+            lv_nc.append(nc)
+            break
+        pstart = lv_start[level][split]
+        pcount = cnt[split]
+        bounds = cp.empty(n_split * 9, dtype=cp.int64)
+        shift = 3 * (MORTON_BITS - level - 1)
+        threads = 256
+        child_bounds(((n_split * 9 + threads - 1) // threads,), (threads,),
+                     (keys, pstart, pcount, np.int32(n_split), np.int32(shift), bounds))
+        bounds = bounds.reshape(n_split, 9)
+        cstart = bounds[:, :8]
+        ccount = bounds[:, 1:] - bounds[:, :8]
+        nonempty = ccount > 0
+        per_parent = nonempty.sum(axis=1)
+        first = cp.cumsum(per_parent) - per_parent  # exclusive prefix within the next level
+        flat = cp.nonzero(nonempty.ravel())[0]
+        next_offset = offset + n_cur
+        fc[split] = next_offset + first
+        nc[split] = per_parent.astype(cp.int8)
+        lv_fc.append(fc)
+        lv_nc.append(nc)
+        lv_start.append(cstart.ravel()[flat])
+        lv_count.append(ccount.ravel()[flat])
+        lv_parent.append(offset + split[flat // 8])
+        offset = next_offset
+        level += 1
+    n_levels = level + 1
+    sizes = [int(a.shape[0]) for a in lv_start]
+    start = cp.concatenate(lv_start)
+    count = cp.concatenate(lv_count)
+    parent = cp.concatenate(lv_parent)
+    first_child = cp.concatenate(lv_fc)
+    n_child = cp.concatenate(lv_nc)
+    lvl = cp.concatenate([cp.full(s, i, dtype=cp.int8) for i, s in enumerate(sizes)])
+    m_nodes = int(start.shape[0])
+
+    # ---- multipoles
+    nmass = cp.empty(m_nodes, dtype=cp.float64)
+    com = cp.empty((m_nodes, 3), dtype=cp.float64)
+    quad = cp.empty((m_nodes, 6), dtype=cp.float64)
+    s2 = cp.empty(m_nodes, dtype=cp.float64)
+    bmax = cp.empty(m_nodes, dtype=cp.float64)
+    lo = cp.empty((m_nodes, 3), dtype=cp.float64)
+    hi = cp.empty((m_nodes, 3), dtype=cp.float64)
+    is_leaf = first_child < 0
+    leaves = cp.nonzero(is_leaf)[0]
+    n_leaf = int(leaves.shape[0])
+    threads = 256
+    mod.get_function("leaf_moments")(
+        ((n_leaf * 32 + threads - 1) // threads,), (threads,),
+        (pos64, pmass, leaves, np.int32(n_leaf), start, count, nmass, com, quad, s2, bmax,
+         lo, hi))
+    parent_moments = mod.get_function("parent_moments")
+    bounds_lv = np.concatenate([[0], np.cumsum(sizes)])
+    internal_all = []
+    for lv in range(n_levels - 2, -1, -1):
+        a, b = int(bounds_lv[lv]), int(bounds_lv[lv + 1])
+        internal = a + cp.nonzero(~is_leaf[a:b])[0]
+        k = int(internal.shape[0])
+        if k == 0:
+            continue
+        internal_all.append(internal)
+        parent_moments(((k + threads - 1) // threads,), (threads,),
+                       (internal, np.int32(k), first_child, n_child, count, nmass, com, quad,
+                        s2, lo, hi))
+    if internal_all:
+        internal = cp.concatenate(internal_all)
+        mod.get_function("node_bmax")((int(internal.shape[0]),), (256,),
+                                      (pos64, internal, start, count, com, bmax))
+
+    # ---- groups
+    pc = cp.where(parent >= 0, count[cp.maximum(parent, 0)], n + max_group + 1)
+    is_group = ((count <= max_group) | is_leaf) & (pc > max_group)
+    gnodes = cp.nonzero(is_group)[0]
+    groups = gnodes[cp.argsort(start[gnodes])]
+    tree = Octree(root_lo=cp.asarray(rlo, dtype=cp.float64), root_size=float(rsize),
+                  max_leaf=max_leaf, max_group=max_group, order=order.astype(cp.int64),
+                  pos=spos, pmass=pmass, keys=keys, level=lvl, start=start, count=count,
+                  first_child=first_child, n_child=n_child, parent=parent, lo=lo, hi=hi,
+                  mass=nmass, com=com, quad=quad, bmax=bmax, groups=groups)
+    return tree, s2, pos64
+
+
+def build_octree_gpu(pos, mass, *, max_leaf: int = 64, max_group: int = 64, root_lo=None,
+                     root_size: float | None = None, box_size: float | None = None) -> Octree:
+    """Build the octree of particles on the GPU (CuPy arrays in the returned :class:`Octree`).
+
+    Parameters
+    ----------
+    pos : (N, 3) cupy.ndarray
+        Positions (length units), float32 or float64; ``tree.pos`` keeps this dtype.
+    mass : (N,) cupy.ndarray or float
+        Particle masses (mass units), or one mass for all particles. Stored as float64.
+    max_leaf : int
+        A node is a leaf when it holds ``<= max_leaf`` particles (or is at level 21).
+    max_group : int
+        Groups hold ``<= max_group`` particles (except leaves of level 21 that hold more).
+    root_lo, root_size : array_like of 3 floats, float, optional
+        The root cube (length units); default: the cube around the particles' bounding box.
+    box_size : float, optional
+        Periodic box side (length units): the root is ``[0, box_size)^3`` and every particle
+        must lie inside.
+
+    Returns
+    -------
+    Octree
+        See :mod:`cosmo_dask.spatial.octree_layout`; every array (``root_lo`` included)
+        is a CuPy array.
+
+    Raises
+    ------
+    ParameterError
+        Bad shapes, non-finite positions, particles outside the root or box, bad sizes.
+    """
+    return _build(pos, mass, max_leaf=max_leaf, max_group=max_group, root_lo=root_lo,
+                  root_size=root_size, box_size=box_size)[0]
