@@ -20,12 +20,11 @@ from __future__ import annotations
 import math
 
 import dask
-import dask.array as da
 import numpy as np
 
 from ..backend import array_module
 from ..errors import ParameterError
-from ..progress import active_client, persist
+from ..progress import active_client
 from .octree_result import DensityOctree
 from .pse_octree import build_octree, check_octree_params, default_root
 from .pse_schedule import choose_strategy, gather_graph, leaf_items, reduce_graph
@@ -150,13 +149,11 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
         chosen = strategy
     token = _token(snap, p, max_level, max_tets, chosen, root_lo, root_size, block)
     if chosen == "gather":
-        leaves = gather_graph(cols, layout, items, p, workers, token, gpu=gpu)
+        patches = gather_graph(cols, layout, items, p, workers, token, gpu=gpu)
     else:
-        leaves = reduce_graph(cols, layout, items, p, workers, token,
+        patches = reduce_graph(cols, layout, items, p, workers, token,
                               n_groups=dask.system.CPU_COUNT if n_groups is None else n_groups,
                               max_partials=max_partials, split_every=split_every, gpu=gpu)
-    patches = _stack(leaves, p, gpu)
-    (patches,) = persist(patches, label=f"PSE deposit ({chosen}, {len(leaves)} leaves)")
     attrs = {"strategy": chosen, "strategy_asked": strategy,
              "estimated_bytes_moved": estimate, "n_tets": int(cols.blocks.n_tets.sum()),
              "block": cols.blocks.block, "max_level": max_level,
@@ -167,14 +164,3 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
 
 def _token(*parts):
     return dask.base.tokenize(*[getattr(x, "pos", x) for x in parts])[:12]
-
-
-def _stack(leaves, p, gpu):
-    if gpu:
-        import cupy
-
-        meta = cupy.empty((0, 0, 0, 0))
-    else:
-        meta = np.empty((0, 0, 0, 0))
-    chunks = [da.from_delayed(d, (1, p, p, p), dtype=np.float64, meta=meta) for d in leaves]
-    return da.concatenate(chunks, axis=0)

@@ -1,10 +1,12 @@
 """Dask graphs of the PSE deposit: ADECO's strategies A ("gather") and B ("reduce").
 
 Both take the persisted block columns (:func:`~.tessellation.block_columns`)
-and the octree layout (:func:`~.pse_octree.build_octree`). Each returns one
-dask Delayed per leaf that computes to that leaf's density patch, shaped
-``(1, p, p, p)``: mass over cell volume, float64, NumPy or CuPy like the
-snapshot.
+and the octree layout (:func:`~.pse_octree.build_octree`), runs the graph,
+and returns the ``(L, p, p, p)`` dask array of the leaves' density patches,
+persisted (one chunk per leaf, computed by the task ``(pse-leaf-<token>, i,
+0, 0, 0)``): mass over cell volume, float64, NumPy or CuPy like the snapshot.
+The graphs are written task by task (:class:`~cosmo_dask.task_graph.TaskGraph`),
+each task with its placement, which reaches the distributed scheduler.
 
 gather (A)
     One ``pse-leaf`` task per leaf. It depends on every column that holds a
@@ -33,9 +35,10 @@ reduce (B)
 
 from __future__ import annotations
 
-import dask
 import numpy as np
+from dask._task_spec import TaskRef
 
+from ..task_graph import TaskGraph
 from .tessellation import column_block_tets
 from .tet_volume import deposit_tets
 
@@ -218,35 +221,46 @@ def choose_strategy(cols, items_per_leaf, p, workers) -> tuple[str, dict]:
     return ("reduce" if est["reduce"] < est["gather"] else "gather"), est
 
 
-def _annotate(worker, priority):
-    kw = {"priority": int(priority)}
-    if worker is not None:
-        kw.update(workers=[worker], allow_other_workers=True)
-    return dask.annotate(**kw)
+def _leaf_worker(items, workers):
+    """The worker holding most of a leaf's columns (None without a client)."""
+    if workers is None:
+        return None
+    owners, counts = np.unique([workers[c] for c in items], return_counts=True)
+    return str(owners[np.argmax(counts)])
+
+
+def _patch_meta(gpu):
+    if gpu:
+        import cupy
+
+        return cupy.empty((0, 0, 0, 0))
+    return np.empty((0, 0, 0, 0))
+
+
+def _patches(graph, name, n_leaves, p, gpu, label):
+    """Run the graph: the (L, p, p, p) patches, chunk i from task ``(name, i, 0, 0, 0)``."""
+    return graph.persist_array(name, ((1,) * n_leaves, (p,), (p,), (p,)), _patch_meta(gpu),
+                               np.float64, label=label)
 
 
 # --------------------------------------------------------------------------- strategies
 def gather_graph(cols, layout, items_per_leaf, p, workers, token, *, gpu=False):
-    """One Delayed density chunk per leaf, strategy A."""
+    """Strategy A (one task per leaf), run: the (L, p, p, p) density patches (persisted)."""
     lo, h = leaf_geometry(layout, p)
     geom = _geom(cols, gpu)
     _, priority = _work_order(layout)
-    out = []
+    g = TaskGraph(cols.values)
+    name = f"pse-leaf-{token}"
     for i, items in enumerate(items_per_leaf):
-        key = f"pse-leaf-{token}-{i}"
+        key = (name, i, 0, 0, 0)
         if not items:
-            out.append(dask.delayed(pse_empty, pure=True)(p, bool(gpu), dask_key_name=key))
+            g.add(key, pse_empty, p, bool(gpu))
             continue
-        slots = list(items)
-        worker = None
-        if workers is not None:
-            owners, counts = np.unique([workers[c] for c in slots], return_counts=True)
-            worker = str(owners[np.argmax(counts)])
-        with _annotate(worker, priority[i]):
-            out.append(dask.delayed(pse_leaf, pure=True)(
-                lo[i], float(h[i]), p, geom, _pack(items), *[cols.values[c] for c in slots],
-                dask_key_name=key))
-    return out
+        g.add(key, pse_leaf, lo[i], float(h[i]), p, geom, _pack(items),
+              *[g.ref(cols.values[c]) for c in items],
+              worker=_leaf_worker(items, workers), priority=priority[i])
+    return _patches(g, name, len(items_per_leaf), p, gpu,
+                    f"PSE deposit (gather, {len(items_per_leaf)} leaves)")
 
 
 def column_groups(cols, workers, n_groups):
@@ -260,66 +274,51 @@ def column_groups(cols, workers, n_groups):
 
 
 def reduce_graph(cols, layout, items_per_leaf, p, workers, token, *, n_groups, max_partials,
-                 split_every,
-                 gpu=False):
-    """One Delayed density chunk per leaf, strategy B."""
+                 split_every, gpu=False):
+    """Strategy B (partials + sums), run: the (L, p, p, p) density patches (persisted)."""
     lo, h = leaf_geometry(layout, p)
     geom = _geom(cols, gpu)
     order, priority = _work_order(layout)
     group, names = column_groups(cols, workers, n_groups)
-    partials = {i: [] for i in range(len(layout.level))}
-    done = {}
     sequence = {g: [] for g in range(len(names))}
     per_leaf = {}
     for i in order:  # issue work largest first, in one global order
-        items = items_per_leaf[i]
         by_group = {}
-        for c, it in items.items():
+        for c, it in items_per_leaf[i].items():
             by_group.setdefault(int(group[c]), {})[c] = it
         per_leaf[i] = by_group
-        for g in by_group:
-            sequence[g].append(i)
-    # partial tasks, with the buffer edges to earlier leaves' done tokens
-    position = {(g, i): n for g, seq in sequence.items() for n, i in enumerate(seq)}
+        for grp in by_group:
+            sequence[grp].append(i)
+    position = {(grp, i): n for grp, seq in sequence.items() for n, i in enumerate(seq)}
+    g = TaskGraph(cols.values)
+    name = f"pse-leaf-{token}"
+    done = {}
+
+    def done_token(leaf):  # added once, the first time a later partial waits for it
+        if leaf not in done:
+            done[leaf] = g.add(f"pse-done-{token}-{leaf}", pse_done,
+                               TaskRef((name, leaf, 0, 0, 0)))
+        return done[leaf]
+
     for i in order:
-        for g, items in per_leaf[i].items():
-            n = position[(g, i)]
-            gate = None
-            if n >= max_partials:
-                gate = _done_token(done, sequence[g][n - max_partials], token)
-            slots = list(items)
-            with _annotate(names[g], priority[i]):
-                partials[i].append(dask.delayed(pse_partial, pure=True)(
-                    lo[i], float(h[i]), p, geom, _pack(items), gate,
-                    *[cols.values[c] for c in slots],
-                    dask_key_name=f"pse-partial-{token}-{i}-{g}"))
-        result = _tree_sum(partials[i], split_every, f"pse-reduce-{token}-{i}", priority[i])
-        key = f"pse-leaf-{token}-{i}"
-        if result is None:
-            chunk = dask.delayed(pse_empty, pure=True)(p, bool(gpu), dask_key_name=key)
-        else:
-            with _annotate(None, priority[i]):
-                chunk = dask.delayed(pse_density_patch, pure=True)(float(h[i]), result,
-                                                                   dask_key_name=key)
-        done[("chunk", i)] = chunk
-    return [done[("chunk", i)] for i in range(len(layout.level))]
-
-
-def _done_token(done, leaf, token):
-    if leaf not in done:
-        done[leaf] = dask.delayed(pse_done, pure=True)(
-            done[("chunk", leaf)], dask_key_name=f"pse-done-{token}-{leaf}")
-    return done[leaf]
-
-
-def _tree_sum(parts, split_every, name, priority):
-    if not parts:
-        return None
-    level = 0
-    with _annotate(None, priority):
-        while len(parts) > 1:
-            parts = [dask.delayed(pse_reduce, pure=True)(
-                *parts[k:k + split_every], dask_key_name=f"{name}-{level}-{k}")
-                for k in range(0, len(parts), split_every)]
+        partials = []
+        for grp, items in per_leaf[i].items():
+            n = position[(grp, i)]
+            gate = done_token(sequence[grp][n - max_partials]) if n >= max_partials else None
+            partials.append(g.add(
+                f"pse-partial-{token}-{i}-{grp}", pse_partial, lo[i], float(h[i]), p, geom,
+                _pack(items), gate, *[g.ref(cols.values[c]) for c in items],
+                worker=names[grp], priority=priority[i]))
+        key = (name, i, 0, 0, 0)
+        if not partials:
+            g.add(key, pse_empty, p, bool(gpu))
+            continue
+        level = 0
+        while len(partials) > 1:
+            partials = [g.add(f"pse-reduce-{token}-{i}-{level}-{k}", pse_reduce,
+                              *partials[k:k + split_every], priority=priority[i])
+                        for k in range(0, len(partials), split_every)]
             level += 1
-    return parts[0]
+        g.add(key, pse_density_patch, float(h[i]), partials[0], priority=priority[i])
+    return _patches(g, name, len(items_per_leaf), p, gpu,
+                    f"PSE deposit (reduce, {len(items_per_leaf)} leaves)")
