@@ -95,6 +95,10 @@ def main(argv=None):
     ap.add_argument("--max-leaf", type=int, default=64)
     ap.add_argument("--max-group", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--block", type=int, default=None,
+                    help="threads per group block (default: the module's BLOCK)")
+    ap.add_argument("--sweep", default="",
+                    help="extra float32 configurations max_leaf:max_group:block,...")
     a = ap.parse_args(argv)
     props = cp.cuda.runtime.getDeviceProperties(0)
     env = {"bench": "gravity_tree_gpu", "device": props["name"].decode(),
@@ -106,10 +110,16 @@ def main(argv=None):
         a.n, min(a.n_check, a.n), replace=False)))
     ref_acc, ref_pot = direct_gpu(cp, pos, mass, idx)
     cp.cuda.Device().synchronize()
-    for prec in a.precision:
+    from cosmo_dask.gravity.tree_gpu import BLOCK
+
+    runs = [(p, a.max_leaf, a.max_group, a.block or BLOCK) for p in a.precision]
+    for item in filter(None, a.sweep.split(",")):
+        leaf, group, block = (int(v) for v in item.split(":"))
+        runs.append(("float32", leaf, group, block))
+    for prec, leaf, group, block in runs:
         kw = dict(G=1.0, theta=a.theta, softening=0.0, softening_kernel="plummer",
-                  precision=prec, potential=True, max_leaf=a.max_leaf, max_group=a.max_group,
-                  quadrupole=True, box_size=None, rs=None, r_cut=None)
+                  precision=prec, potential=True, max_leaf=leaf, max_group=group,
+                  quadrupole=True, box_size=None, rs=None, r_cut=None, block=block)
         stats = {}
         acc, pot = _forces(pos, mass, stats=stats, **kw)  # warm-up (compiles) + counts
         totals, phases = [], []
@@ -124,8 +134,8 @@ def main(argv=None):
         perr = cp.abs(pot[idx].astype(cp.float64) - ref_pot) / cp.abs(ref_pot)
         err_h, perr_h = cp.asnumpy(err), cp.asnumpy(perr)
         rec = {**env, "workload": "hernquist_r100", "n": a.n, "theta": a.theta,
-               "quadrupole": True, "precision": prec, "max_leaf": a.max_leaf,
-               "max_group": a.max_group, "repeat": a.repeat,
+               "quadrupole": True, "precision": prec, "max_leaf": leaf,
+               "max_group": group, "block": block, "repeat": a.repeat,
                "seconds": statistics.median(totals), "seconds_all": totals,
                "phases_median_s": {k: statistics.median(p[k] for p in phases)
                                    for k in phases[0]},

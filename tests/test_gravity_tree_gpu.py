@@ -133,6 +133,26 @@ def test_periodic_truncated(precision):
     assert np.median(perr) <= 5e-4
 
 
+def test_float32_tiny_scales_single_particle_nodes():
+    """max_leaf=2 gives nodes with bmax = 0 close to the groups; at r ~ 1e-5 no power of
+    1/r may overflow float32 in the M2P."""
+    cupy = pytest.importorskip("cupy")
+    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+
+    n = 3000
+    pos = 1e-4 * _plummer(n, seed=21)
+    mass = np.full(n, 1.0 / n)
+    acc, pot = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), precision="float32",
+                               max_leaf=2, max_group=16)
+    idx = np.arange(0, n, 5)
+    ra, rp = _direct(pos, mass, idx)
+    a = cupy.asnumpy(acc)[idx].astype(np.float64)
+    assert np.all(np.isfinite(a))
+    err = _rel(a, ra)
+    assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3
+    assert np.median(np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)) <= 1e-4
+
+
 def test_input_order_independent_and_errors():
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.errors import ParameterError

@@ -15,9 +15,11 @@ Pipeline (all device work; the host only launches and reads a few scalars):
    sphere) lies farther than ``r_cut`` from the group box is dropped, and a node is accepted
    only when its whole sphere lies inside ``r_cut`` of every point of the group box (nodes
    straddling the cutoff are opened, so the cut is applied per particle pair).
-3. One thread block per group (64 threads, one i-particle each; bigger groups loop): the
-   cells are staged in shared memory 64 at a time for the M2P (monopole + traceless
-   quadrupole), then the P2P ranges are staged 64 particles at a time. Positions are made
+3. One thread block per group (``BLOCK`` threads; a group of ``c < BLOCK`` particles gives
+   each i-particle ``BLOCK / c'`` threads, ``c'`` the next power of two, which split its
+   sources and add up in shared memory; bigger groups loop): the cells are staged in
+   shared memory ``BLOCK`` at a time for the M2P (monopole + traceless quadrupole), then
+   the P2P ranges are staged ``BLOCK`` particles at a time. Positions are made
    relative to the group's box centre in float64, with the periodic minimum image, then
    cast to the arithmetic precision. Results are written straight to the input order.
 
@@ -40,7 +42,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-BLOCK = 64
+BLOCK = 128  # threads per group block (measured on an H200: 128 >= 64 > 32)
 _SRC = r"""
 #if REAL_IS_DOUBLE
 typedef double real;
@@ -57,7 +59,9 @@ typedef float real;
 #define ERFC erfcf
 #define RINT rintf
 #endif
-#define BLOCK 64
+#ifndef BLOCK
+#define BLOCK 128
+#endif
 #define STACK 256
 #define INV_SQRT_PI 0.56418958354775628
 
@@ -204,9 +208,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
     const real two_isp = (real)(2.0 * INV_SQRT_PI);
     const real cc = (real)(INV_SQRT_PI / (2.0 * rs_d * rs_d * rs_d));
 #endif
-    for (long long ib = 0; ib < gc; ib += BLOCK) {
-        const long long ii = gs + ib + tid;
-        const bool act = ib + tid < gc;
+    // small groups: nsub threads share one i-particle, each takes every nsub-th source
+    int gi = BLOCK;
+    if (gc < BLOCK) { gi = 1; while (gi < gc) gi <<= 1; }
+    const int nsub = BLOCK / gi, il = tid & (gi - 1), sub = tid / gi;
+    __shared__ real red[4][BLOCK];
+    for (long long ib = 0; ib < gc; ib += gi) {
+        const long long ii = gs + ib + il;
+        const bool act = ib + il < gc;
         real xi = 0, yi = 0, zi = 0;
         if (act) {
             xi = (real)wrapd(pos[3 * ii] - c[0], box);
@@ -229,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
             __syncthreads();
             int nn = min(BLOCK, nc - base);
             if (act) {
-                for (int t = 0; t < nn; ++t) {
+                for (int t = sub; t < nn; t += nsub) {
                     real dx = xi - sc[0][t], dy = yi - sc[1][t], dz = zi - sc[2][t];
                     real M = sc[3][t];
                     real qx = sc[4][t] * dx + sc[5][t] * dy + sc[6][t] * dz;
@@ -264,12 +273,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
 #else
                     const real e2 = eps2;
 #endif
+                    // factored so that no power beyond u^{3/2} = r^-3 is formed (float32
+                    // range: single-particle nodes have bmax = 0 and may lie very close)
                     real u = (real)1 / (r2 + e2);
-                    real u1 = SQRT(u), u3 = u1 * u, u5 = u3 * u, u7 = u5 * u;
-                    real qe = q - e2 * sc[10][t];
-                    real F1 = -M * u3 - (real)2.5 * u7 * qe;
-                    ax += F1 * dx + u5 * qx; ay += F1 * dy + u5 * qy; az += F1 * dz + u5 * qz;
-                    ph -= M * u1 + (real)0.5 * u5 * qe;
+                    real u1 = SQRT(u), u3 = u1 * u;
+                    real w = u * u * (q - e2 * sc[10][t]);
+                    real F1 = -(M + (real)2.5 * w);
+                    ax += u3 * (F1 * dx + u * qx); ay += u3 * (F1 * dy + u * qy);
+                    az += u3 * (F1 * dz + u * qz);
+                    ph -= u1 * (M + (real)0.5 * w);
 #endif
                 }
             }
@@ -292,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                 __syncthreads();
                 int nn = min(BLOCK, n - base);
                 if (act) {
-                    for (int t = 0; t < nn; ++t) {
+                    for (int t = sub; t < nn; t += nsub) {
                         real dx = xi - sj[0][t], dy = yi - sj[1][t], dz = zi - sj[2][t];
                         if (box > 0) {
                             dx -= boxr * RINT(dx * ibox); dy -= boxr * RINT(dy * ibox);
@@ -321,7 +333,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                 __syncthreads();
             }
         }
-        if (act) {
+        red[0][tid] = ax; red[1][tid] = ay; red[2][tid] = az; red[3][tid] = ph;
+        __syncthreads();
+        if (sub == 0) {
+            for (int q = 1; q < nsub; ++q) {
+                ax += red[0][il + q * gi]; ay += red[1][il + q * gi];
+                az += red[2][il + q * gi]; ph += red[3][il + q * gi];
+            }
+        }
+        __syncthreads();
+        if (act && sub == 0) {
             long long o = order[ii];
             acc[3 * o] = (real)(G * ax); acc[3 * o + 1] = (real)(G * ay);
             acc[3 * o + 2] = (real)(G * az);
@@ -334,13 +355,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
 _modules: dict = {}
 
 
-def _module(dtype, spline: bool, trunc: bool):
+def _module(dtype, spline: bool, trunc: bool, block: int):
     import cupy as cp
 
-    key = (np.dtype(dtype).name, bool(spline), bool(trunc))
+    key = (np.dtype(dtype).name, bool(spline), bool(trunc), block)
     if key not in _modules:
         opts = ("--std=c++14", f"-DREAL_IS_DOUBLE={int(np.dtype(dtype) == np.float64)}",
-                f"-DSPLINE={int(bool(spline))}", f"-DTRUNC={int(bool(trunc))}")
+                f"-DSPLINE={int(bool(spline))}", f"-DTRUNC={int(bool(trunc))}",
+                f"-DBLOCK={block}")
         _modules[key] = cp.RawModule(code=_SRC, options=opts)
     return _modules[key]
 
@@ -385,7 +407,7 @@ def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs
 
 
 class _Timer:
-    """CUDA-event phase timer (milliseconds per named phase)."""
+    """CUDA-event phase timer (seconds per named phase)."""
 
     def __init__(self):
         import cupy as cp
@@ -408,7 +430,7 @@ class _Timer:
 
 def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,  # noqa: N803
             max_leaf, max_group, quadrupole, box_size, rs, r_cut, timer=None, stats=None,
-            max_entries: int = 1 << 28):
+            max_entries: int = 1 << 30, block: int = BLOCK):
     import cupy as cp
 
     from ..spatial.octree_gpu import _build
@@ -418,13 +440,13 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
     trunc = rs is not None
     spline = softening_kernel == "spline" and softening > 0
     dtype = np.dtype(precision)
-    mod = _module(dtype, spline, trunc)
+    mod = _module(dtype, spline, trunc, block)
     if timer:
         timer.mark("start")
     tree, s2, pos64 = _build(pos, mass, max_leaf=max_leaf, max_group=max_group,
-                             box_size=box_size)
+                             box_size=box_size, timer=timer)
     if timer:
-        timer.mark("build")
+        timer.mark("build_groups")
     n = tree.n_particles
     groups = tree.groups
     n_groups = int(groups.shape[0])
@@ -479,7 +501,7 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
              + (i32(1), nc_b, nr_b, c_off, r_off, cells, rstart, rcount))
         if timer:
             timer.mark("walk_write")
-        force((nb,), (BLOCK,),
+        force((nb,), (block,),
               (i32(g1), i32(g0), groups, tree.lo, tree.hi, tree.start, tree.count, pos64,
                tree.pmass, tree.order, c_off, nc_b, cells, tree.com, tree.mass, tree.quad, s2,
                i32(bool(quadrupole)), r_off, nr_b, rstart, rcount, np.float64(G),

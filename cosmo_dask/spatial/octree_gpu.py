@@ -246,7 +246,7 @@ def morton_keys_gpu(pos, root_lo, root_size: float):
 
 
 def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None,
-           box_size=None):
+           box_size=None, timer=None):
     """Build the tree; returns ``(Octree, s2, pos64)`` where ``s2 = sum m |x - com|^2``
     per node (float64) and ``pos64`` the sorted positions in float64 (both used by the
     force kernels)."""
@@ -305,6 +305,8 @@ def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None
     pos64 = spos.astype(cp.float64, copy=False)
     pos64 = cp.ascontiguousarray(pos64)
     pmass = pm_in[order]
+    if timer:
+        timer.mark("build_keys_sort")
 
     # ---- nodes, level by level
     lv_start = [cp.zeros(1, dtype=cp.int64)]
@@ -358,6 +360,8 @@ def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None
     n_child = cp.concatenate(lv_nc)
     lvl = cp.concatenate([cp.full(s, i, dtype=cp.int8) for i, s in enumerate(sizes)])
     m_nodes = int(start.shape[0])
+    if timer:
+        timer.mark("build_nodes")
 
     # ---- multipoles
     nmass = cp.empty(m_nodes, dtype=cp.float64)
@@ -393,6 +397,8 @@ def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None
         mod.get_function("node_bmax")((int(internal.shape[0]),), (256,),
                                       (pos64, internal, start, count, com, bmax))
 
+    if timer:
+        timer.mark("build_multipoles")
     # ---- groups
     pc = cp.where(parent >= 0, count[cp.maximum(parent, 0)], n + max_group + 1)
     is_group = ((count <= max_group) | is_leaf) & (pc > max_group)
