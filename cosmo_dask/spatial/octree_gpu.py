@@ -298,15 +298,21 @@ def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None
         rlo = lo_h - 0.5 * (rsize - (hi_h - lo_h))
     kern = _kernels()
     mod = kern["mod"]
+    if timer:
+        timer.mark("build_bbox")
     keys = morton_keys_gpu(pos, rlo, rsize)
+    if timer:
+        timer.mark("build_keys")
     order = cp.argsort(keys)  # stable (radix) sort: ties keep the input order
+    if timer:
+        timer.mark("build_sort")
     keys = keys[order]
     spos = pos[order]
     pos64 = spos.astype(cp.float64, copy=False)
     pos64 = cp.ascontiguousarray(pos64)
     pmass = pm_in[order]
     if timer:
-        timer.mark("build_keys_sort")
+        timer.mark("build_gather")
 
     # ---- nodes, level by level
     lv_start = [cp.zeros(1, dtype=cp.int64)]
