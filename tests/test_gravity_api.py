@@ -348,3 +348,22 @@ def test_periodic_methods_on_a_perfect_lattice(method, n_mesh):
     # one neighbour at the lattice spacing pulls with G m / d^2 = 1
     assert np.abs(a).max() < 1e-10 and acc.chunks[0] == (128,) * 4
     assert np.ptp(p) < 1e-10  # every site is equivalent
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_in_cupy_out(tmp_path):
+    cupy = pytest.importorskip("cupy")
+    box = 5.0
+    pos = _points(300, seed=4, box=box)
+    snap = Snapshot.from_arrays(pos, particle_mass=0.5, G=1.0, box_size=box,
+                                chunks=128).to_device("gpu")
+    acc, pot = accelerations(snap, method="direct", precision="float64", softening=0.01)
+    assert isinstance(acc._meta, cupy.ndarray) and isinstance(pot._meta, cupy.ndarray)
+    a, p = dask.compute(acc, pot)
+    assert isinstance(a, cupy.ndarray) and acc.chunks[0] == (128, 128, 44)
+    ref_acc, ref_pot = direct_reference(pos, 0.5, 1.0, 0.01, box)
+    np.testing.assert_allclose(cupy.asnumpy(a), ref_acc, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(cupy.asnumpy(p), ref_pot, rtol=1e-9, atol=0)
+    to_zarr(acc, pot, tmp_path / "g.zarr")  # copied to the host chunk by chunk
+    ds = open_gravity(tmp_path / "g.zarr")
+    np.testing.assert_array_equal(ds["acc"].values, cupy.asnumpy(a))

@@ -394,7 +394,7 @@ def accelerations(
         Also compute the potentials (specific energy, velocity units squared).
     out : path, optional
         Write ``acc``/``pot`` to this Zarr store (see :func:`to_zarr`) and return
-        the arrays read lazily from it.
+        the arrays read lazily from it (NumPy chunks, whatever the input's).
     max_leaf, max_group : int
         Tree leaf and group sizes in particles (tree).
     r_cut : float, optional
