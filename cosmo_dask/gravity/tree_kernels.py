@@ -1,0 +1,429 @@
+"""numba kernels evaluating group interaction lists: M2P (monopole + quadrupole) and P2P.
+
+Conventions (``/notes`` of issue 4): ``a_i = -G sum_j m_j K(r) (x_i - x_j)``,
+``phi_i = -G sum_j m_j P(r)``; pairs at zero separation (self-pairs) are skipped.
+
+P2P (leaf lists)
+----------------
+Per group, the particles of all its list leaves are gathered once into
+contiguous buffers with positions relative to the group centre (computed in
+float64, minimum image with ``box_size``, then cast to the arithmetic dtype:
+float32 or float64); every target then sweeps the whole buffer in one
+vectorisable loop. Kernels: Plummer ``K = (r^2+eps^2)^{-3/2}``,
+``P = (r^2+eps^2)^{-1/2}``; Gadget-2 cubic spline with support ``h = 2.8 eps``;
+times the truncated factors ``T(x)``, ``erfc(x)`` (``x = r/(2 rs)``, exact
+``math.erfc``/``math.exp``) and a sharp cut at ``r_cut`` for the short range.
+
+M2P (cell lists), float64
+-------------------------
+For a cell of mass ``M``, centre of mass ``c``, traceless quadrupole ``Q``
+(``sum m (3 d d - d^2 I)``) and trace ``S = sum m d^2``, with ``x = x_i - c`` and
+``g(r)`` the pair potential kernel, ``D1 = g'/r``, ``D2 = D1'/r``, ``D3 = D2'/r``::
+
+    phi = -G [M g + (D2 x.Q.x + S (D2 r^2 + 3 D1)) / 6]
+    a   =  G [(M D1 + D3 (x.Q.x + S r^2) / 6 + 5 S D2 / 6) x + D2 Q.x / 3]
+
+(for the Newtonian kernel the ``S`` terms cancel). The monopole uses the
+softened kernel itself (Plummer or spline, times ``T``/``erfc``); the quadrupole
+terms use the unsoftened (Newtonian or truncated) derivatives at ``u =
+sqrt(r^2 + eps^2)`` for Plummer softening -- exact for the Plummer-softened
+Newtonian potential -- and at ``r`` for the spline, whose quadrupole terms are
+dropped inside its support ``r < h`` (the monopole there is the spline's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+__all__ = ["evaluate_lists", "KERNEL_CODES"]
+
+KERNEL_CODES = {"plummer": 0, "spline": 1}
+_SQRT_PI = math.sqrt(math.pi)
+_FM = {"reassoc", "contract", "arcp"}  # reductions vectorise; no nnan/ninf assumptions
+
+
+# --------------------------------------------------------------------------- pair kernels
+@numba.njit(cache=False, error_model="numpy", inline="always")
+def _spline_kp(r, h):
+    """Gadget-2 spline: (K, P) with a = -m K r_vec, phi = -m P; support h."""
+    if r >= h:
+        inv = 1.0 / r
+        return inv * inv * inv, inv
+    hinv = 1.0 / h
+    u = r * hinv
+    h3 = hinv * hinv * hinv
+    if u < 0.5:
+        k = h3 * (10.666666666667 + u * u * (32.0 * u - 38.4))
+        p = -hinv * (-2.8 + u * u * (5.333333333333 + u * u * (6.4 * u - 9.6)))
+    else:
+        k = h3 * (21.333333333333 - 48.0 * u + 38.4 * u * u - 10.666666666667 * u * u * u
+                  - 0.066666666667 / (u * u * u))
+        p = -hinv * (-3.2 + 0.066666666667 / u
+                     + u * u * (10.666666666667 + u * (-16.0 + u * (9.6 - 2.133333333333 * u))))
+    return k, p
+
+
+@numba.njit(cache=False, error_model="numpy", inline="always")
+def _pair_kp(r2, eps2, h, kern, alpha):
+    """(K, P) of one pair at squared distance r2 > 0 (float64 math)."""
+    if kern == 0:
+        inv = 1.0 / math.sqrt(r2 + eps2)
+        k = inv * inv * inv
+        p = inv
+    else:
+        k, p = _spline_kp(math.sqrt(r2), h)
+    if alpha > 0.0:
+        x = math.sqrt(r2) * alpha
+        e = math.erfc(x)
+        k *= e + (2.0 / _SQRT_PI) * x * math.exp(-x * x)
+        p *= e
+    return k, p
+
+
+@numba.njit(cache=False, error_model="numpy", inline="always")
+def _derivs(r, alpha):
+    """(g, D1, D2, D3) of the Newtonian (alpha=0) or truncated kernel at r > 0."""
+    inv = 1.0 / r
+    inv2 = inv * inv
+    if alpha == 0.0:
+        return inv, -inv * inv2, 3.0 * inv * inv2 * inv2, -15.0 * inv * inv2 * inv2 * inv2
+    x = r * alpha
+    ec = math.erfc(x)
+    ex = math.exp(-x * x)
+    t = ec + (2.0 / _SQRT_PI) * x * ex
+    a3 = alpha * alpha * alpha / _SQRT_PI * ex
+    d1 = -t * inv * inv2
+    d2 = 3.0 * t * inv * inv2 * inv2 + 4.0 * a3 * inv2
+    d3 = (-15.0 * t * inv * inv2 * inv2 * inv2 - 20.0 * a3 * inv2 * inv2
+          - 8.0 * a3 * alpha * alpha * inv2)
+    return ec * inv, d1, d2, d3
+
+
+# --------------------------------------------------------------------------- P2P sweeps
+def _make_p2p(ft):
+    """P2P sweeps of one target over a gathered source buffer, arithmetic dtype ``ft``."""
+
+    @numba.njit(cache=False, fastmath=_FM, error_model="numpy")
+    def p2p_plummer(tx, ty, tz, sx, sy, sz, sm, ns, eps2):
+        ax = ft(0.0)
+        ay = ft(0.0)
+        az = ft(0.0)
+        pp = ft(0.0)
+        e2 = ft(eps2)
+        for j in range(ns):
+            dx = tx - sx[j]
+            dy = ty - sy[j]
+            dz = tz - sz[j]
+            r2 = dx * dx + dy * dy + dz * dz
+            m = sm[j] if r2 > ft(0.0) else ft(0.0)
+            r2s = r2 + e2 if r2 > ft(0.0) else ft(1.0)
+            inv = ft(1.0) / math.sqrt(r2s)
+            minv = m * inv
+            k = minv * inv * inv
+            ax -= k * dx
+            ay -= k * dy
+            az -= k * dz
+            pp -= minv
+        return ax, ay, az, pp
+
+    @numba.njit(cache=False, error_model="numpy", inline="always")
+    def p2p_general(tx, ty, tz, sx, sy, sz, sm, ns, eps2, h, kern, alpha, cut2, box):
+        ax = 0.0
+        ay = 0.0
+        az = 0.0
+        pp = 0.0
+        fbox = ft(box)
+        for j in range(ns):
+            dx = tx - sx[j]
+            dy = ty - sy[j]
+            dz = tz - sz[j]
+            if box > 0.0:
+                dx -= fbox * ft(np.rint(dx / fbox))
+                dy -= fbox * ft(np.rint(dy / fbox))
+                dz -= fbox * ft(np.rint(dz / fbox))
+            r2 = np.float64(dx * dx + dy * dy + dz * dz)
+            if r2 == 0.0 or r2 >= cut2:
+                continue
+            k, p = _pair_kp(r2, eps2, h, kern, alpha)
+            m = np.float64(sm[j])
+            ax -= m * k * dx
+            ay -= m * k * dy
+            az -= m * k * dz
+            pp -= m * p
+        return ax, ay, az, pp
+
+    return p2p_plummer, p2p_general
+
+
+# --------------------------------------------------------------------------- M2P sweep
+@numba.njit(cache=False, fastmath=_FM, error_model="numpy")
+def _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, use_q):
+    """Newtonian Plummer M2P of one target over gathered cells (float64; q is (6, nc))."""
+    ax = 0.0
+    ay = 0.0
+    az = 0.0
+    pp = 0.0
+    if not use_q:
+        for c in range(nc):
+            x = x0 - cx[c]
+            y = y0 - cy[c]
+            z = z0 - cz[c]
+            inv = 1.0 / math.sqrt(x * x + y * y + z * z + eps2)
+            mono = cm[c] * inv * inv * inv
+            ax -= mono * x
+            ay -= mono * y
+            az -= mono * z
+            pp -= cm[c] * inv
+        return ax, ay, az, pp
+    q0 = q[0]
+    q1 = q[1]
+    q2 = q[2]
+    q3 = q[3]
+    q4 = q[4]
+    q5 = q[5]
+    for c in range(nc):
+        x = x0 - cx[c]
+        y = y0 - cy[c]
+        z = z0 - cz[c]
+        r2 = x * x + y * y + z * z
+        inv = 1.0 / math.sqrt(r2 + eps2)
+        inv2 = inv * inv
+        d1 = -inv * inv2
+        d2 = -3.0 * d1 * inv2
+        d3 = -5.0 * d2 * inv2
+        qx = q0[c] * x + q1[c] * y + q2[c] * z
+        qy = q1[c] * x + q3[c] * y + q4[c] * z
+        qz = q2[c] * x + q4[c] * y + q5[c] * z
+        xqx = x * qx + y * qy + z * qz
+        s = cs[c]
+        mono = (cm[c] * d1 + d3 * (xqx + s * r2) * (1.0 / 6.0) + s * d2 * (5.0 / 6.0))
+        qf = d2 * (1.0 / 3.0)
+        ax += mono * x + qf * qx
+        ay += mono * y + qf * qy
+        az += mono * z + qf * qz
+        pp -= cm[c] * inv + (d2 * xqx + s * (d2 * r2 + 3.0 * d1)) * (1.0 / 6.0)
+    return ax, ay, az, pp
+
+
+@numba.njit(cache=False, error_model="numpy", inline="always")
+def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, box, use_q):
+    ax = 0.0
+    ay = 0.0
+    az = 0.0
+    pp = 0.0
+    for c in range(nc):
+        x = x0 - cx[c]
+        y = y0 - cy[c]
+        z = z0 - cz[c]
+        if box > 0.0:
+            x -= box * np.rint(x / box)
+            y -= box * np.rint(y / box)
+            z -= box * np.rint(z / box)
+        r2 = x * x + y * y + z * z
+        if r2 == 0.0:
+            continue
+        k, p = _pair_kp(r2, eps2, h, kern, alpha)
+        mono = -cm[c] * k
+        phi = cm[c] * p
+        if use_q:
+            if kern == 0:
+                reff = math.sqrt(r2 + eps2)
+                doq = True
+            else:
+                reff = math.sqrt(r2)
+                doq = reff >= h
+            if doq:
+                _, d1, d2, d3 = _derivs(reff, alpha)
+                qx = q[0, c] * x + q[1, c] * y + q[2, c] * z
+                qy = q[1, c] * x + q[3, c] * y + q[4, c] * z
+                qz = q[2, c] * x + q[4, c] * y + q[5, c] * z
+                xqx = x * qx + y * qy + z * qz
+                s = cs[c]
+                mono += d3 * (xqx + s * r2) / 6.0 + s * d2 * (5.0 / 6.0)
+                phi += (d2 * xqx + s * (d2 * r2 + 3.0 * d1)) / 6.0
+                qf = d2 / 3.0
+                ax += qf * qx
+                ay += qf * qy
+                az += qf * qz
+        ax += mono * x
+        ay += mono * y
+        az += mono * z
+        pp -= phi
+    return ax, ay, az, pp
+
+
+# --------------------------------------------------------------------------- group driver
+def _make_evaluate(ft):
+    p2p_plummer, p2p_general = _make_p2p(ft)
+
+    @numba.njit(cache=False, parallel=True, error_model="numpy")
+    def evaluate(tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
+                 s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
+                 G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot):
+        n_groups = g_start.shape[0]
+        fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
+        for g in numba.prange(n_groups):
+            t0 = g_start[g]
+            nt = g_count[g]
+            c0 = g_centre[g, 0]
+            c1 = g_centre[g, 1]
+            c2 = g_centre[g, 2]
+            # ---- gather P2P sources relative to the group centre
+            l0 = leaf_ptr[g]
+            l1 = leaf_ptr[g + 1]
+            ns = 0
+            for li in range(l0, l1):
+                ns += s_count[leaves[li]]
+            sx = np.empty(ns, dtype=ft)
+            sy = np.empty(ns, dtype=ft)
+            sz = np.empty(ns, dtype=ft)
+            sm = np.empty(ns, dtype=ft)
+            k = 0
+            for li in range(l0, l1):
+                nd = leaves[li]
+                for p in range(s_start[nd], s_start[nd] + s_count[nd]):
+                    dx = np.float64(s_pos[p, 0]) - c0
+                    dy = np.float64(s_pos[p, 1]) - c1
+                    dz = np.float64(s_pos[p, 2]) - c2
+                    if box > 0.0:
+                        dx -= box * np.rint(dx / box)
+                        dy -= box * np.rint(dy / box)
+                        dz -= box * np.rint(dz / box)
+                    sx[k] = dx
+                    sy[k] = dy
+                    sz[k] = dz
+                    sm[k] = s_pmass[p]
+                    k += 1
+            # ---- gather M2P cells (float64) relative to the group centre
+            m0 = cell_ptr[g]
+            m1 = cell_ptr[g + 1]
+            nc = m1 - m0
+            cx = np.empty(nc)
+            cy = np.empty(nc)
+            cz = np.empty(nc)
+            cm = np.empty(nc)
+            cs = np.empty(nc)
+            cq = np.empty((6, nc))
+            for ci in range(nc):
+                nd = cells[m0 + ci]
+                dx = n_com[nd, 0] - c0
+                dy = n_com[nd, 1] - c1
+                dz = n_com[nd, 2] - c2
+                if box > 0.0:
+                    dx -= box * np.rint(dx / box)
+                    dy -= box * np.rint(dy / box)
+                    dz -= box * np.rint(dz / box)
+                cx[ci] = dx
+                cy[ci] = dy
+                cz[ci] = dz
+                cm[ci] = n_mass[nd]
+                cs[ci] = n_trace[nd]
+                for a in range(6):
+                    cq[a, ci] = n_quad[nd, a]
+            # ---- targets
+            for i in range(t0, t0 + nt):
+                x0 = np.float64(tpos[i, 0]) - c0
+                y0 = np.float64(tpos[i, 1]) - c1
+                z0 = np.float64(tpos[i, 2]) - c2
+                if box > 0.0:
+                    x0 -= box * np.rint(x0 / box)
+                    y0 -= box * np.rint(y0 / box)
+                    z0 -= box * np.rint(z0 / box)
+                if fast:
+                    bx, by, bz, bp = p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
+                                                 eps2)
+                    mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                                  eps2, use_q)
+                else:
+                    bx, by, bz, bp = p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
+                                                 eps2, h, kern, alpha, cut2, box)
+                    mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                                  eps2, h, kern, alpha, box, use_q)
+                acc[i, 0] = G * (np.float64(bx) + mx)
+                acc[i, 1] = G * (np.float64(by) + my)
+                acc[i, 2] = G * (np.float64(bz) + mz)
+                pot[i] = G * (np.float64(bp) + mp)
+
+    return evaluate
+
+
+_EVALUATORS: dict = {}
+
+
+def _evaluator(dtype):
+    key = np.dtype(dtype).name
+    if key not in _EVALUATORS:
+        _EVALUATORS[key] = _make_evaluate(np.float32 if key == "float32" else np.float64)
+    return _EVALUATORS[key]
+
+
+def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
+                   g_centre: np.ndarray, lists, source, trace: np.ndarray, *, G: float,
+                   softening: float = 0.0, softening_kernel: str = "plummer",
+                   precision: str = "float64", quadrupole: bool = True,
+                   box_size: float | None = None, rs: float | None = None,
+                   r_cut: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accelerations and potentials of target groups from their interaction lists.
+
+    Parameters
+    ----------
+    tpos : (N_t, 3) float array
+        Target positions (length); group ``g`` owns rows
+        ``g_start[g] : g_start[g] + g_count[g]``.
+    g_start, g_count : (G,) int64
+    g_centre : (G, 3) float64
+        Centre of each group (length): positions are taken relative to it before
+        the arithmetic (float32 safety, periodic images).
+    lists : InteractionLists
+        From :func:`cosmo_dask.gravity.tree_walk.interaction_lists` against ``source``.
+    source : Octree
+        Source tree (node multipoles and, for list leaves, particles).
+    trace : (M,) float64
+        ``sum m |x - com|^2`` per source node (see
+        :func:`cosmo_dask.spatial.octree.node_second_moment`); zeros are exact
+        for the unsoftened Newtonian kernel.
+    G : float
+        Gravitational constant.
+    softening : float
+        Plummer-equivalent softening ``eps`` (length), >= 0.
+    softening_kernel : {"plummer", "spline"}
+    precision : {"float32", "float64"}
+        Arithmetic dtype of P2P (M2P and the sums over cells are float64).
+    quadrupole : bool
+        Include the quadrupole (and trace) terms of M2P.
+    box_size : float, optional
+        Periodic box side: minimum-image separations.
+    rs, r_cut : float, optional
+        Truncated short-range kernel with split scale ``rs`` and sharp cut at
+        ``r_cut`` (both length); ``rs=None`` means Newtonian.
+
+    Returns
+    -------
+    acc : (N_t, 3) float64, pot : (N_t,) float64
+        In the target row order (``G`` included).
+    """
+    n_t = tpos.shape[0]
+    acc = np.zeros((n_t, 3))
+    pot = np.zeros(n_t)
+    if n_t == 0:
+        return acc, pot
+    eps = float(softening)
+    kern = KERNEL_CODES[softening_kernel]
+    eps2 = eps * eps if kern == 0 else 0.0
+    h = 2.8 * eps
+    alpha = 0.0 if rs is None else 1.0 / (2.0 * float(rs))
+    cut2 = np.inf if r_cut is None else float(r_cut) ** 2
+    box = 0.0 if box_size is None else float(box_size)
+    fn = _evaluator(precision)
+    fn(np.ascontiguousarray(tpos), np.ascontiguousarray(g_start, dtype=np.int64),
+       np.ascontiguousarray(g_count, dtype=np.int64),
+       np.ascontiguousarray(g_centre, dtype=np.float64), lists.cell_ptr, lists.cells,
+       lists.leaf_ptr, lists.leaves, np.ascontiguousarray(source.pos),
+       np.ascontiguousarray(source.pmass), np.asarray(source.start), np.asarray(source.count),
+       np.asarray(source.mass), np.asarray(source.com), np.asarray(source.quad),
+       np.ascontiguousarray(trace, dtype=np.float64), float(G), eps2, h, kern, alpha, cut2, box,
+       bool(quadrupole), acc, pot)
+    return acc, pot

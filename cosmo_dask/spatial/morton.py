@@ -1,0 +1,183 @@
+"""Morton (Z-order) keys of particle positions, 21 bits per axis.
+
+A position inside the root cube ``[root_lo, root_lo + root_size)^3`` gets the
+integer cell coordinates ``(i, j, k) = floor((x - root_lo) / root_size * 2**21)``
+(clipped to ``[0, 2**21 - 1]``) and the key ``interleave(i, j, k)`` with the x
+bit the most significant of each triple (see
+:mod:`cosmo_dask.spatial.octree_layout`). The key is a ``uint64`` that uses 63
+bits. With ``box_size`` given the positions are first wrapped periodically into
+``[root_lo, root_lo + box_size)`` (periodic-aware keys: a particle and its
+periodic image get the same key).
+
+Two implementations with one result: a numba kernel for NumPy arrays and an
+elementwise array path (NumPy or CuPy, chosen by
+:func:`cosmo_dask.backend.array_module`) that works on any device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from ..backend import array_module
+from ..errors import ParameterError
+from .octree_layout import MORTON_BITS
+
+__all__ = ["MORTON_BITS", "morton_keys", "morton_keys_xp", "sort_by_key", "wrap_positions",
+           "spread_bits", "key_cell"]
+
+_NCELL = 1 << MORTON_BITS
+
+
+# --------------------------------------------------------------------------- bit spreading
+@numba.njit(cache=False, inline="always")
+def _spread(v):
+    """Spread the low 21 bits of ``v`` (uint64) to every third bit."""
+    x = v & np.uint64(0x1FFFFF)
+    x = (x | (x << np.uint64(32))) & np.uint64(0x1F00000000FFFF)
+    x = (x | (x << np.uint64(16))) & np.uint64(0x1F0000FF0000FF)
+    x = (x | (x << np.uint64(8))) & np.uint64(0x100F00F00F00F00F)
+    x = (x | (x << np.uint64(4))) & np.uint64(0x10C30C30C30C30C3)
+    x = (x | (x << np.uint64(2))) & np.uint64(0x1249249249249249)
+    return x
+
+
+def spread_bits(v: Any) -> Any:
+    """Elementwise bit spreading (NumPy or CuPy ``uint64`` array): bit b -> bit 3b."""
+    xp = array_module(v)
+    x = v.astype(xp.uint64) & xp.uint64(0x1FFFFF)
+    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF),
+                        (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
+                        (2, 0x1249249249249249)):
+        x = (x | (x << xp.uint64(shift))) & xp.uint64(mask)
+    return x
+
+
+@numba.njit(cache=False, parallel=True)
+def _keys_kernel(pos, lo0, lo1, lo2, size, box, periodic):
+    n = pos.shape[0]
+    out = np.empty(n, dtype=np.uint64)
+    scale = _NCELL / size
+    top = _NCELL - 1
+    lo = (lo0, lo1, lo2)
+    for p in numba.prange(n):
+        key = np.uint64(0)
+        for a in range(3):
+            u = np.float64(pos[p, a]) - lo[a]
+            if periodic:
+                u = u - box * np.floor(u / box)
+                if u >= box:  # rounding of u just below 0
+                    u = 0.0
+            c = np.int64(np.floor(u * scale)) if u * scale < 4.0 * _NCELL else top
+            if c < 0:
+                c = 0
+            elif c > top:
+                c = top
+            key |= _spread(np.uint64(c)) << np.uint64(2 - a)
+        out[p] = key
+    return out
+
+
+def _check_root(root_lo: Any, root_size: float, box_size: float | None):
+    lo = np.asarray(root_lo, dtype=np.float64).reshape(-1)
+    if lo.shape != (3,) or not np.all(np.isfinite(lo)):
+        raise ParameterError(f"root_lo must be 3 finite numbers, got {root_lo!r}")
+    size = float(root_size)
+    if not (np.isfinite(size) and size > 0):
+        raise ParameterError(f"root_size must be a positive finite number, got {root_size!r}")
+    if box_size is not None:
+        box = float(box_size)
+        if not (np.isfinite(box) and box > 0):
+            raise ParameterError(f"box_size must be a positive finite number or None, "
+                                 f"got {box_size!r}")
+        if size < box * (1.0 - 1e-12):
+            raise ParameterError(f"root_size ({size}) must be >= box_size ({box}) for "
+                                 "periodic keys")
+    return lo, size
+
+
+def _check_pos(pos: Any) -> None:
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise ParameterError(f"pos must have shape (N, 3), got {tuple(pos.shape)}")
+
+
+def morton_keys(pos: np.ndarray, root_lo: Any, root_size: float, *,
+                box_size: float | None = None) -> np.ndarray:
+    """Morton keys of positions (numba kernel on NumPy, elementwise path on CuPy).
+
+    Parameters
+    ----------
+    pos : (N, 3) float array
+        Positions (length units of the snapshot).
+    root_lo : (3,) float
+        Lower corner of the root cube (length).
+    root_size : float
+        Side of the root cube (length); ``>= box_size`` when periodic.
+    box_size : float, optional
+        Periodic box side (length): positions are wrapped into
+        ``[root_lo, root_lo + box_size)`` first.
+
+    Returns
+    -------
+    (N,) uint64 array
+        Keys ``interleave(i, j, k)`` at level 21; positions outside the root
+        are clipped to the boundary cells.
+    """
+    xp = array_module(pos)
+    _check_pos(pos)
+    if xp is not np:
+        return morton_keys_xp(pos, root_lo, root_size, box_size=box_size)
+    lo, size = _check_root(root_lo, root_size, box_size)
+    periodic = box_size is not None
+    box = float(box_size) if periodic else 1.0
+    return _keys_kernel(np.ascontiguousarray(pos), lo[0], lo[1], lo[2], size, box, periodic)
+
+
+def wrap_positions(pos: Any, root_lo: Any, box_size: float) -> Any:
+    """Positions wrapped periodically into ``[root_lo, root_lo + box_size)`` (float64, xp)."""
+    xp = array_module(pos)
+    lo = xp.asarray(np.asarray(root_lo, dtype=np.float64))
+    u = pos.astype(xp.float64) - lo
+    u = u - box_size * xp.floor(u / box_size)
+    u = xp.where(u >= box_size, 0.0, u)
+    return u + lo
+
+
+def morton_keys_xp(pos: Any, root_lo: Any, root_size: float, *,
+                   box_size: float | None = None) -> Any:
+    """Same keys as :func:`morton_keys` with elementwise array operations (NumPy or CuPy)."""
+    xp = array_module(pos)
+    _check_pos(pos)
+    lo, size = _check_root(root_lo, root_size, box_size)
+    lo_x = xp.asarray(lo)
+    u = pos.astype(xp.float64) - lo_x
+    if box_size is not None:
+        box = float(box_size)
+        u = u - box * xp.floor(u / box)
+        u = xp.where(u >= box, 0.0, u)
+    c = xp.floor(xp.clip(u * (_NCELL / size), 0.0, float(_NCELL - 1)))
+    c = c.astype(xp.uint64)
+    return ((spread_bits(c[:, 0]) << xp.uint64(2)) | (spread_bits(c[:, 1]) << xp.uint64(1))
+            | spread_bits(c[:, 2]))
+
+
+def key_cell(keys: Any, level: int) -> Any:
+    """Integer cell coordinates ``(N, 3)`` at ``level`` of level-21 keys (NumPy)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    out = np.zeros((keys.shape[0], 3), dtype=np.int64)
+    k = keys >> np.uint64(3 * (MORTON_BITS - level))
+    for b in range(level):
+        for a in range(3):
+            bit = (k >> np.uint64(3 * b + 2 - a)) & np.uint64(1)
+            out[:, a] |= bit.astype(np.int64) << b
+    return out
+
+
+def sort_by_key(keys: Any) -> Any:
+    """Stable argsort of keys (ties keep the input order), NumPy or CuPy, int64."""
+    xp = array_module(keys)
+    if xp is np:
+        return np.argsort(keys, kind="stable").astype(np.int64, copy=False)
+    return xp.argsort(keys).astype(xp.int64)  # CuPy argsort is a stable radix sort
