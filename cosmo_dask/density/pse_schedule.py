@@ -48,33 +48,26 @@ DEPOSIT_BATCH = 1 << 20
 
 # --------------------------------------------------------------------------- task bodies
 def _deposit_items(patch, leaf_lo, h, geom, packed, columns):
-    """Deposit the pieces ``packed`` (see :func:`_pack`) onto ``patch`` (mass).
+    """Deposit the pieces ``packed`` (rows of :func:`_pack`) onto ``patch`` (mass).
 
     Tetrahedra are built in batches of about ``DEPOSIT_BATCH``: on the GPU one
     launch builds a whole batch from several columns
-    (:func:`.tessellation_gpu.items_tets_gpu`), then one deposit call.
+    (:func:`.tessellation_gpu.rows_tets_gpu`), then one deposit call; nothing
+    waits for the GPU.
     """
     block, ncz, box, pm, gpu = geom
     p = patch.shape[0]
-    batches, batch, held = [], [], 0
-    per_block = 6 * (block**2) * block
-    for item in _unpack(packed):
-        batch.append(item)
-        held += len(item[1]) * per_block
-        if held >= DEPOSIT_BATCH:
-            batches.append(batch)
-            batch, held = [], 0
-    if batch:
-        batches.append(batch)
-    for batch in batches:
+    rows_per_batch = max(1, DEPOSIT_BATCH // (6 * block**3))
+    for a in range(0, len(packed), rows_per_batch):
+        rows = packed[a:a + rows_per_batch]
         if gpu:
-            from .tessellation_gpu import items_tets_gpu
+            from .tessellation_gpu import rows_tets_gpu
 
-            tets, mass = items_tets_gpu(columns, batch, block, ncz, box, pm)
+            tets, mass = rows_tets_gpu(columns, rows, block, ncz, box, pm)
         else:
             parts = [column_block_tets(columns[slot], bks, block, ncz, box, pm,
                                        None if box is None else shifts * box)
-                     for slot, bks, shifts in batch]
+                     for slot, bks, shifts in _unpack(rows)]
             tets = np.concatenate([t for t, _ in parts])
             mass = np.concatenate([m for _, m in parts])
         deposit_tets(tets, mass, leaf_lo, h, (p, p, p), out=patch)
@@ -148,20 +141,26 @@ def _leaf_items(layout, cols, i):
 def _pack(items):
     """``{column: (bks, shifts)}`` -> one int64 array of rows (slot, bk, sx, sy, sz).
 
-    One array per task argument keeps graph construction cheap (dask walks
-    lists and tuples of arguments, not arrays)."""
-    rows = [np.column_stack([np.full(len(bks), n), bks, sh])
-            for n, (bks, sh) in enumerate(items.values())]
-    return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 5), np.int64)
+    ``slot`` numbers the columns in ``items`` order (the task's column
+    arguments); rows are grouped by slot. One array per task argument keeps
+    graph construction cheap (dask walks lists and tuples of arguments, not
+    arrays)."""
+    if not items:
+        return np.zeros((0, 5), np.int64)
+    bks = [np.asarray(b, np.int64).reshape(-1) for b, _ in items.values()]
+    shifts = [np.asarray(s).reshape(-1, 3) for _, s in items.values()]
+    slot = np.repeat(np.arange(len(bks)), [len(b) for b in bks])
+    return np.column_stack([slot, np.concatenate(bks),
+                            np.concatenate(shifts).astype(np.int64)])
 
 
 def _unpack(packed):
-    """Rows (slot, bk, sx, sy, sz) -> [(slot, bks, image shifts)], one entry per slot."""
-    out = []
-    for slot in np.unique(packed[:, 0]):
-        sel = packed[:, 0] == slot
-        out.append((int(slot), packed[sel, 1], packed[sel, 2:].astype(np.float64)))
-    return out
+    """Rows (slot, bk, sx, sy, sz), grouped by slot -> [(slot, bks, image shifts)]."""
+    if not len(packed):
+        return []
+    cut = np.flatnonzero(np.diff(packed[:, 0])) + 1
+    return [(int(r[0, 0]), r[:, 1], r[:, 2:].astype(np.float64))
+            for r in np.split(packed, cut)]
 
 
 def leaf_geometry(layout, p):

@@ -14,6 +14,7 @@ Compiled with ``--fmad=false``, so the result equals the CPU path bit for bit.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import numpy as np
@@ -187,52 +188,79 @@ def _kuhn(device_id: int):
         return cupy.asarray(KUHN_TETS.astype(np.int32))
 
 
-def _requests(columns, items, block, ncz):
-    """The int64 request table of the kernels (see the CUDA source) for ``items``.
+def _requests(columns, rows, block, ncz):
+    """The int64 request table of the kernels (see the CUDA source), on the GPU.
 
-    Returns ``(meta (CuPy), n_requests, n_cells, held)``; ``held`` keeps the
-    contiguous float64 columns the table points into alive until the launch.
+    ``rows`` (R, 5) int64: ``(slot, bk, sx, sy, sz)``, block ``bk`` of column
+    ``columns[slot]`` shifted by ``(sx, sy, sz)`` boxes. Returns ``(meta,
+    n_requests, n_cells, held)``; ``held`` keeps the contiguous float64 columns
+    the table points into alive until the launch.
     """
     import cupy
 
-    slots = sorted({int(slot) for slot, _, _ in items})
-    where = {s: n for n, s in enumerate(slots)}
+    rows = np.asarray(rows, np.int64).reshape(-1, 5)
+    slots, where = np.unique(rows[:, 0], return_inverse=True)
     cols = [(cupy.ascontiguousarray(columns[s][0], dtype=cupy.float64),
              None if columns[s][1] is None
              else cupy.ascontiguousarray(columns[s][1], dtype=cupy.float64)) for s in slots]
-    rows, counts = [], []
-    for slot, bks, shifts in items:
-        pos = cols[where[int(slot)]][0]
-        a, b = pos.shape[0] - 1, pos.shape[1] - 1
-        bks = np.asarray(bks, np.int64).reshape(-1)
-        k0 = bks * block
-        k1 = np.minimum(k0 + block, ncz)
-        sh = (np.zeros((len(bks), 3), np.int64) if shifts is None
-              else np.rint(np.asarray(shifts)).astype(np.int64).reshape(-1, 3))
-        rows.append(np.column_stack([np.full(len(bks), where[int(slot)]), k0, k1, sh]))
-        counts.append(a * b * (k1 - k0))
-    rows = np.concatenate(rows) if rows else np.zeros((0, 6), np.int64)
-    first = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(np.concatenate(counts) if counts else [], out=first[1:])
     info = np.array([(p.shape[0] - 1, p.shape[1] - 1, p.shape[2], p.data.ptr,
-                      0 if m is None else m.data.ptr) for p, m in cols], np.uint64)
-    meta = np.concatenate([[len(rows)], rows.reshape(-1), first,
-                           info.view(np.int64).reshape(-1)]).astype(np.int64)
-    return cupy.asarray(meta), len(rows), int(first[-1]), cols
+                      0 if m is None else m.data.ptr) for p, m in cols],
+                    np.uint64).reshape(-1, 5).view(np.int64)
+    k0 = rows[:, 1] * block
+    k1 = np.minimum(k0 + block, ncz)
+    req = np.column_stack([where, k0, k1, rows[:, 2:]])
+    first = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(info[where, 0] * info[where, 1] * (k1 - k0), out=first[1:])
+    meta = np.concatenate([[len(rows)], req.reshape(-1), first, info.reshape(-1)])
+    return upload(meta.astype(np.int64)), len(rows), int(first[-1]), cols
 
 
-def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
-    """Tetrahedra and masses of many columns' blocks in one launch (CuPy).
+def block_rows(bks, shifts=None, slot: int = 0) -> np.ndarray:
+    """Request rows ``(slot, bk, sx, sy, sz)`` for blocks ``bks`` of one column."""
+    bks = np.asarray(bks, np.int64).reshape(-1)
+    sh = (np.zeros((len(bks), 3), np.int64) if shifts is None
+          else np.rint(np.asarray(shifts, np.float64)).astype(np.int64).reshape(-1, 3))
+    return np.column_stack([np.full(len(bks), slot, np.int64), bks, sh])
 
-    ``items``: ``[(slot, bks, image_shifts)]`` with ``columns[slot]`` a CuPy
-    column ``(corners, cell_mass or None)``, block indices ``bks`` and integer
-    periodic image shifts (len(bks), 3) (or None) that are multiplied by
-    ``box_size``. Output in items order, blocks in ``bks`` order, cells in C
-    order: the same as concatenating :func:`.tessellation.column_block_tets`.
+
+#: pinned host buffers of uploads still in flight, with the event that ends each
+_IN_FLIGHT: collections.deque = collections.deque()
+
+
+def upload(table: np.ndarray):
+    """Copy a host array to the GPU without making the host wait for queued kernels.
+
+    ``cupy.asarray`` of pageable memory returns only once the copy is done,
+    which is after every kernel queued before it: each PSE task would wait
+    for the previous task's deposit. Staging through pinned memory makes the
+    copy asynchronous; the buffer is kept until its event has passed.
     """
     import cupy
 
-    meta, _, n_cells, held = _requests(columns, items, block, ncz)
+    while _IN_FLIGHT and _IN_FLIGHT[0][0].done:
+        _IN_FLIGHT.popleft()
+    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 1))
+    staged = np.frombuffer(mem, table.dtype, table.size).reshape(table.shape)
+    staged[...] = table
+    out = cupy.empty(table.shape, table.dtype)
+    stream = cupy.cuda.get_current_stream()
+    out.set(staged, stream=stream)
+    _IN_FLIGHT.append((stream.record(), mem))
+    return out
+
+
+def rows_tets_gpu(columns, rows, block, ncz, box_size, particle_mass):
+    """Tetrahedra and masses of many columns' blocks in one launch (CuPy).
+
+    ``rows`` (R, 5) int64 ``(slot, bk, sx, sy, sz)``: block ``bk`` of the CuPy
+    column ``columns[slot]`` (``(corners, cell_mass or None)``), translated by
+    ``(sx, sy, sz) * box_size``. Output in row order, cells in C order: the
+    same as concatenating :func:`.tessellation.column_block_tets` per row.
+    No host synchronisation.
+    """
+    import cupy
+
+    meta, _, n_cells, held = _requests(columns, rows, block, ncz)
     tets = cupy.empty((n_cells * 6, 4, 3))
     mass = cupy.empty(n_cells * 6)
     if n_cells == 0:
@@ -251,13 +279,13 @@ def items_tets_gpu(columns, items, block, ncz, box_size, particle_mass):
 def column_bboxes_gpu(column, block, ncz, box_size):
     """``(lo (nbk, 3), hi (nbk, 3))`` CuPy: bounding boxes of every block of one column.
 
-    The boxes of the unwrapped cell corners that :func:`items_tets_gpu` would
+    The boxes of the unwrapped cell corners that :func:`rows_tets_gpu` would
     write (one launch, one thread block per block; no tetrahedra are made).
     """
     import cupy
 
     nbk = -(-ncz // block)
-    meta, n_req, _, held = _requests([column], [(0, np.arange(nbk), None)], block, ncz)
+    meta, n_req, _, held = _requests([column], block_rows(np.arange(nbk)), block, ncz)
     lo = cupy.empty((n_req, 3))
     hi = cupy.empty((n_req, 3))
     dev = cupy.cuda.Device().id
@@ -275,4 +303,4 @@ def column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shif
     img = None
     if shifts is not None:
         img = np.asarray(shifts, np.float64) / (box_size if box_size else 1.0)
-    return items_tets_gpu([column], [(0, bks, img)], block, ncz, box_size, particle_mass)
+    return rows_tets_gpu([column], block_rows(bks, img), block, ncz, box_size, particle_mass)

@@ -53,9 +53,9 @@ Zel'dovich snapshot at z=0, 12.6M tetrahedra, onto a periodic 256^3 grid;
 tets/s                     100 Mpc/h   250 Mpc/h
 =========================  ==========  ==========
 mean bbox cells per tet       148          84
-float64 (default)           5.4e7       6.2e7
-float64, PQ_SMEM=0 WARPS=4  7.0e7       7.9e7
-float32 (default settings)  8.1e7       9.0e7
+float64, PQ_SMEM=1 WARPS=2  5.4e7       6.2e7
+float64, PQ_SMEM=0 WARPS=4  7.0e7       7.9e7   (the default now)
+float32, PQ_SMEM=1 WARPS=2  8.1e7       9.0e7
 512 patches of 32^3 [*]     3.6e7       4.2e7
 old ``method="warp"`` [**]  5.8e5       9.8e5
 =========================  ==========  ==========
@@ -68,7 +68,8 @@ GPU vs the CPU deposit on 20000 random tetrahedra of the snapshot: 1.4e-12 /
 7.5e-12 of the largest cell (the clip's rounding, above); mass 2e-16 / 1.4e-15.
 ``PQ_SMEM=0, WARPS=4`` (clip pieces in registers: 164 registers instead of
 128) gave the same grids (1.3e-15 / 1.8e-15) 1.27-1.29x faster in that run;
-the test suite ran with the defaults, so those stay the default.
+it became the default after the GPU density tests passed with it (36 passed,
+H200, 2026-11-21).
 
 Implementation notes (seen on the H200 with CuPy 14.2's NVRTC, 2026-11-21):
 with ``line_add`` as a ``__noinline__`` function the caller's loop bound was
@@ -812,7 +813,7 @@ _LATTICE_DEVICE_HEAD = r"""
 # compile-time settings of deposit_lattice: warps per block, doubles of the per-warp
 # lattice buffer, clip pieces in shared memory (128 instead of 164 registers), lanes
 # 0..11 convert the vertices and share them, FMA contraction, -lineinfo (sanitizers)
-LATTICE_DEFAULTS = {"WARPS": 2, "CAP": 1024, "PQ_SMEM": 1, "WARP_SHUFFLE": 1, "FMAD": 1,
+LATTICE_DEFAULTS = {"WARPS": 4, "CAP": 1024, "PQ_SMEM": 0, "WARP_SHUFFLE": 1, "FMAD": 1,
                     "LINEINFO": 0}
 BLOCKS_PER_SM = 16
 
