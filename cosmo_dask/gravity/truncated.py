@@ -1,0 +1,259 @@
+"""The truncated (short-range) TreePM force kernel and its 512-node Taylor table.
+
+With the Gaussian force split of TreePM the short-range pair force and
+potential are the Newtonian ones multiplied by
+
+``T(x) = erfc(x) + (2 x / sqrt(pi)) exp(-x**2)``  (force factor) and
+``erfc(x)``                                       (potential factor),
+
+with ``x = r / (2 rs)`` (dimensionless; ``r`` and the split scale ``rs`` in
+one length unit). ``T`` falls from 1 at ``x = 0`` to ``4.2e-4`` at ``x = 3``.
+
+Table (PhotoNs-GPU style)
+------------------------
+``TABLE_NODES = 512`` nodes ``x_n = n * h`` with ``h = 3 / 511`` on ``[0, 3]``
+hold the Taylor coefficients ``T^(k)(x_n) / k!`` for ``k = 0..4``. A value is
+evaluated at ``level`` L (0..4) around the nearest node::
+
+    T_L(x) = sum_{k<=L} c_k(n) d**k,   n = rint(x / h),  d = x - x_n,  |d| <= h/2
+
+by Horner's rule. The derivatives are analytic:
+``T'(x) = -(4/sqrt(pi)) x^2 e^{-x^2}``, ``T'' = -(8/sqrt(pi)) (x - x^3) e^{-x^2}``,
+``T''' = -(8/sqrt(pi)) (1 - 5x^2 + 2x^4) e^{-x^2}``,
+``T'''' = -(8/sqrt(pi)) (-12x + 18x^3 - 4x^5) e^{-x^2}``.
+Beyond ``x = 3`` every evaluator falls back to the exact formula (the table
+is never extrapolated).
+
+Measured maximum relative error ``|T_L - T| / T`` over a dense grid on
+``[0, 3]`` (2**20 + 1 points, float64 evaluation; :func:`table_relative_errors`
+recomputes it): see the module constant docs in the report/tests; roughly
+L=0: 1.8e-2, L=1: 5e-5, L=2: 9e-8, L=3: 1.5e-10, L=4: 2e-13 (float64). The
+relative error is largest near ``x = 3`` where ``T`` is small and its
+logarithmic derivatives are large. Float32 evaluation is limited by float32
+rounding of ``d`` and of the sum (about 1e-6 relative near ``x = 3``).
+
+Three evaluators share one table:
+
+* NumPy/CuPy arrays: :func:`T_table` (and :func:`T_exact`, :func:`erfc`);
+* numba: :func:`T_table_nb` / :func:`T_exact_nb` (``inline="always"``),
+  callable from any ``@njit`` kernel;
+* CUDA: :data:`CUDA_SOURCE`, device functions to paste into a RawKernel
+  source (see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ..errors import ParameterError
+
+__all__ = [
+    "TABLE_NODES", "TABLE_XMAX", "TABLE_LEVELS", "TABLE_STRIDE", "CUDA_SOURCE",
+    "T_exact", "erfc", "T_derivatives", "make_table", "get_table", "T_table",
+    "T_exact_nb", "T_table_nb", "table_relative_errors", "check_level",
+]
+
+TABLE_NODES = 512
+TABLE_XMAX = 3.0
+TABLE_LEVELS = 5          # coefficients c_0..c_4 per node
+TABLE_STRIDE = 5          # row length of the flattened table
+TABLE_H = TABLE_XMAX / (TABLE_NODES - 1)
+TABLE_INV_H = (TABLE_NODES - 1) / TABLE_XMAX
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def check_level(level: int) -> int:
+    """Validate a Taylor level (0..4), raising ParameterError otherwise."""
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)) \
+            or not 0 <= int(level) <= 4:
+        raise ParameterError(f"table level must be an integer 0..4, got {level!r}")
+    return int(level)
+
+
+# --------------------------------------------------------------------------- exact
+@numba.vectorize(["float32(float32)", "float64(float64)"], cache=False)
+def _erfc_ufunc(x):
+    return math.erfc(x)
+
+
+def erfc(x):
+    """Complementary error function of a NumPy or CuPy array (dimensionless)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupyx.scipy.special as cps
+
+        return cps.erfc(x)
+    x = np.asarray(x, dtype=np.result_type(x, np.float32))
+    return _erfc_ufunc(x)
+
+
+def T_exact(x):
+    """Exact force factor ``T(x) = erfc(x) + 2x/sqrt(pi) exp(-x^2)`` (dimensionless)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        xp = cupy
+    else:
+        xp = np
+        x = np.asarray(x, dtype=np.result_type(x, np.float32))
+    return erfc(x) + x.dtype.type(_TWO_OVER_SQRT_PI) * x * xp.exp(-x * x)
+
+
+def T_derivatives(x: np.ndarray) -> np.ndarray:
+    """``T^(k)(x)`` for ``k = 0..4`` in float64, shape ``x.shape + (5,)``."""
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(-x * x)
+    c = _TWO_OVER_SQRT_PI
+    x2 = x * x
+    d0 = _erfc_ufunc(x) + c * x * e
+    d1 = -2.0 * c * x2 * e
+    d2 = -4.0 * c * (x - x * x2) * e
+    d3 = -4.0 * c * (1.0 - 5.0 * x2 + 2.0 * x2 * x2) * e
+    d4 = -4.0 * c * (-12.0 * x + 18.0 * x * x2 - 4.0 * x * x2 * x2) * e
+    return np.stack([d0, d1, d2, d3, d4], axis=-1)
+
+
+# --------------------------------------------------------------------------- table
+def make_table(dtype=np.float64) -> np.ndarray:
+    """The Taylor table, shape ``(TABLE_NODES, 5)``: row n holds ``T^(k)(x_n) / k!``."""
+    xn = np.arange(TABLE_NODES, dtype=np.float64) * TABLE_H
+    d = T_derivatives(xn)
+    fact = np.array([1.0, 1.0, 2.0, 6.0, 24.0])
+    return np.ascontiguousarray(d / fact, dtype=np.dtype(dtype))
+
+
+_TABLES: dict = {}
+
+
+def get_table(dtype=np.float64, xp=np):
+    """Cached table in ``dtype`` as a NumPy (``xp=numpy``) or CuPy (``xp=cupy``) array."""
+    dt = np.dtype(dtype)
+    key = (dt.name, xp.__name__)
+    if xp.__name__ == "cupy":
+        key = key + (xp.cuda.runtime.getDevice(),)
+    if key not in _TABLES:
+        _TABLES[key] = xp.asarray(make_table(dt))
+    return _TABLES[key]
+
+
+def T_table(x, level: int = 4):
+    """``T`` from the table at Taylor ``level`` (NumPy or CuPy array, its dtype).
+
+    Values with ``x > 3`` (outside the table) take the exact formula.
+    """
+    level = check_level(level)
+    is_cupy = type(x).__module__.split(".")[0] == "cupy"
+    if is_cupy:
+        import cupy as xp
+    else:
+        xp = np
+        x = np.asarray(x, dtype=np.result_type(x, np.float32))
+    dt = x.dtype
+    tab = get_table(dt, xp)
+    n = xp.clip(xp.rint(x * dt.type(TABLE_INV_H)), 0, TABLE_NODES - 1).astype(np.int64)
+    d = x - n.astype(dt) * dt.type(TABLE_H)
+    out = tab[n, level]
+    for k in range(level - 1, -1, -1):
+        out = tab[n, k] + d * out
+    outside = x > dt.type(TABLE_XMAX)
+    if bool(outside.any()):
+        out = xp.where(outside, T_exact(x), out)
+    return out
+
+
+# --------------------------------------------------------------------------- numba
+@numba.njit(inline="always", cache=False)
+def T_exact_nb(x):
+    """Exact ``T(x)`` for a numba scalar (computed in float64, returned as float64)."""
+    xd = np.float64(x)
+    return math.erfc(xd) + 1.1283791670955126 * xd * math.exp(-xd * xd)
+
+
+@numba.njit(inline="always", cache=False)
+def T_table_nb(x, table, level):
+    """``T(x)`` from ``table`` (shape (512, 5), float32 or float64) at Taylor ``level``.
+
+    The offset from the node and the Horner sum are computed in float64 (the
+    table's dtype sets only the stored precision); ``level < 0`` means exact
+    and ``x > 3`` takes the exact value. Returns float64.
+    """
+    xd = np.float64(x)
+    if level < 0 or xd > 3.0:
+        return T_exact_nb(xd)
+    n = int(xd * 170.33333333333334 + 0.5)   # (TABLE_NODES - 1) / TABLE_XMAX, x >= 0
+    if n > 511:
+        n = 511
+    d = xd - n * 0.005870841487279843        # TABLE_H = 3 / 511
+    out = np.float64(table[n, level])
+    for k in range(level - 1, -1, -1):
+        out = np.float64(table[n, k]) + d * out
+    return out
+
+
+# --------------------------------------------------------------------------- CUDA
+CUDA_SOURCE = r"""
+// ---- cosmo_dask.gravity.truncated: T(x) = erfc(x) + 2x/sqrt(pi) exp(-x^2) ----
+// Table: 512 nodes x_n = n*h, h = 3/511, row n = T^(k)(x_n)/k!, k = 0..4 (stride 5).
+// cd_trunc_T<real, level>(x, tab): level 0..4 -> table (x > 3 -> exact); level < 0 -> exact.
+// cd_erfc(x): erfc in the precision of x. Pass tab in global memory (read via __ldg).
+#ifndef CD_TRUNCATED_DEFINED
+#define CD_TRUNCATED_DEFINED
+__device__ __forceinline__ float cd_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double cd_erfc(double x) { return erfc(x); }
+__device__ __forceinline__ float cd_exp(float x) { return expf(x); }
+__device__ __forceinline__ double cd_exp(double x) { return exp(x); }
+__device__ __forceinline__ float cd_rint(float x) { return rintf(x); }
+__device__ __forceinline__ double cd_rint(double x) { return rint(x); }
+
+template <typename cd_real>
+__device__ __forceinline__ cd_real cd_trunc_T_exact(cd_real x) {
+    return cd_erfc(x) + (cd_real)1.1283791670955126 * x * cd_exp(-x * x);
+}
+
+template <typename cd_real, int cd_level>
+__device__ __forceinline__ cd_real cd_trunc_T(cd_real x, const cd_real* __restrict__ tab) {
+    if (cd_level < 0 || x > (cd_real)3) return cd_trunc_T_exact<cd_real>(x);
+    int n = (int)(x * (cd_real)170.33333333333334 + (cd_real)0.5);
+    n = n > 511 ? 511 : n;
+    const cd_real d = x - (cd_real)n * (cd_real)(3.0 / 511.0);
+    const cd_real* row = tab + 5 * n;
+    cd_real out = __ldg(row + (cd_level < 0 ? 0 : cd_level));
+#pragma unroll
+    for (int k = (cd_level < 0 ? 0 : cd_level) - 1; k >= 0; --k) out = __ldg(row + k) + d * out;
+    return out;
+}
+#endif
+"""
+
+
+# --------------------------------------------------------------------------- errors
+def table_relative_errors(n_samples: int = 2**20 + 1, dtype=np.float64,
+                          xmax: float = TABLE_XMAX) -> dict[int, float]:
+    """Maximum relative error ``max |T_L(x) - T(x)| / T(x)`` on ``[0, xmax]`` per level.
+
+    Parameters
+    ----------
+    n_samples : int
+        Points of the uniform grid on ``[0, xmax]`` (both ends included).
+    dtype : numpy dtype
+        Evaluation dtype of the table (the reference is always float64 exact).
+    xmax : float
+        Upper end of the grid (dimensionless ``x = r / 2 rs``); at most 3.
+
+    Returns
+    -------
+    dict
+        ``{level: max relative error}`` for levels 0..4.
+    """
+    if not 0 < xmax <= TABLE_XMAX:
+        raise ParameterError(f"xmax must be in (0, 3], got {xmax!r}")
+    x64 = np.linspace(0.0, xmax, int(n_samples))
+    ref = T_derivatives(x64)[:, 0]
+    x = x64.astype(dtype)
+    # the reference at the *evaluated* abscissa: float32 x differs from x64 by rounding
+    ref = T_derivatives(x.astype(np.float64))[:, 0] if np.dtype(dtype) != np.float64 else ref
+    return {lv: float(np.max(np.abs(T_table(x, lv).astype(np.float64) - ref) / ref))
+            for lv in range(5)}
