@@ -115,6 +115,14 @@ class TaskGraph:
     def graph(self) -> HighLevelGraph:
         return HighLevelGraph(dict(self.layers), {k: set(v) for k, v in self.deps.items()})
 
+    def array(self, name: str, chunks, meta, dtype) -> da.Array:
+        """The lazy dask array over tasks ``(name, i, j, ...)``.
+
+        Placement annotations are dropped on this path (see the module
+        docstring): use it for graphs that need none, else :meth:`persist_array`.
+        """
+        return da.Array(self.graph(), name, chunks, meta=meta, dtype=dtype)
+
     def persist_array(self, name: str, chunks, meta, dtype, *, label: str | None = None
                       ) -> da.Array:
         """Run the tasks ``(name, i, j, ...)`` (with their placement) and return their

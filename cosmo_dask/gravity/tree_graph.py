@@ -1,0 +1,261 @@
+"""Tree gravity as a Dask graph: domains, locally essential trees, group walks.
+
+The particles are split among the domains of the shared decomposition
+(:mod:`cosmo_dask.spatial.domains`, no ghosts). The graph, per domain ``d``:
+
+``gravity-tree-d``
+    The domain's octree (:func:`~cosmo_dask.spatial.octree.build_octree`) over
+    its own particles, with node multipoles.
+``gravity-bbox-d``
+    The bounding box of those particles (48 bytes): the only thing other
+    domains learn about ``d`` before sending it their trees.
+``gravity-let-s-d``
+    For every other domain ``s``: the part of ``s``'s tree that any group of
+    ``d`` could open (:func:`~cosmo_dask.gravity.tree_walk.let_subtree`), i.e.
+    node multipoles plus the particles of the leaves a walk from inside
+    ``d``'s box may open. This locally essential tree (LET) is what moves
+    between workers; never the remote domain's particles in bulk.
+``gravity-group-d``
+    One walk per group of ``d`` against its own tree and against each LET
+    (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
+    :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
+    order. On a GPU worker with a single domain this is
+    :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on the domain.
+``gravity-acc-c`` / ``gravity-pot-c``
+    Accelerations and potentials of input chunk ``c``, gathered from the
+    domains (each domain's rows are in increasing particle index).
+
+A walk through a LET cut for ``d``'s box gives every group inside that box
+exactly the cells and leaves a walk through the whole remote tree gives, so
+the domain split changes which trees exist, not the accuracy criterion.
+Results do not depend on the chunking or on the number of workers (the
+domains and the order of every sum are fixed by ``n_domains``), bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import numpy as np
+
+from ..backend import array_module, host
+from ..progress import compute
+from ..spatial.domains import domain_grid, scatter_to_domains
+from ..spatial.octree import build_octree, node_second_moment
+from ..spatial.octree_layout import Octree
+from ..task_graph import TaskGraph
+from .tree_kernels import evaluate_lists
+from .tree_walk import interaction_lists, let_subtree
+
+#: particles per domain the default ``n_domains`` aims at (CPU)
+DOMAIN_PARTICLES = 1 << 21
+
+
+@dataclass
+class DomainTree:
+    """One domain's tree: the octree, each node's ``sum m |x - com|^2`` (M2P with
+    softening or the truncated kernel) and the global index of every particle
+    (input order of the tree, increasing)."""
+
+    tree: Octree
+    trace: np.ndarray
+    index: np.ndarray
+
+
+def _owned(part, mass):
+    n = part.n_owned
+    pos = host(part.pos[:n]).astype(np.float64, copy=False)
+    m = mass if mass is not None else host(part.extra["mass"][:n]).astype(np.float64)
+    return pos, m, host(part.index[:n])
+
+
+def domain_tree(part, mass, opts) -> DomainTree:
+    """Task ``gravity-tree``: the octree of a domain's own particles."""
+    pos, m, index = _owned(part, mass)
+    tree = build_octree(pos, m, max_leaf=opts["max_leaf"], max_group=opts["max_group"],
+                        box_size=opts["box_size"])
+    need_trace = opts["softening"] > 0 or opts["rs"] is not None
+    trace = node_second_moment(tree) if need_trace and tree.n_nodes else np.zeros(tree.n_nodes)
+    return DomainTree(tree, trace, index)
+
+
+def domain_bbox(dt: DomainTree):
+    """Task ``gravity-bbox``: (lo, hi) of a domain's particles, or None when empty."""
+    if dt.tree.n_particles == 0:
+        return None
+    return np.asarray(dt.tree.lo[0], np.float64), np.asarray(dt.tree.hi[0], np.float64)
+
+
+def domain_let(dt: DomainTree, bbox, opts):
+    """Task ``gravity-let``: the part of a source tree a target box needs (or None)."""
+    if bbox is None or dt.tree.n_particles == 0:
+        return None
+    let, node_index = let_subtree(dt.tree, bbox[0], bbox[1], opts["theta"],
+                                  box_size=opts["box_size"], r_cut=opts["r_cut"])
+    return let, dt.trace[node_index]
+
+
+def _evaluate(tree: Octree, source: Octree, trace, opts):
+    groups = tree.groups
+    glo, ghi = tree.lo[groups], tree.hi[groups]
+    lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
+                              r_cut=opts["r_cut"])
+    return evaluate_lists(tree.pos, tree.start[groups], tree.count[groups], 0.5 * (glo + ghi),
+                          lists, source, trace, G=opts["G"], softening=opts["softening"],
+                          softening_kernel=opts["softening_kernel"],
+                          precision=opts["precision"], quadrupole=True,
+                          box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def domain_forces(dt: DomainTree, opts, *lets):
+    """Task ``gravity-group``: every group of a domain against its tree and the LETs.
+
+    Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` in increasing index.
+    """
+    tree = dt.tree
+    n = tree.n_particles
+    acc = np.zeros((n, 3))
+    pot = np.zeros(n)
+    if n:
+        a, p = _evaluate(tree, tree, dt.trace, opts)
+        acc += a
+        pot += p
+        for item in lets:
+            if item is None:
+                continue
+            let, trace = item
+            a, p = _evaluate(tree, let, trace, opts)
+            acc += a
+            pot += p
+    out_acc = np.empty_like(acc)
+    out_pot = np.empty_like(pot)
+    out_acc[tree.order] = acc
+    out_pot[tree.order] = pot
+    return dt.index, out_acc, out_pot
+
+
+def domain_forces_gpu(part, mass, opts):
+    """Task ``gravity-group`` on a GPU worker with one domain: the GPU tree on it."""
+    from .tree_gpu import tree_forces_gpu
+
+    n = part.n_owned
+    m = mass if mass is not None else part.extra["mass"][:n]
+    acc, pot = tree_forces_gpu(part.pos[:n], m, G=opts["G"], theta=opts["theta"],
+                               softening=opts["softening"],
+                               softening_kernel=opts["softening_kernel"],
+                               precision=opts["precision"], potential=True,
+                               max_leaf=opts["max_leaf"], max_group=opts["max_group"],
+                               box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
+    return part.index[:n], acc, pot
+
+
+def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
+    """Task ``gravity-acc``/``gravity-pot``: rows ``[start, stop)`` from the domains."""
+    first = results[0][which]
+    xp = array_module(first)
+    shape = (stop - start,) + tuple(first.shape[1:])
+    out = xp.zeros(shape, dtype=dtype)
+    for index, *values in results:
+        index = xp.asarray(index)
+        a, b = (int(v) for v in host(xp.searchsorted(index, xp.asarray([start, stop]))))
+        if b > a:
+            out[index[a:b] - start] = xp.asarray(values[which - 1][a:b], dtype=dtype)
+    if gpu and xp is np:
+        import cupy
+
+        out = cupy.asarray(out)
+    return out
+
+
+def default_n_domains(n_particles: int, gpu: bool) -> int:
+    """One domain per ``DOMAIN_PARTICLES`` particles on CPU; one domain on a GPU."""
+    if gpu:
+        return 1
+    return max(1, math.ceil(n_particles / DOMAIN_PARTICLES))
+
+
+def tree_accelerations(pos, mass, *, G: float, theta: float = 0.5,  # noqa: N803
+                       softening: float = 0.0, softening_kernel: str = "plummer",
+                       precision: str = "float64", potential: bool = True,
+                       box_size: float | None = None, rs: float | None = None,
+                       r_cut: float | None = None, max_leaf: int = 64, max_group: int = 64,
+                       n_domains: int | None = None) -> tuple[Any, Any]:
+    """Tree accelerations (and potentials) of every particle, as dask arrays.
+
+    Parameters
+    ----------
+    pos : dask array (N, 3)
+        Positions (length), NumPy or CuPy chunks.
+    mass : dask array (N,) or float
+        Masses, or the mass of every particle.
+    G, theta, softening, softening_kernel, precision, potential, max_leaf, max_group
+        As for :func:`cosmo_dask.gravity.accelerations` (checked there).
+    box_size : float, optional
+        Periodic box: minimum-image separations (short range with ``rs``).
+    rs, r_cut : float, optional
+        The truncated short-range kernel of TreePM (length); ``r_cut`` defaults
+        to ``4.5 rs``.
+    n_domains : int, optional
+        Domains of the decomposition (default :func:`default_n_domains`). The
+        results depend on it only through the tree shapes (at the level of the
+        force error), never on the chunking or the workers.
+
+    Returns
+    -------
+    acc : dask array (N, 3), pot : dask array (N,) or None
+        In the input order and row chunks, dtype ``precision``, NumPy or CuPy
+        chunks like ``pos``.
+    """
+    gpu = array_module(pos._meta) is not np
+    n = int(pos.shape[0])
+    if rs is not None and r_cut is None:
+        r_cut = 4.5 * float(rs)
+    opts = {"G": float(G), "theta": float(theta), "softening": float(softening),
+            "softening_kernel": softening_kernel, "precision": precision,
+            "box_size": None if box_size is None else float(box_size),
+            "rs": None if rs is None else float(rs),
+            "r_cut": None if r_cut is None else float(r_cut),
+            "max_leaf": int(max_leaf), "max_group": int(max_group)}
+    nd = default_n_domains(n, gpu) if n_domains is None else int(n_domains)
+    if box_size is not None:
+        grid = domain_grid(nd, box_size=float(box_size))
+    else:
+        lo, hi = compute(pos.min(axis=0), pos.max(axis=0), label=None, show=False)
+        grid = domain_grid(nd, bounds=(host(lo), host(hi)))
+    scalar = None if hasattr(mass, "chunks") else float(mass)
+    extra = {} if scalar is not None else {"mass": mass}
+    token = dask.base.tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
+    parts = scatter_to_domains(pos, grid, 0.0, name="gravity", extra=extra)
+    g = TaskGraph(parts)
+    results = []
+    if gpu and grid.n_domains == 1:
+        results.append(g.add(f"gravity-group-{token}-0", domain_forces_gpu,
+                             g.ref(parts[0]), scalar, opts))
+    else:
+        trees = [g.add(f"gravity-tree-{token}-{d}", domain_tree, g.ref(p), scalar, opts)
+                 for d, p in enumerate(parts)]
+        boxes = [g.add(f"gravity-bbox-{token}-{d}", domain_bbox, t)
+                 for d, t in enumerate(trees)]
+        for d, t in enumerate(trees):
+            lets = [g.add(f"gravity-let-{token}-{s}-{d}", domain_let, trees[s], boxes[d], opts)
+                    for s in range(len(trees)) if s != d]
+            results.append(g.add(f"gravity-group-{token}-{d}", domain_forces, t, opts, *lets))
+    dtype = np.dtype(precision)
+    starts = np.cumsum((0,) + pos.chunks[0])
+    meta = pos._meta
+    xp = array_module(meta)
+    out = []
+    for which, name, tail in ((1, "gravity-acc", (3,)), (2, "gravity-pot", ())):
+        if which == 2 and not potential:
+            out.append(None)
+            continue
+        arr_name = f"{name}-{token}"
+        for c in range(len(pos.chunks[0])):
+            g.add((arr_name, c) + (0,) * len(tail), chunk_rows, which, int(starts[c]),
+                  int(starts[c + 1]), dtype, gpu, *results)
+        chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
+        out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
+    return out[0], out[1]
