@@ -92,13 +92,17 @@ def bench_gpu(env, args):
                                       acc_rel_err_max=float(ea.max()),
                                       pot_rel_err_max=float(ep.max()))
                 emit(env, **fields)
-        if args.sweep and logn == args.sweep_logn:
-            for prec, shapes in (("float32", [(64, 8), (128, 2), (128, 4), (128, 8),
-                                              (256, 4), (256, 8), (512, 4)]),
-                                 ("float64", [(128, 1), (128, 2), (128, 4), (256, 2)])):
+        if (args.sweep or args.shapes) and logn == args.sweep_logn:
+            sweeps = (("float32", [(64, 8), (128, 2), (128, 4), (128, 8),
+                                   (256, 4), (256, 8), (512, 4)]),
+                      ("float64", [(128, 1), (128, 2), (128, 4), (256, 2)]))
+            if not args.sweep:
+                sweeps = (("float32", [tuple(int(v) for v in sh.split("x"))
+                                       for sh in args.shapes.split(",")]),)
+            for prec, shapes in sweeps:
                 for threads, per in shapes:
-                    for unroll in (4, 8, 16) if prec == "float32" and (threads, per) == \
-                            (128, 4) else (8,):
+                    for unroll in (4, 8, 16) if args.sweep and prec == "float32" and \
+                            (threads, per) == (128, 4) else (8,):
                         def call(prec=prec, threads=threads, per=per, unroll=unroll, xd=xd,
                                  md=md):
                             return p2p_block_gpu(xd, xd, md, softening=1e-3, precision=prec,
@@ -166,6 +170,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sweep", action="store_true", help="also sweep GPU launch shapes")
     ap.add_argument("--sweep-logn", type=int, default=20)
+    ap.add_argument("--shapes", default="", help="float32 launch shapes to time, e.g. 256x4,128x4")
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--no-gpu", action="store_true")
     args = ap.parse_args(argv)

@@ -23,8 +23,10 @@ target counts with dummy targets whose results are dropped.
 Plummer pair: 3 sub, 3 fma, ``rsqrtf``, 3 mul, 3 fma (+1 add for the
 potential). Self pairs (``exclude="index"``) are tested only in the tiles
 that overlap the block's own targets. Float32 sums are accumulated in float32
-per thread (relative error of the sums ~1e-6 .. 1e-5 for N ~ 1e6; see the
-tests and the benchmark for measured values); float64 runs all in float64.
+per thread in two levels (a sum per shared-memory tile, added to the running
+total), so rounding grows with tile size plus tile count rather than with N;
+float64 runs all in float64. Defaults (float32: 256 threads x 4 targets,
+float64: 128 x 2) come from a launch sweep on an H200 (2026-11-21).
 
 Units: as in :mod:`cosmo_dask.gravity.p2p_kernels`.
 """
@@ -43,7 +45,7 @@ from .truncated import get_table
 
 __all__ = ["p2p_block_gpu", "DEFAULT_THREADS", "DEFAULT_PER_THREAD"]
 
-DEFAULT_THREADS = {"float32": 128, "float64": 128}
+DEFAULT_THREADS = {"float32": 256, "float64": 128}
 DEFAULT_PER_THREAD = {"float32": 4, "float64": 2}
 DEFAULT_UNROLL = 8
 _PAD_POSITION = 1.0e18   # where padding sources (mass 0) sit, relative units
@@ -153,14 +155,25 @@ p2p_tile(const Real4* __restrict__ tgt, const Real4* __restrict__ src,
                 }
             }
         } else {
+            // two-level summation: each tile is summed on its own, then added to the total
+            // (float32 rounding grows with tile size + tile count, not with N)
+            Real tx[P2P_NR], ty[P2P_NR], tz[P2P_NR], tp[P2P_NR];
+#pragma unroll
+            for (int r = 0; r < P2P_NR; ++r) {
+                tx[r] = (Real)0; ty[r] = (Real)0; tz[r] = (Real)0; tp[r] = (Real)0;
+            }
 #pragma unroll UNROLL_N
             for (int kk = 0; kk < P2P_NT; ++kk) {
                 const Real4 s = sh[kk];
 #pragma unroll
                 for (int r = 0; r < P2P_NR; ++r)
                     cd_pair<P2P_CHECK, 0>(xi[r], yi[r], zi[r], s, false, eps2, h2, hinv,
-                                      box, inv_box, inv_2rs, rcut2, tab,
-                                      ax[r], ay[r], az[r], ph[r]);
+                                          box, inv_box, inv_2rs, rcut2, tab,
+                                          tx[r], ty[r], tz[r], tp[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < P2P_NR; ++r) {
+                ax[r] += tx[r]; ay[r] += ty[r]; az[r] += tz[r]; ph[r] += tp[r];
             }
         }
         __syncthreads();
