@@ -291,10 +291,7 @@ def _let_mask(blo, bhi, s_first, s_nchild, s_lo, s_hi, s_com, s_bmax, inv_theta2
         if not keep[n]:
             continue
         k = _classify(blo, bhi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, cut)
-        if k == 0:
-            keep[n] = False
-            continue
-        if k == 2:
+        if k == 2:  # dropped (0) and accepted (1) nodes stay as childless multipoles
             expand[n] = True
             fc = s_first[n]
             for c in range(s_nchild[n]):

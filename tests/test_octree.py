@@ -1,0 +1,189 @@
+"""CPU octree (numba): Morton keys, layout invariants, multipoles vs direct NumPy sums."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosmo_dask.errors import ParameterError
+from cosmo_dask.models import plummer
+from cosmo_dask.spatial.morton import key_cell, morton_keys, morton_keys_xp, sort_by_key
+from cosmo_dask.spatial.octree import build_octree, node_second_moment
+
+
+def _interleave(i: int, j: int, k: int) -> int:
+    """Reference Morton key: bit b of x, y, z -> bits 3b+2, 3b+1, 3b."""
+    key = 0
+    for b in range(21):
+        key |= ((i >> b) & 1) << (3 * b + 2)
+        key |= ((j >> b) & 1) << (3 * b + 1)
+        key |= ((k >> b) & 1) << (3 * b)
+    return key
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    snap = plummer(3000, seed=3)
+    pos = snap.pos.compute().astype(np.float64)
+    rng = np.random.default_rng(1)
+    mass = rng.uniform(0.5, 1.5, size=pos.shape[0])
+    return pos, mass
+
+
+def test_morton_keys_match_reference():
+    rng = np.random.default_rng(0)
+    cells = rng.integers(0, 2**21, size=(200, 3))
+    lo = np.array([-1.0, 2.0, 0.5])
+    size = 4.0
+    pos = lo + (cells + 0.5) * (size / 2**21)
+    keys = morton_keys(pos, lo, size)
+    ref = np.array([_interleave(*map(int, c)) for c in cells], dtype=np.uint64)
+    np.testing.assert_array_equal(keys, ref)
+    np.testing.assert_array_equal(morton_keys_xp(pos, lo, size), ref)
+    np.testing.assert_array_equal(key_cell(keys, 21), cells)
+    np.testing.assert_array_equal(key_cell(keys, 5), cells >> 16)
+
+
+def test_morton_keys_periodic_images():
+    rng = np.random.default_rng(2)
+    box = 10.0
+    pos = rng.uniform(0, box, size=(500, 3))
+    shift = rng.integers(-3, 4, size=(500, 3)) * box
+    k0 = morton_keys(pos, np.zeros(3), box, box_size=box)
+    k1 = morton_keys(pos + shift, np.zeros(3), box, box_size=box)
+    np.testing.assert_array_equal(k0, k1)
+    np.testing.assert_array_equal(morton_keys_xp(pos + shift, np.zeros(3), box, box_size=box), k0)
+    # x is the most significant bit of each triple: the top 3 bits are the octant
+    top = (k0 >> np.uint64(60)).astype(np.int64)
+    octant = ((pos >= box / 2).astype(np.int64) * np.array([4, 2, 1])).sum(axis=1)
+    np.testing.assert_array_equal(top, octant)
+
+
+def test_sort_is_stable():
+    keys = np.array([5, 3, 5, 3, 1, 5], dtype=np.uint64)
+    np.testing.assert_array_equal(sort_by_key(keys), [4, 1, 3, 0, 2, 5])
+
+
+def _check_layout(tree, pos_in, mass_in):
+    n = pos_in.shape[0]
+    m = tree.n_nodes
+    # order: permutation, keys sorted, sorted arrays consistent
+    np.testing.assert_array_equal(np.sort(tree.order), np.arange(n))
+    assert np.all(np.diff(tree.keys.astype(np.float64)) >= 0)
+    np.testing.assert_array_equal(tree.pmass, mass_in[tree.order])
+    assert tree.start[0] == 0 and tree.count[0] == n and tree.parent[0] == -1
+    assert np.all(np.diff(tree.level) >= 0)  # breadth first
+    size = tree.root_size
+    for i in range(m):
+        s, c, lev = tree.start[i], tree.count[i], int(tree.level[i])
+        assert c >= 1
+        # every particle of a node shares the node's cell at its level
+        cells = key_cell(tree.keys[s:s + c], lev)
+        assert np.all(cells == cells[0])
+        side = size / 2**lev
+        lo = tree.root_lo + cells[0] * side
+        p = tree.pos[s:s + c]
+        assert np.all(p >= lo - 1e-12 * size) and np.all(p <= lo + side + 1e-12 * size)
+        if tree.first_child[i] < 0:
+            assert tree.n_child[i] == 0
+            assert c <= tree.max_leaf or lev == 21
+            continue
+        fc, nch = tree.first_child[i], int(tree.n_child[i])
+        kids = np.arange(fc, fc + nch)
+        assert c > tree.max_leaf
+        np.testing.assert_array_equal(tree.parent[kids], i)
+        np.testing.assert_array_equal(tree.level[kids], lev + 1)
+        # children contiguous, in Morton order, tile the parent's range
+        assert tree.start[kids[0]] == s
+        np.testing.assert_array_equal(tree.start[kids[1:]], tree.start[kids[:-1]]
+                                      + tree.count[kids[:-1]])
+        assert tree.start[kids[-1]] + tree.count[kids[-1]] == s + c
+    # every non-root node is somebody's child exactly once
+    assert np.sum(tree.n_child) == m - 1
+
+
+def _check_multipoles(tree):
+    for i in range(tree.n_nodes):
+        s, c = tree.start[i], tree.count[i]
+        x = tree.pos[s:s + c].astype(np.float64)
+        w = tree.pmass[s:s + c]
+        mt = w.sum()
+        com = (w[:, None] * x).sum(axis=0) / mt
+        d = x - com
+        d2 = (d * d).sum(axis=1)
+        full = 3 * np.einsum("n,na,nb->ab", w, d, d) - np.eye(3) * (w * d2).sum()
+        quad = full[[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]
+        scale = mt * max(np.sqrt(d2.max()), 1e-300) ** 2
+        np.testing.assert_allclose(tree.mass[i], mt, rtol=1e-12)
+        np.testing.assert_allclose(tree.com[i], com, rtol=1e-12, atol=1e-12 * tree.root_size)
+        np.testing.assert_allclose(tree.quad[i], quad, rtol=0, atol=1e-10 * scale + 1e-300)
+        np.testing.assert_allclose(tree.bmax[i], np.sqrt(d2.max()), rtol=1e-12, atol=1e-300)
+        np.testing.assert_array_equal(tree.lo[i], x.min(axis=0))
+        np.testing.assert_array_equal(tree.hi[i], x.max(axis=0))
+
+
+def _check_groups(tree):
+    g = tree.groups
+    starts = tree.start[g]
+    assert np.all(np.diff(starts) > 0)
+    assert starts[0] == 0
+    np.testing.assert_array_equal(starts[1:], starts[:-1] + tree.count[g[:-1]])
+    assert starts[-1] + tree.count[g[-1]] == tree.n_particles
+    leaf = tree.first_child < 0
+    assert np.all((tree.count[g] <= tree.max_group) | leaf[g])
+    par = tree.parent[g]
+    assert np.all((par < 0) | (tree.count[np.maximum(par, 0)] > tree.max_group))
+
+
+@pytest.mark.parametrize("max_leaf,max_group", [(16, 32), (8, 4)])
+def test_layout_multipoles_groups(cloud, max_leaf, max_group):
+    pos, mass = cloud
+    tree = build_octree(pos, mass, max_leaf=max_leaf, max_group=max_group)
+    _check_layout(tree, pos, mass)
+    _check_multipoles(tree)
+    _check_groups(tree)
+    # default root: a cube holding every particle
+    assert np.all(pos >= tree.root_lo) and np.all(pos < tree.root_lo + tree.root_size)
+    s2 = node_second_moment(tree)
+    for i in (0, 5, tree.n_nodes - 1):
+        x = tree.pos[tree.start[i]:tree.start[i] + tree.count[i]]
+        w = tree.pmass[tree.start[i]:tree.start[i] + tree.count[i]]
+        np.testing.assert_allclose(s2[i], (w * ((x - tree.com[i]) ** 2).sum(axis=1)).sum(),
+                                   rtol=1e-12)
+
+
+def test_duplicates_reach_level_21_and_keep_order():
+    pos = np.zeros((40, 3))
+    pos[20:] = 1.0
+    tree = build_octree(pos, 1.0, max_leaf=4, max_group=4)
+    _check_layout(tree, pos, np.ones(40))
+    _check_groups(tree)
+    np.testing.assert_array_equal(tree.order, np.arange(40))  # stable ties
+    assert tree.level.max() == 21
+
+
+def test_periodic_tree_wraps(cloud):
+    rng = np.random.default_rng(5)
+    box = 2.0
+    pos = rng.uniform(0, box, size=(2000, 3))
+    mass = rng.uniform(1, 2, size=2000)
+    t0 = build_octree(pos, mass, max_leaf=16, box_size=box)
+    shifted = pos + rng.integers(-2, 3, size=pos.shape) * box
+    t1 = build_octree(shifted, mass, max_leaf=16, box_size=box)
+    np.testing.assert_array_equal(t0.order, t1.order)
+    np.testing.assert_allclose(t1.pos, t0.pos, atol=1e-12)
+    np.testing.assert_array_equal(t0.root_lo, 0.0)
+    assert t0.root_size == box
+    _check_layout(t1, shifted, mass)
+    _check_multipoles(t1)
+
+
+def test_bad_input():
+    with pytest.raises(ParameterError, match="pos"):
+        build_octree(np.zeros((5, 2)), 1.0)
+    with pytest.raises(ParameterError, match="max_leaf"):
+        build_octree(np.zeros((5, 3)), 1.0, max_leaf=0)
+    with pytest.raises(ParameterError, match="mass"):
+        build_octree(np.zeros((5, 3)), np.ones(4))
+    with pytest.raises(ParameterError, match="root_size"):
+        morton_keys(np.zeros((5, 3)), np.zeros(3), -1.0)
