@@ -89,6 +89,7 @@ extern "C" __global__ void tree_walk(
         c[a] = 0.5 * (lo[3 * gn + a] + hi[3 * gn + a]);
         hw[a] = 0.5 * (hi[3 * gn + a] - lo[3 * gn + a]);
     }
+    const long long g_start = nstart[gn], g_end = g_start + ncount[gn];
     int stack[STACK];
     int sp = 0;
     stack[sp++] = 0;
@@ -114,7 +115,10 @@ extern "C" __global__ void tree_walk(
         double b = bmax[nd];
         double dmin = sqrt(dmin2);
         if (trunc && (gap2 >= rc2 || dmin - b >= r_cut)) continue;
-        bool accept = dmin * theta > b && dmin - b > h_guard;
+        // a node holding particles of the group is never a multipole: with bmax = 0 (one
+        // particle) and its com on the group box face, rounding could give dmin > 0
+        const bool mine = nstart[nd] < g_end && g_start < nstart[nd] + ncount[nd];
+        bool accept = !mine && dmin * theta > b && dmin - b > h_guard;
         if (trunc && accept) accept = sqrt(dmax2) + b < r_cut;
         if (accept) {
             if (write) cells[co + nc] = nd;

@@ -270,9 +270,13 @@ def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None
         if pm_in.shape != (n,):
             raise ParameterError(f"mass must be a scalar or have shape ({n},), got {pm_in.shape}")
         pm_in = pm_in.astype(cp.float64, copy=False)
-    lo_all = pos.min(axis=0).astype(cp.float64)
-    hi_all = pos.max(axis=0).astype(cp.float64)
-    lo_h, hi_h = cp.asnumpy(lo_all), cp.asnumpy(hi_all)
+    # per-column full reductions of a contiguous copy (an axis-0 reduction of the (N, 3)
+    # array with only 3 outputs took ~30 ms for N = 2^23 on an H200)
+    cols = cp.ascontiguousarray(pos.T)
+    ext = cp.stack([cols[a].min() for a in range(3)] + [cols[a].max() for a in range(3)])
+    ext = cp.asnumpy(ext.astype(cp.float64))
+    lo_h, hi_h = ext[:3], ext[3:]
+    del cols
     if not (np.all(np.isfinite(lo_h)) and np.all(np.isfinite(hi_h))):
         raise ParameterError("pos contains NaN or infinite values")
     if box_size is not None:
