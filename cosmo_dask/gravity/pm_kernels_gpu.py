@@ -20,8 +20,8 @@ from .pm_kernels import long_range_meshes
 __all__ = ["green_multiply_cupy", "long_range_meshes_cupy", "cic_interpolate_cupy"]
 
 _SOURCE = r"""
-#include <cupy/complex.cuh>
-extern "C" __global__ void green(complex<REAL_T>* __restrict__ fk, const long long n,
+// fk: the complex rfft mesh as interleaved (re, im) pairs of REAL_T (no complex header needed)
+extern "C" __global__ void green(REAL_T* __restrict__ fk, const long long n,
                                  const double box_size, const double rs, const double scale)
 {
     const long long nz = n / 2 + 1;
@@ -31,7 +31,7 @@ extern "C" __global__ void green(complex<REAL_T>* __restrict__ fk, const long lo
     const long long lz = t % nz;
     const long long j = (t / nz) % n;
     const long long i = t / (nz * n);
-    if (t == 0) { fk[0] = complex<REAL_T>(0, 0); return; }
+    if (t == 0) { fk[0] = (REAL_T)0; fk[1] = (REAL_T)0; return; }
     const double pi = 3.141592653589793;
     const long long mi = (i <= n / 2) ? i : i - n;
     const long long mj = (j <= n / 2) ? j : j - n;
@@ -48,7 +48,8 @@ extern "C" __global__ void green(complex<REAL_T>* __restrict__ fk, const long lo
     } else {
         f = scale / k2;
     }
-    fk[t] = fk[t] * (REAL_T)f;
+    fk[2 * t] *= (REAL_T)f;
+    fk[2 * t + 1] *= (REAL_T)f;
 }
 
 extern "C" __global__ void interp(const POS_T* __restrict__ pos, const MESH_T* __restrict__ mesh,
@@ -103,6 +104,8 @@ def green_multiply_cupy(fk, n: int, box_size: float, rs: float, scale: float) ->
     """In-place Green's function on a CuPy rfft mesh (complex64 or complex128)."""
     import cupy
 
+    if not fk.flags.c_contiguous:
+        raise ValueError("green_multiply_cupy: the rfft mesh must be C-contiguous")
     real_t = "float32" if fk.dtype == np.complex64 else "float64"
     mod = _module(real_t, "float64", "float64", cupy.cuda.runtime.getDevice())
     kern = mod.get_function("green")
