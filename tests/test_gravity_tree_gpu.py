@@ -134,8 +134,10 @@ def test_periodic_truncated(precision):
 
 
 def test_float32_tiny_scales_single_particle_nodes():
-    """max_leaf=2 gives nodes with bmax = 0 close to the groups; at r ~ 1e-5 no power of
-    1/r may overflow float32 in the M2P."""
+    """max_leaf=2 < max_group gives single-particle nodes (bmax = 0) on the group box faces
+    and close to the groups; at r ~ 1e-6 no power of 1/r may overflow float32 in the M2P,
+    and no node of the group itself may become a multipole. With such tiny leaves nearly
+    all the force comes from multipoles, so the error is larger than with max_leaf=64."""
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
 
@@ -144,13 +146,19 @@ def test_float32_tiny_scales_single_particle_nodes():
     mass = np.full(n, 1.0 / n)
     acc, pot = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), precision="float32",
                                max_leaf=2, max_group=16)
+    acc64, _ = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), precision="float64",
+                               max_leaf=2, max_group=16)
     idx = np.arange(0, n, 5)
     ra, rp = _direct(pos, mass, idx)
     a = cupy.asnumpy(acc)[idx].astype(np.float64)
-    assert np.all(np.isfinite(a))
+    assert np.all(np.isfinite(cupy.asnumpy(acc))) and np.all(np.isfinite(cupy.asnumpy(pot)))
+    # float32 arithmetic reproduces the float64 tree
+    assert np.median(_rel(a, cupy.asnumpy(acc64)[idx])) <= 1e-5
     err = _rel(a, ra)
-    assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3
-    assert np.median(np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)) <= 1e-4
+    print(f"max_leaf=2 tiny scales float32: median {np.median(err):.3e} "
+          f"p99 {np.percentile(err, 99):.3e}")
+    assert np.median(err) <= 3e-3 and np.percentile(err, 99) <= 3e-2
+    assert np.median(np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)) <= 1e-3
 
 
 def test_input_order_independent_and_errors():
