@@ -121,13 +121,26 @@ class TaskGraph:
         Placement annotations are dropped on this path (see the module
         docstring): use it for graphs that need none, else :meth:`persist_array`.
         """
-        return da.Array(self.graph(), name, chunks, meta=meta, dtype=dtype)
+        keys = self._chunk_keys(name, chunks)
+        merged = {self._layer_of[k] for k in keys}
+        layers = {k: v for k, v in self.layers.items() if k not in merged}
+        deps = {k: set(v) for k, v in self.deps.items() if k not in merged}
+        tasks: dict = {}
+        for layer in merged:  # dask's array code expects one layer named like the array
+            tasks.update(self.layers[layer])
+        layers[name] = MaterializedLayer(tasks)
+        deps[name] = set().union(*(self.deps[layer] for layer in merged)) - merged
+        return da.Array(HighLevelGraph(layers, deps), name, chunks, meta=meta, dtype=dtype)
+
+    @staticmethod
+    def _chunk_keys(name, chunks):
+        return [(name, *idx) for idx in itertools.product(*(range(len(c)) for c in chunks))]
 
     def persist_array(self, name: str, chunks, meta, dtype, *, label: str | None = None
                       ) -> da.Array:
         """Run the tasks ``(name, i, j, ...)`` (with their placement) and return their
         results as a dask array with ``chunks`` (in worker memory under a client)."""
-        keys = [(name, *idx) for idx in itertools.product(*(range(len(c)) for c in chunks))]
+        keys = self._chunk_keys(name, chunks)
         collection = KeyCollection(self.graph(), keys, [self._layer_of[k] for k in keys])
         (done,) = persist(collection, label=label)
         return da.Array(dict(done.__dask_graph__()), name, chunks, meta=meta, dtype=dtype)

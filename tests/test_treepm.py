@@ -137,7 +137,7 @@ def test_treepm_graph_and_errors(brute_tree):
     assert acc.chunks == ((100, 100, 100), (3,)) and pot.chunks == ((100, 100, 100),)
     assert acc.dtype == np.float32 and pot.dtype == np.float32
     names = {str(k[0] if isinstance(k, tuple) else k) for k in dict(acc.__dask_graph__())}
-    assert any(k.startswith("gravity-tree-short") for k in names)
+    assert any(k.startswith("gravity-group") for k in names)
     assert any(k.startswith("gravity-pm-interp") for k in names)
     acc, none = treepm_accelerations(pos, 1.0, G=1.0, box_size=1.0, n_mesh=8, potential=False)
     assert none is None and acc.compute().shape == (300, 3)

@@ -24,16 +24,10 @@ the PM (CIC, interlaced) dominates it.
 
 Graph: the PM part is the ``gravity-pm-*`` graph of :mod:`~cosmo_dask.gravity.pm`
 (deposit per chunk, one FFT task, one interpolation task per chunk). The short
-range is **one** ``gravity-tree-short`` task that receives all particles of the
-call (they are concatenated into one array on one worker) and runs
-:func:`cosmo_dask.gravity.tree_cpu.tree_forces` (NumPy chunks) or
-:func:`cosmo_dask.gravity.tree_gpu.tree_forces_gpu` (CuPy chunks); its output is
-split back into the input's row chunks and added to the PM part. So this
-function holds every particle on one worker (``~100 N`` bytes plus the tree)
-and its short range does not spread over workers: it is limited to snapshots
-that one worker can tree-walk (about 10^7 particles on a CPU worker). A
-domain-decomposed short range belongs to the tree graph
-(:mod:`cosmo_dask.gravity.tree_graph`).
+range is the tree graph of :mod:`~cosmo_dask.gravity.tree_graph` with the
+truncated kernel: particles split among domains, each domain's tree walked by
+its own groups and, through locally essential trees cut at ``r_cut``, by the
+neighbouring domains' groups (on one GPU: the GPU tree on one domain).
 
 Potential: ``phi = phi_PM + phi_short + M_tot C`` with ``C`` from
 :func:`background_constant` (``4 pi G rs^2 / L^3`` for ``r_cut -> inf``): the
@@ -50,11 +44,11 @@ import math
 
 import dask.array as da
 import numpy as np
-from dask.base import tokenize
 
 from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from .pm import _check_number, check_box_size, check_n_mesh, inside_box, long_range
+from .tree_graph import tree_accelerations
 
 __all__ = ["treepm_accelerations", "background_constant", "R_SPLIT_CELLS", "R_CUT_SPLITS",
            "R_CUT_MAX_SPLITS"]
@@ -80,30 +74,6 @@ def background_constant(G: float, rs: float, r_cut: float, box_size: float) -> f
     integral = (0.5 * x * x * math.erfc(x) + 0.25 * math.erf(x)
                 - x * math.exp(-x * x) / (2.0 * math.sqrt(math.pi)))
     return 16.0 * math.pi * G * rs * rs / box_size**3 * integral
-
-
-def _short_block(pos, mass=None, *, mass_scalar, G, theta, softening, kernel, precision,
-                 potential, box, rs, r_cut, out_dtype):
-    """Short-range accelerations (and potentials) of all particles: (N, 3 or 4)."""
-    xp = array_module(pos)
-    n = pos.shape[0]
-    m = xp.full(n, mass_scalar, dtype=np.float64) if mass is None else mass
-    kw = dict(G=G, theta=theta, softening=softening, softening_kernel=kernel,
-              precision=precision, potential=potential, max_leaf=64, max_group=64,
-              quadrupole=True, box_size=box, rs=rs, r_cut=r_cut)
-    if xp is np:
-        from .tree_cpu import tree_forces
-
-        acc, pot = tree_forces(np.asarray(pos), np.asarray(m), **kw)
-    else:
-        from .tree_gpu import tree_forces_gpu
-
-        acc, pot = tree_forces_gpu(pos, m, **kw)
-    out = xp.empty((n, 4 if potential else 3), dtype=out_dtype)
-    out[:, :3] = acc
-    if potential:
-        out[:, 3] = pot
-    return out
 
 
 def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
@@ -156,8 +126,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
 
     Notes
     -----
-    The short range runs as one task over all particles (see the module
-    docstring for this limitation); the PM part is distributed over chunks
+    The short range is distributed over domains; the PM part over chunks,
     except its one FFT task.
     """
     what = "treepm_accelerations"
@@ -197,26 +166,14 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     long_part = long_range(pos, m, G=G, box_size=box, n_mesh=n, r_split=rs, dtype=dtype,
                            potential=potential, interlace=True)
 
-    # short range: one task over all particles, split back into the input chunks
-    c = 4 if potential else 3
-    token = tokenize(pos, m, G, theta, softening, softening_kernel, dtype.name, potential, box,
-                     rs, rc)
-    kw = dict(adjust_chunks={"j": c}, concatenate=True, dtype=dtype,
-              meta=xp.empty((0, 0), dtype=dtype), name=f"gravity-tree-short-{token}", G=G,
-              theta=theta, softening=softening, kernel=softening_kernel, precision=dtype.name,
-              potential=potential, box=box, rs=rs, r_cut=rc, out_dtype=dtype)
-    pos_all = pos.rechunk({0: -1})
-    if isinstance(m, da.Array):
-        short = da.blockwise(_short_block, "ij", pos_all, "ij", m.rechunk(-1), "i",
-                             mass_scalar=0.0, **kw)
-        m_total = m.sum(dtype=np.float64)
-    else:
-        short = da.blockwise(_short_block, "ij", pos_all, "ij", mass_scalar=m, **kw)
-        m_total = m * n_part
-    short = short.rechunk({0: pos.chunks[0]})
-    acc = long_part[:, :3] + short[:, :3]
+    # short range: the tree graph (domains + locally essential trees), truncated kernel
+    acc_s, pot_s = tree_accelerations(pos, m, G=G, theta=theta, softening=softening,
+                                      softening_kernel=softening_kernel, precision=dtype.name,
+                                      potential=potential, box_size=box, rs=rs, r_cut=rc)
+    acc = long_part[:, :3] + acc_s
     if not potential:
         return acc, None
+    m_total = m.sum(dtype=np.float64) if isinstance(m, da.Array) else m * n_part
     const = background_constant(G, rs, rc, box) * m_total
-    pot = long_part[:, 3] + short[:, 3] + const
+    pot = long_part[:, 3] + pot_s + const
     return acc, pot.astype(dtype)
