@@ -115,7 +115,6 @@ def test_gravity_precision_choices(tmp_path, capsys, plummer_store):
 
 
 def test_gravity_tree_command(tmp_path, capsys, plummer_store):
-    pytest.importorskip("cosmo_dask.gravity.tree_graph")  # TEMPORARY until tree_graph lands
     out = tmp_path / "g.zarr"
     assert main(CLUSTER + ["gravity", str(plummer_store), str(out), "--theta", "0.5",
                            "--softening", "0.01", "--precision", "float64"]) == 0

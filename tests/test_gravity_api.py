@@ -319,7 +319,6 @@ def test_out_writes_the_store(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- real methods
 def test_direct_method_against_reference(tmp_path):
-    pytest.importorskip("cosmo_dask.gravity.direct")  # TEMPORARY until direct.py lands
     box, n = 5.0, 300
     pos = _points(n, seed=11, box=box)
     masses = np.random.default_rng(2).uniform(0.5, 1.5, n)
@@ -337,7 +336,6 @@ def test_direct_method_against_reference(tmp_path):
 @pytest.mark.parametrize("method, n_mesh", [("pm", None), ("pm", 16), ("treepm", None)])
 def test_periodic_methods_on_a_perfect_lattice(method, n_mesh):
     """Every site of a perfect periodic lattice feels zero force (by symmetry)."""
-    pytest.importorskip(f"cosmo_dask.gravity.{method}")  # TEMPORARY until the module lands
     n, box = 8, 8.0
     g = (np.arange(n) + 0.5) * box / n
     pos = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
