@@ -240,3 +240,19 @@ def test_bad_parameters():
                      ({"r_cut": 0.1}, "rs"), ({"box_size": 1.0, "rs": 0.2}, "r_cut")]:
         with pytest.raises(ParameterError, match=word):
             tree_forces(pos, 1.0, **kw)
+
+
+def test_fused_walk_equals_stored_lists(plummer20k):
+    pos, m = plummer20k
+    pos = pos[:4000]
+    acc, pot = tree_forces(pos, m, theta=0.6, softening=0.01, max_leaf=16, max_group=32)
+    tree = build_octree(pos, m, max_leaf=16, max_group=32)
+    g = tree.groups
+    lists = interaction_lists(tree.lo[g], tree.hi[g], tree, 0.6)
+    a_s, p_s = evaluate_lists(tree.pos, tree.start[g], tree.count[g],
+                              0.5 * (tree.lo[g] + tree.hi[g]), lists, tree,
+                              node_second_moment(tree), G=1.0, softening=0.01)
+    np.testing.assert_array_equal(acc[tree.order], a_s)
+    np.testing.assert_array_equal(pot[tree.order], p_s)
+    ref_a, _ = direct(pos[:500], pos, np.full(4000, m), eps=0.01)
+    assert np.median(rel_err(acc[:500], ref_a)) <= 2e-3  # theta = 0.6, N = 4000

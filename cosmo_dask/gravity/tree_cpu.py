@@ -2,10 +2,11 @@
 
 One octree over all particles (:func:`cosmo_dask.spatial.octree.build_octree`);
 one walk per group of ``<= max_group`` particles against it
-(:func:`cosmo_dask.gravity.tree_walk.interaction_lists`); the lists evaluated by
-:func:`cosmo_dask.gravity.tree_kernels.evaluate_lists` (M2P monopole +
-quadrupole, P2P over leaves). In-memory NumPy arrays; the Dask graph version
-(per-domain tasks, LETs) is :mod:`cosmo_dask.gravity.tree_graph`.
+(:func:`cosmo_dask.gravity.tree_walk.interaction_lists` semantics), fused with the
+evaluation of its lists in :func:`cosmo_dask.gravity.tree_kernels.evaluate_lists`
+(M2P monopole + quadrupole, P2P over leaves): the lists never reach memory.
+In-memory NumPy arrays; the Dask graph version (per-domain tasks, LETs) is
+:mod:`cosmo_dask.gravity.tree_graph`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..backend import host
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
 from .tree_kernels import KERNEL_CODES, evaluate_lists
-from .tree_walk import check_theta, interaction_lists
+from .tree_walk import check_theta
 
 __all__ = ["tree_forces"]
 
@@ -127,13 +128,13 @@ def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = 0.5,  # n
     groups = tree.groups
     glo = tree.lo[groups]
     ghi = tree.hi[groups]
-    lists = interaction_lists(glo, ghi, tree, theta, box_size=box_size, r_cut=r_cut)
     trace = node_second_moment(tree) if (quadrupole and (eps > 0 or rs is not None)) \
         else np.zeros(tree.n_nodes)
     acc_s, pot_s = evaluate_lists(tree.pos, tree.start[groups], tree.count[groups],
-                                  0.5 * (glo + ghi), lists, tree, trace, G=G, softening=eps,
+                                  0.5 * (glo + ghi), None, tree, trace, G=G, softening=eps,
                                   softening_kernel=softening_kernel, precision=precision,
-                                  quadrupole=quadrupole, box_size=box_size, rs=rs, r_cut=r_cut)
+                                  quadrupole=quadrupole, box_size=box_size, rs=rs, r_cut=r_cut,
+                                  theta=theta, g_lo=glo, g_hi=ghi)
     acc = np.empty((n, 3), dtype=out_dtype)
     acc[tree.order] = acc_s
     pot = None

@@ -38,6 +38,9 @@ import math
 import numba
 import numpy as np
 
+from ..errors import ParameterError
+from .tree_walk import _walk_one, _walk_params
+
 __all__ = ["evaluate_lists", "KERNEL_CODES"]
 
 KERNEL_CODES = {"plummer": 0, "spline": 1}
@@ -262,28 +265,48 @@ def _make_evaluate(ft):
     @numba.njit(cache=False, parallel=True, error_model="numpy")
     def evaluate(tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
                  s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
-                 G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot):
+                 G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
+                 walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, missing):
         n_groups = g_start.shape[0]
         fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
+        cut = cut2 != np.inf
         for g in numba.prange(n_groups):
+            if walk:  # fused: walk this group now into local lists
+                cap_c = 1024
+                cap_l = 128
+                while True:
+                    cells_g = np.empty(cap_c, dtype=np.int64)
+                    leaves_g = np.empty(cap_l, dtype=np.int64)
+                    n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
+                                              s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
+                                              cut2 if cut else 0.0, cut, cells_g, leaves_g,
+                                              True)
+                    if n_c <= cap_c and n_l <= cap_l:
+                        break
+                    cap_c = max(cap_c, n_c)
+                    cap_l = max(cap_l, n_l)
+                missing[g] = n_m
+                cells_g = cells_g[:n_c]
+                leaves_g = leaves_g[:n_l]
+            else:
+                cells_g = cells[cell_ptr[g]:cell_ptr[g + 1]]
+                leaves_g = leaves[leaf_ptr[g]:leaf_ptr[g + 1]]
             t0 = g_start[g]
             nt = g_count[g]
             c0 = g_centre[g, 0]
             c1 = g_centre[g, 1]
             c2 = g_centre[g, 2]
             # ---- gather P2P sources relative to the group centre
-            l0 = leaf_ptr[g]
-            l1 = leaf_ptr[g + 1]
             ns = 0
-            for li in range(l0, l1):
-                ns += s_count[leaves[li]]
+            for li in range(leaves_g.shape[0]):
+                ns += s_count[leaves_g[li]]
             sx = np.empty(ns, dtype=ft)
             sy = np.empty(ns, dtype=ft)
             sz = np.empty(ns, dtype=ft)
             sm = np.empty(ns, dtype=ft)
             k = 0
-            for li in range(l0, l1):
-                nd = leaves[li]
+            for li in range(leaves_g.shape[0]):
+                nd = leaves_g[li]
                 for p in range(s_start[nd], s_start[nd] + s_count[nd]):
                     dx = np.float64(s_pos[p, 0]) - c0
                     dy = np.float64(s_pos[p, 1]) - c1
@@ -298,9 +321,7 @@ def _make_evaluate(ft):
                     sm[k] = s_pmass[p]
                     k += 1
             # ---- gather M2P cells (float64) relative to the group centre
-            m0 = cell_ptr[g]
-            m1 = cell_ptr[g + 1]
-            nc = m1 - m0
+            nc = cells_g.shape[0]
             cx = np.empty(nc)
             cy = np.empty(nc)
             cz = np.empty(nc)
@@ -308,7 +329,7 @@ def _make_evaluate(ft):
             cs = np.empty(nc)
             cq = np.empty((6, nc))
             for ci in range(nc):
-                nd = cells[m0 + ci]
+                nd = cells_g[ci]
                 dx = n_com[nd, 0] - c0
                 dy = n_com[nd, 1] - c1
                 dz = n_com[nd, 2] - c2
@@ -365,8 +386,16 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
                    softening: float = 0.0, softening_kernel: str = "plummer",
                    precision: str = "float64", quadrupole: bool = True,
                    box_size: float | None = None, rs: float | None = None,
-                   r_cut: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   r_cut: float | None = None, theta: float | None = None,
+                   g_lo: np.ndarray | None = None,
+                   g_hi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accelerations and potentials of target groups from their interaction lists.
+
+    With ``lists=None`` the walk is fused into the evaluation: each group walks
+    ``source`` (:func:`cosmo_dask.gravity.tree_walk.interaction_lists` semantics,
+    with ``theta`` and the group boxes ``g_lo``/``g_hi``) into local lists that
+    are evaluated at once and never stored -- same lists, same arithmetic, one
+    pass instead of three.
 
     Parameters
     ----------
@@ -377,8 +406,9 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
     g_centre : (G, 3) float64
         Centre of each group (length): positions are taken relative to it before
         the arithmetic (float32 safety, periodic images).
-    lists : InteractionLists
-        From :func:`cosmo_dask.gravity.tree_walk.interaction_lists` against ``source``.
+    lists : InteractionLists or None
+        From :func:`cosmo_dask.gravity.tree_walk.interaction_lists` against
+        ``source``; None: fused walk (needs ``theta``, ``g_lo``, ``g_hi``).
     source : Octree
         Source tree (node multipoles and, for list leaves, particles).
     trace : (M,) float64
@@ -399,6 +429,10 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
     rs, r_cut : float, optional
         Truncated short-range kernel with split scale ``rs`` and sharp cut at
         ``r_cut`` (both length); ``rs=None`` means Newtonian.
+    theta : float, optional
+        Opening angle of the fused walk.
+    g_lo, g_hi : (G, 3) float64, optional
+        Group boxes of the fused walk.
 
     Returns
     -------
@@ -418,12 +452,33 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
     cut2 = np.inf if r_cut is None else float(r_cut) ** 2
     box = 0.0 if box_size is None else float(box_size)
     fn = _evaluator(precision)
+    n_g = np.asarray(g_start).shape[0]
+    walk = lists is None
+    empty = np.zeros(0, dtype=np.int64)
+    missing = np.zeros(n_g, dtype=np.int64)
+    if walk:
+        if theta is None or g_lo is None or g_hi is None:
+            raise ParameterError("the fused walk (lists=None) needs theta, g_lo and g_hi")
+        inv_theta2, _, _, _ = _walk_params(theta, box_size, r_cut)
+        ptrs = (np.zeros(n_g + 1, np.int64), empty, np.zeros(n_g + 1, np.int64), empty)
+        boxes = (np.ascontiguousarray(g_lo, dtype=np.float64).reshape(n_g, 3),
+                 np.ascontiguousarray(g_hi, dtype=np.float64).reshape(n_g, 3))
+    else:
+        inv_theta2 = 1.0
+        ptrs = (lists.cell_ptr, lists.cells, lists.leaf_ptr, lists.leaves)
+        boxes = (np.zeros((n_g, 3)), np.zeros((n_g, 3)))
     fn(np.ascontiguousarray(tpos), np.ascontiguousarray(g_start, dtype=np.int64),
        np.ascontiguousarray(g_count, dtype=np.int64),
-       np.ascontiguousarray(g_centre, dtype=np.float64), lists.cell_ptr, lists.cells,
-       lists.leaf_ptr, lists.leaves, np.ascontiguousarray(source.pos),
+       np.ascontiguousarray(g_centre, dtype=np.float64), *ptrs,
+       np.ascontiguousarray(source.pos),
        np.ascontiguousarray(source.pmass), np.asarray(source.start), np.asarray(source.count),
        np.asarray(source.mass), np.asarray(source.com), np.asarray(source.quad),
        np.ascontiguousarray(trace, dtype=np.float64), float(G), eps2, h, kern, alpha, cut2, box,
-       bool(quadrupole), acc, pot)
+       bool(quadrupole), acc, pot, walk, *boxes, np.asarray(source.first_child),
+       np.asarray(source.n_child), np.asarray(source.lo), np.asarray(source.hi),
+       np.asarray(source.bmax), inv_theta2, missing)
+    if missing.any():
+        raise ParameterError(
+            f"{int((missing > 0).sum())} target groups need particles that the pruned source "
+            "tree (LET) does not hold: the groups lie outside the box it was cut for")
     return acc, pot

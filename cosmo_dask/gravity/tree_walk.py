@@ -142,7 +142,11 @@ def _classify(glo, ghi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, c
 @numba.njit(cache=False)
 def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, inv_theta2,
               box, r_cut2, cut, cells_out, leaves_out, write):
-    """One group's walk; returns (n_cells, n_leaves, n_missing)."""
+    """One group's walk; returns (n_cells, n_leaves, n_missing).
+
+    With ``write``, entries beyond the sizes of ``cells_out`` / ``leaves_out`` are
+    counted but not stored (the caller retries with larger buffers).
+    """
     stack = np.empty(_STACK, dtype=np.int64)
     top = 0
     stack[0] = 0
@@ -157,7 +161,7 @@ def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, i
         if k == 0:
             continue
         if k == 1:
-            if write:
+            if write and nc < cells_out.shape[0]:
                 cells_out[nc] = n
             nc += 1
             continue
@@ -166,7 +170,7 @@ def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, i
             if s_start[n] < 0:  # pruned node of a LET: its particles were not shipped
                 missing += 1
             else:
-                if write:
+                if write and nl < leaves_out.shape[0]:
                     leaves_out[nl] = n
                 nl += 1
             continue
