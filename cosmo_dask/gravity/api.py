@@ -34,7 +34,7 @@ from ..errors import ParameterError
 from ..models._blocks import check_positive, check_positive_int
 from ..progress import compute
 
-__all__ = ["accelerations", "check_parameters", "GravityInput", "METHODS", "KERNELS",
+__all__ = ["accelerations", "check_parameters", "prepare", "GravityInput", "METHODS", "KERNELS",
            "default_n_mesh"]
 
 #: method name -> (module in cosmo_dask.gravity, function name)
