@@ -317,10 +317,6 @@ def _aligned(x, like: da.Array, shape: tuple[int, ...], name: str):
         raise RuntimeError(f"gravity method returned {name} of shape {tuple(x.shape)}, "
                            f"expected {shape}")
     x = as_dask(x, like)
-    if x.name not in x.dask.layers:
-        # a graph without a layer named like the array breaks dask's culling in any later
-        # operation (rechunk, map_blocks, store): flatten it into one layer of that name
-        x = da.Array(dict(x.__dask_graph__()), x.name, x.chunks, meta=x._meta)
     if x.chunks[0] != like.chunks[0]:
         x = x.rechunk((like.chunks[0],) + tuple(-1 for _ in shape[1:]))
     return x
