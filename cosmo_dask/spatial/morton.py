@@ -9,9 +9,8 @@ bits. With ``box_size`` given the positions are first wrapped periodically into
 ``[root_lo, root_lo + box_size)`` (periodic-aware keys: a particle and its
 periodic image get the same key).
 
-Two implementations with one result: a numba kernel for NumPy arrays and an
-elementwise array path (NumPy or CuPy, chosen by
-:func:`cosmo_dask.backend.array_module`) that works on any device.
+Two kernels with one result: numba for NumPy arrays, and for CuPy arrays the
+GPU octree's elementwise kernel (:func:`cosmo_dask.spatial.octree_gpu.morton_keys_gpu`).
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from ..backend import array_module
 from ..errors import ParameterError
 from .octree_layout import MORTON_BITS
 
-__all__ = ["MORTON_BITS", "morton_keys", "morton_keys_xp", "sort_by_key", "wrap_positions",
-           "spread_bits", "key_cell"]
+__all__ = ["MORTON_BITS", "morton_keys", "sort_by_key", "wrap_positions", "key_cell"]
 
 _NCELL = 1 << MORTON_BITS
 
@@ -41,17 +39,6 @@ def _spread(v):
     x = (x | (x << np.uint64(8))) & np.uint64(0x100F00F00F00F00F)
     x = (x | (x << np.uint64(4))) & np.uint64(0x10C30C30C30C30C3)
     x = (x | (x << np.uint64(2))) & np.uint64(0x1249249249249249)
-    return x
-
-
-def spread_bits(v: Any) -> Any:
-    """Elementwise bit spreading (NumPy or CuPy ``uint64`` array): bit b -> bit 3b."""
-    xp = array_module(v)
-    x = v.astype(xp.uint64) & xp.uint64(0x1FFFFF)
-    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF),
-                        (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
-                        (2, 0x1249249249249249)):
-        x = (x | (x << xp.uint64(shift))) & xp.uint64(mask)
     return x
 
 
@@ -105,7 +92,7 @@ def _check_pos(pos: Any) -> None:
 
 def morton_keys(pos: np.ndarray, root_lo: Any, root_size: float, *,
                 box_size: float | None = None) -> np.ndarray:
-    """Morton keys of positions (numba kernel on NumPy, elementwise path on CuPy).
+    """Morton keys of positions (numba kernel on NumPy, the GPU octree's kernel on CuPy).
 
     Parameters
     ----------
@@ -127,9 +114,13 @@ def morton_keys(pos: np.ndarray, root_lo: Any, root_size: float, *,
     """
     xp = array_module(pos)
     _check_pos(pos)
-    if xp is not np:
-        return morton_keys_xp(pos, root_lo, root_size, box_size=box_size)
     lo, size = _check_root(root_lo, root_size, box_size)
+    if xp is not np:
+        from .octree_gpu import morton_keys_gpu
+
+        if box_size is not None:
+            pos = wrap_positions(pos, lo, float(box_size))
+        return morton_keys_gpu(pos, lo, size)
     periodic = box_size is not None
     box = float(box_size) if periodic else 1.0
     return _keys_kernel(np.ascontiguousarray(pos), lo[0], lo[1], lo[2], size, box, periodic)
@@ -143,24 +134,6 @@ def wrap_positions(pos: Any, root_lo: Any, box_size: float) -> Any:
     u = u - box_size * xp.floor(u / box_size)
     u = xp.where(u >= box_size, 0.0, u)
     return u + lo
-
-
-def morton_keys_xp(pos: Any, root_lo: Any, root_size: float, *,
-                   box_size: float | None = None) -> Any:
-    """Same keys as :func:`morton_keys` with elementwise array operations (NumPy or CuPy)."""
-    xp = array_module(pos)
-    _check_pos(pos)
-    lo, size = _check_root(root_lo, root_size, box_size)
-    lo_x = xp.asarray(lo)
-    u = pos.astype(xp.float64) - lo_x
-    if box_size is not None:
-        box = float(box_size)
-        u = u - box * xp.floor(u / box)
-        u = xp.where(u >= box, 0.0, u)
-    c = xp.floor(xp.clip(u * (_NCELL / size), 0.0, float(_NCELL - 1)))
-    c = c.astype(xp.uint64)
-    return ((spread_bits(c[:, 0]) << xp.uint64(2)) | (spread_bits(c[:, 1]) << xp.uint64(1))
-            | spread_bits(c[:, 2]))
 
 
 def key_cell(keys: Any, level: int) -> Any:
