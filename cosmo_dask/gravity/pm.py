@@ -102,6 +102,18 @@ def inside_box(pos: da.Array, box_size: float, what: str) -> da.Array:
                           name=f"gravity-pm-check-{tokenize(pos, box_size)}")
 
 
+def checked_particles(pos, mass, box_size: float, what: str):
+    """``(pos, mass, n)`` for a periodic mesh method: rows checked, a mass required
+    (positive and finite when one number), every position checked to lie in the box
+    when it is computed (:func:`inside_box`)."""
+    pos, m, n = particle_rows(pos, mass, what)
+    if m is None:
+        raise ParameterError(f"{what}: mass is required (an (N,) array or one number)")
+    if not isinstance(m, da.Array) and not (math.isfinite(m) and m > 0):
+        raise ParameterError(f"{what}: mass must be positive and finite, got {m!r}")
+    return inside_box(pos, box_size, what), m, n
+
+
 def _fft_block(mass_mesh, *, box, rs, G, potential):
     if array_module(mass_mesh) is np:
         from .pm_kernels import long_range_meshes_numpy
@@ -248,12 +260,7 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
     rs = _check_number(r_split, "r_split", what, allow_zero=True)
     G = _check_number(G, "G", what, allow_zero=False)
     dtype = resolve_precision(precision)
-    pos, m, _ = particle_rows(pos, mass, what)
-    if m is None:
-        raise ParameterError(f"{what}: mass is required (an (N,) array or one number)")
-    if not isinstance(m, da.Array) and not (math.isfinite(m) and m > 0):
-        raise ParameterError(f"{what}: mass must be positive and finite, got {m!r}")
-    pos = inside_box(pos, box, what)
+    pos, m, _ = checked_particles(pos, mass, box, what)
     vals = long_range(pos, m, G=G, box_size=box, n_mesh=n, r_split=rs, dtype=dtype,
                       potential=bool(potential), interlace=bool(interlace))
     acc = vals[:, :3]

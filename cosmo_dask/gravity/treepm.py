@@ -39,15 +39,14 @@ images included, the self pair excluded; see ``tests/ewald_reference.py``).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, particle_rows, resolve_precision
+from ..backend import resolve_precision
 from ..errors import ParameterError
-from .pm import _check_number, check_box_size, check_n_mesh, inside_box, long_range
+from .pm import _check_number, check_box_size, check_n_mesh, checked_particles, long_range
 from .tree_graph import tree_accelerations
 
 __all__ = ["treepm_accelerations", "background_constant", "R_SPLIT_CELLS", "R_CUT_SPLITS",
@@ -122,7 +121,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
         Bad parameters (named), isolated input (``box_size=None``); at compute
         time a position outside the box.
     NotImplementedError
-        CuPy chunks without :mod:`cosmo_dask.gravity.tree_gpu`; ``n_mesh > 1024``.
+        ``n_mesh > 1024`` (the mesh is solved on one worker).
 
     Notes
     -----
@@ -150,17 +149,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
                              f"got {softening_kernel!r}")
     dtype = resolve_precision(precision)
     potential = bool(potential)
-    pos, m, n_part = particle_rows(pos, mass, what)
-    if m is None:
-        raise ParameterError(f"{what}: mass is required (an (N,) array or one number)")
-    if not isinstance(m, da.Array) and not (math.isfinite(m) and m > 0):
-        raise ParameterError(f"{what}: mass must be positive and finite, got {m!r}")
-    xp = array_module(pos)
-    if xp is not np and importlib.util.find_spec("cosmo_dask.gravity.tree_gpu") is None:
-        raise NotImplementedError(f"{what}: CuPy chunks need the GPU tree "
-                                  "(cosmo_dask.gravity.tree_gpu), which is not available; "
-                                  "move the particles to the CPU (NumPy chunks)")
-    pos = inside_box(pos, box, what)
+    pos, m, n_part = checked_particles(pos, mass, box, what)
 
     # long range: the PM graph
     long_part = long_range(pos, m, G=G, box_size=box, n_mesh=n, r_split=rs, dtype=dtype,
