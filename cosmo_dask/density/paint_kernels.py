@@ -41,6 +41,14 @@ SCHEMES = {"ngp": 1, "cic": 2, "tsc": 3, "pcs": 4}
 
 
 @numba.njit(cache=True, inline="always")
+def _into_period(u, fn):
+    """Mesh coordinate ``u`` brought into ``[0, fn)`` (so ``int()`` cannot overflow)."""
+    if u < 0.0 or u >= fn:
+        u -= fn * np.floor(u / fn)
+    return u
+
+
+@numba.njit(cache=True, inline="always")
 def _weights(u, order, w):
     """Leftmost node index and the ``order`` weights of mesh coordinate ``u``."""
     if order == 1:
@@ -108,16 +116,9 @@ def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
         if not (np.isfinite(ux) and np.isfinite(uy) and np.isfinite(uz)):
             bad += 1
             continue
-        # bring the coordinate near [0, n) first so int() cannot overflow
-        if ux < 0.0 or ux >= fn:
-            ux -= fn * np.floor(ux / fn)
-        if uy < 0.0 or uy >= fn:
-            uy -= fn * np.floor(uy / fn)
-        if uz < 0.0 or uz >= fn:
-            uz -= fn * np.floor(uz / fn)
-        ix = _weights(ux, order, wx)
-        iy = _weights(uy, order, wy)
-        iz = _weights(uz, order, wz)
+        ix = _weights(_into_period(ux, fn), order, wx)
+        iy = _weights(_into_period(uy, fn), order, wy)
+        iz = _weights(_into_period(uz, fn), order, wz)
         m = np.float64(mass[p]) if use_array else mass_scalar
         for a in range(order):
             jx = (np.int64(ix + a) % nn) * nn
