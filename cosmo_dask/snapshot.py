@@ -18,6 +18,7 @@ tasks that need them.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -549,3 +550,30 @@ def open_snapshot(
 
 
 __all__ = ["Snapshot", "open_snapshot", "ARRAY_NAMES"]
+
+
+def particles_of(snap_or_pos, mass=None, box_size=None, *, what: str):
+    """``(pos, mass, box_size, snapshot or None)`` of a Snapshot or of raw positions.
+
+    For a Snapshot: its positions; ``mass`` unless given is its ``mass`` array,
+    else its ``particle_mass``, else None; ``box_size`` unless given is its own
+    (a different one given is a ParameterError naming ``what``). Raw positions
+    come back as they are, with the given ``mass`` and ``box_size``. Nothing is
+    read; each caller applies its own rules for a missing box or mass.
+    """
+    if not isinstance(snap_or_pos, Snapshot):
+        return snap_or_pos, mass, box_size, None
+    snap = snap_or_pos
+    if box_size is not None and snap.box_size is not None:
+        try:
+            same = math.isclose(float(box_size), snap.box_size, rel_tol=1e-12)
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            raise ParameterError(f"{what}: box_size={box_size!r} differs from the snapshot's "
+                                 f"box_size={snap.box_size:g}; leave box_size=None")
+    if mass is None:
+        mass = snap.mass if snap.mass is not None else snap.particle_mass
+        mass = float(mass) if mass is not None and np.ndim(mass) == 0 else mass
+    box = snap.box_size if box_size is None else box_size
+    return snap.pos, mass, box, snap

@@ -57,35 +57,18 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
     (the mesh then counts particles). An array of masses is checked eagerly
     (one pass: all positive and finite).
     """
-    from ..snapshot import Snapshot
+    from ..snapshot import particles_of
 
-    if isinstance(snap_or_pos, Snapshot):
-        snap = snap_or_pos
-        pos = snap.pos
-        if box_size is not None and snap.box_size is not None and \
-                not math.isclose(float(box_size), snap.box_size, rel_tol=1e-12):
-            raise ParameterError(f"{what}: box_size={box_size!r} differs from the snapshot's "
-                                 f"box_size={snap.box_size:g}")
-        box = snap.box_size if box_size is None else box_size
-        if box is None:
+    pos, mass, box, snap = particles_of(snap_or_pos, mass, box_size, what=what)
+    if box is None:
+        if snap is not None:
             raise ParameterError(f"{what}: {snap.source or 'the snapshot'} is not periodic "
                                  "(no box_size); pass box_size= (the side of a periodic cube "
                                  "[0, box_size)^3 to paint into)")
-        if mass is None:
-            if snap.mass is not None:
-                mass = snap.mass
-            elif snap.particle_mass is not None:
-                mass = float(snap.particle_mass)
-            else:
-                mass = 1.0
-    else:
-        pos = snap_or_pos
-        box = box_size
-        if box is None:
-            raise ParameterError(f"{what}: raw positions need box_size= (the side of the "
-                                 "periodic cube [0, box_size)^3)")
-        if mass is None:
-            mass = 1.0
+        raise ParameterError(f"{what}: raw positions need box_size= (the side of the "
+                             "periodic cube [0, box_size)^3)")
+    if mass is None:
+        mass = 1.0
     try:
         box = float(box)
     except (TypeError, ValueError):

@@ -198,39 +198,25 @@ def check_parameters(
 # ----------------------------------------------------------------------------- particles
 def _resolve_particles(snap_or_pos, mass, G, box_size):  # noqa: N803
     """``(pos, mass, G, box_size, source)`` from a Snapshot or raw arrays (no data read)."""
-    from ..snapshot import Snapshot
+    from ..snapshot import particles_of
 
-    if isinstance(snap_or_pos, Snapshot):
-        snap = snap_or_pos
-        if box_size is not None and snap.box_size is not None:
-            try:
-                same = math.isclose(float(box_size), snap.box_size, rel_tol=1e-12)
-            except (TypeError, ValueError):
-                same = False
-            if not same:
-                raise ParameterError(f"box_size={box_size!r} differs from the snapshot's "
-                                     f"box_size={snap.box_size:g}; leave box_size=None")
-        box = snap.box_size if box_size is None else box_size
-        if G is None:
-            G = snap.G  # noqa: N806
-            if G is None:
-                raise ParameterError(
-                    f"G: {snap.source or 'the snapshot'} has no 'G' attribute; pass G= (the "
-                    "gravitational constant in the snapshot's units; --G on the command line)")
+    pos, mass, box, snap = particles_of(snap_or_pos, mass, box_size, what="accelerations")
+    if snap is None:
         if mass is None:
-            if snap.mass is not None:
-                mass = snap.mass
-            elif snap.particle_mass is not None:
-                mass = float(snap.particle_mass)
-            else:
-                raise ParameterError(
-                    f"mass: {snap.source or 'the snapshot'} has no 'mass' array and no "
-                    "'particle_mass' attribute; pass mass=")
-        return snap.pos, mass, G, box, snap.source
+            raise ParameterError("mass is required with raw positions: an (N,) array of "
+                                 "masses or one number (the mass of every particle)")
+        return pos, mass, 1.0 if G is None else G, box, None
+    if G is None:
+        G = snap.G  # noqa: N806
+        if G is None:
+            raise ParameterError(
+                f"G: {snap.source or 'the snapshot'} has no 'G' attribute; pass G= (the "
+                "gravitational constant in the snapshot's units; --G on the command line)")
     if mass is None:
-        raise ParameterError("mass is required with raw positions: an (N,) array of masses "
-                             "or one number (the mass of every particle)")
-    return snap_or_pos, mass, 1.0 if G is None else G, box_size, None
+        raise ParameterError(
+            f"mass: {snap.source or 'the snapshot'} has no 'mass' array and no "
+            "'particle_mass' attribute; pass mass=")
+    return pos, mass, G, box, snap.source
 
 
 def _check_values(pos: da.Array, mass, box: float | None) -> None:
