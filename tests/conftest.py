@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 
@@ -25,13 +26,38 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def client():
-    """A distributed LocalCluster with two single-threaded in-process workers."""
+def _session_client():
+    """One LocalCluster (two single-threaded in-process workers) for the whole run.
+
+    Not the default client: tests that do not ask for ``client`` keep dask's
+    local scheduler, as when they run alone.
+    """
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
         yield c
+
+
+@pytest.fixture
+def client(_session_client):
+    """The shared distributed client, current for this test only."""
+    with _session_client.as_current():
+        yield _session_client
+
+
+#: seconds after which a test that has frozen the interpreter (a compiled kernel
+#: holding the GIL, where pytest-timeout's signal cannot run) dumps every
+#: thread's stack and ends the run, instead of hanging CI
+HARD_TIMEOUT = 900
+
+
+@pytest.fixture(autouse=True)
+def _hard_timeout():
+    faulthandler.dump_traceback_later(HARD_TIMEOUT, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

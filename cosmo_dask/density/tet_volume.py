@@ -130,7 +130,7 @@ def _copy_pt(cur, p, out, t, slot):
         out[t, slot, c] = cur[p, c]
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _prism(tmp, out, t):
     """Split prism tmp[0..2] (bottom) / tmp[3..5] (top, lateral edges i - i+3) into 3 tets."""
     # (a0, a1, a2, b0), (a1, a2, b0, b1), (a2, b0, b1, b2)
@@ -142,7 +142,7 @@ def _prism(tmp, out, t):
                 out[t + k, v, c] = tmp[src, c]
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def clip_volume(stack, lev, cur, d, tmp, h, inside, outside):
     """Volume of ``stack[0]`` (cube-local coordinates) inside the cube ``[0, h]^3``.
 
@@ -243,7 +243,7 @@ def clip_volume(stack, lev, cur, d, tmp, h, inside, outside):
     return vol
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _face_planes(v, nrm, off):
     """Inward face planes of tetrahedron ``v`` (4, 3): ``nrm[f] . x + off[f] >= 0`` inside.
 
@@ -281,7 +281,7 @@ def _face_planes(v, nrm, off):
     return ax * (by * cz - bz * cy) - ay * (bx * cz - bz * cx) + az * (bx * cy - by * cx)
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _classify(nrm, off, lo, h):
     """-1: cube outside a face plane (volume 0); 1: cube inside all four; 0: undecided."""
     all_in = True
@@ -302,7 +302,7 @@ def _classify(nrm, off, lo, h):
     return 1 if all_in else 0
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _pair_volume(v, vol, nrm, off, bmin, bmax, lo, h, stack, lev, cur, d, tmp):
     """Overlap of tet ``v`` (precomputed volume, planes, bbox) with cube ``lo + [0, h]^3``."""
     inside_box = True
@@ -327,7 +327,7 @@ def _pair_volume(v, vol, nrm, off, bmin, bmax, lo, h, stack, lev, cur, d, tmp):
                        lev[_STACK + 4:_STACK + 8])
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _volumes_cpu(tets, lo, h, out):
     nt = tets.shape[0]
     nc = lo.shape[0]
@@ -471,7 +471,7 @@ def _band(Q, C, w, f, s, k):
     return 0.5 * area2, mom6 / 6.0
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _cell_range(Q, C, w, s, ax):
     """Cells ``(first, last)`` (local) along ``ax`` that the four polygons of slot ``s``
     reach; ``first > last`` if all are empty. Touching a cell's lower face only does not
@@ -494,7 +494,7 @@ def _cell_range(Q, C, w, s, ax):
     return first, last
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _peel(Q, C, w, cur, lev, c):
     """Cut the four polygons of slot ``cur`` at ``x[ax] = c`` (``lev``: piece slot,
     remainder slots ra, rb, axis): the parts below go to the piece slot, those above to
@@ -513,7 +513,7 @@ def _peel(Q, C, w, cur, lev, c):
     return nxt
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _column(Q, C, w, s, acc, k0, k1):
     """Overlap volumes of one column's cells ``k0 .. k1`` (local z) into ``acc[k - k0]``.
 
@@ -578,7 +578,7 @@ def _column(Q, C, w, s, acc, k0, k1):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _load_faces(Q, C, w, u, o, perm, det):
     """The tetrahedron's four faces into slot 0: outward, in local axes (local axis a is
     axis ``perm[a]`` of ``u``; ``perm`` is a cyclic shift, so orientations are kept),
@@ -595,7 +595,7 @@ def _load_faces(Q, C, w, u, o, perm, det):
         C[f] = 3 if a2 != 0.0 else 0
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _flux_axis(u):
     """Axis along which the tetrahedron's projected area is smallest: the face terms of
     :func:`_column` are then smallest, and so are their rounding errors (a flat or
@@ -618,7 +618,7 @@ def _flux_axis(u):
     return best
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _deposit_tet(Q, C, w, acc, o, ca, cb, top, m, vol, nn, perm, grid, skip):
     """Deposit the tetrahedron whose faces are in slot 0 (see :func:`_load_faces`).
 
@@ -695,7 +695,7 @@ def _deposit_tet(Q, C, w, acc, o, ca, cb, top, m, vol, nn, perm, grid, skip):
     return dep
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _deposit_cpu(tets, mass, glo, cs, nx, ny, nz, periodic, grid, cap=_CAP):
     """Serial deposit in cell units: returns the mass that fell outside a non-periodic grid.
 

@@ -102,7 +102,7 @@ def _solid(x, y, z, lmax, T):
                     T[k2 + 1] = a * T[k1 + 1]
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _terms_scan(pos, mass, lmax, eps2, Q, P):
     n = pos.shape[0]
     K = (lmax + 1) * (lmax + 1)
@@ -167,7 +167,7 @@ def terms_scan(pos, mass, lmax: int, eps2: float, dtype=None):
     return Q, P
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _evaluate(pos, Q, P, iq, ip, lmax, eps2, acc_out, phi_out):
     n = pos.shape[0]
     K = (lmax + 1) * (lmax + 1)
@@ -294,7 +294,7 @@ def solid_harmonics(pos, lmax: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _solid_many(pos, lmax, out):
     T = np.empty(out.shape[1], np.float64)
     for i in range(pos.shape[0]):

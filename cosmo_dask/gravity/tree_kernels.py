@@ -109,7 +109,7 @@ def _derivs(r, alpha):
 def _make_p2p(ft):
     """P2P sweeps of one target over a gathered source buffer, arithmetic dtype ``ft``."""
 
-    @numba.njit(cache=False, fastmath=_FM, error_model="numpy")
+    @numba.njit(nogil=True, cache=False, fastmath=_FM, error_model="numpy")
     def p2p_plummer(tx, ty, tz, sx, sy, sz, sm, ns, eps2):
         ax = ft(0.0)
         ay = ft(0.0)
@@ -162,7 +162,7 @@ def _make_p2p(ft):
 
 
 # --------------------------------------------------------------------------- M2P sweep
-@numba.njit(cache=False, fastmath=_FM, error_model="numpy")
+@numba.njit(nogil=True, cache=False, fastmath=_FM, error_model="numpy")
 def _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, use_q):
     """Newtonian Plummer M2P of one target over gathered cells (float64; q is (6, nc))."""
     ax = 0.0
@@ -262,7 +262,7 @@ def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, bo
 def _make_evaluate(ft):
     p2p_plummer, p2p_general = _make_p2p(ft)
 
-    @numba.njit(cache=False, parallel=True, error_model="numpy")
+    @numba.njit(nogil=True, cache=False, parallel=True, error_model="numpy")
     def evaluate(tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
                  s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
                  G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,

@@ -139,7 +139,7 @@ def _classify(glo, ghi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, c
     return 2
 
 
-@numba.njit(cache=False)
+@numba.njit(nogil=True, cache=False)
 def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, inv_theta2,
               box, r_cut2, cut, cells_out, leaves_out, write):
     """One group's walk; returns (n_cells, n_leaves, n_missing).
@@ -180,7 +180,7 @@ def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, i
     return nc, nl, missing
 
 
-@numba.njit(cache=False, parallel=True)
+@numba.njit(nogil=True, cache=False, parallel=True)
 def _walk_count(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax,
                 inv_theta2, box, r_cut2, cut):
     g_n = group_lo.shape[0]
@@ -197,7 +197,7 @@ def _walk_count(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_co
     return ncell, nleaf, nmiss
 
 
-@numba.njit(cache=False, parallel=True)
+@numba.njit(nogil=True, cache=False, parallel=True)
 def _walk_fill(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax,
                inv_theta2, box, r_cut2, cut, cell_ptr, cells, leaf_ptr, leaves):
     g_n = group_lo.shape[0]
@@ -284,7 +284,7 @@ def interaction_lists(group_lo: Any, group_hi: Any, source: Octree, theta: float
 
 
 # --------------------------------------------------------------------------- LET
-@numba.njit(cache=False)
+@numba.njit(nogil=True, cache=False)
 def _let_mask(blo, bhi, s_first, s_nchild, s_lo, s_hi, s_com, s_bmax, inv_theta2, box,
               r_cut2, cut):
     m = s_first.shape[0]

@@ -94,7 +94,7 @@ def _sum_periodic(x, y, z, m, xi, yi, zi, j0, j1, eps2, L, inv_L):
     return acc
 
 
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, cache=True)
 def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, out):
     """Potentials of the particles ``rows[k]`` due to rows ``lo[k]:hi[k]`` (self excluded).
 
@@ -283,7 +283,7 @@ def segment_potentials(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0
 # --------------------------------------------------------------------------- #
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(nogil=True, parallel=True, cache=True)
 def _segmented_argmin(values, starts, out):
     h = starts.shape[0] - 1
     for s in numba.prange(h):
@@ -323,7 +323,7 @@ def segmented_argmin(values, starts) -> np.ndarray:
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(nogil=True, parallel=True, cache=True)
 def _mcp_rows(friends, ids, starts, out):
     h = starts.shape[0] - 1
     for s in numba.prange(h):
@@ -415,7 +415,7 @@ def poisson_dirichlet(rho, cell, *, G=1.0) -> np.ndarray:
     return scipy.fft.idstn(rho_hat * (4.0 * np.pi * float(G) / lam), type=1)
 
 
-@numba.njit(cache=True)
+@numba.njit(nogil=True, cache=True)
 def _cic_deposit(pos, mass, origin, inv_cell, grid):
     """Cloud-in-cell deposit of ``mass`` onto node masses ``grid`` (node k at origin + k cell)."""
     n0, n1, n2 = grid.shape

@@ -42,7 +42,7 @@ def _spread(v):
     return x
 
 
-@numba.njit(cache=False, parallel=True)
+@numba.njit(nogil=True, cache=False, parallel=True)
 def _keys_kernel(pos, lo0, lo1, lo2, size, box, periodic):
     n = pos.shape[0]
     out = np.empty(n, dtype=np.uint64)
