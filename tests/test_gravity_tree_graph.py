@@ -74,6 +74,39 @@ def test_independent_of_chunking_and_workers(sphere, client):
     np.testing.assert_array_equal(p1, p2)
 
 
+def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
+    from cosmo_dask.gravity.tree_graph import group_batch
+    from cosmo_dask.spatial.octree import build_octree
+
+    x, m = sphere
+    tree = build_octree(x, m, max_leaf=64, max_group=64)
+    counts = tree.count[tree.groups]
+    for n_batches in (1, 3, 7, 40):
+        runs = [group_batch(tree, b, n_batches) for b in range(n_batches)]
+        assert runs[0][0] == 0 and runs[-1][1] == len(tree.groups)
+        assert all(a[1] == b[0] for a, b in zip(runs[:-1], runs[1:]))  # contiguous
+        sizes = np.array([counts[g0:g1].sum() for g0, g1 in runs])
+        assert sizes.sum() == len(x)
+        # a batch overshoots its share by less than one group
+        assert sizes.max() <= len(x) / n_batches + counts.max()
+
+
+def test_independent_of_group_batching(sphere, monkeypatch):
+    import cosmo_dask.gravity.tree_graph as tg
+
+    x, m = sphere
+    x = da.from_array(x[:6000], chunks=1500)
+    kw = dict(G=1.0, theta=0.5, softening=0.01, n_domains=2)
+    a1, p1 = dask.compute(*tree_accelerations(x, 1.0 / 6000, **kw))
+    monkeypatch.setattr(tg, "GROUP_BATCH_PARTICLES", 400)
+    acc, pot = tree_accelerations(x, 1.0 / 6000, **kw)
+    names = [k for k in dict(acc.__dask_graph__()) if str(k).startswith("gravity-group")]
+    assert len(names) == 2 * 8  # 3000 particles per domain in batches of ~400
+    a2, p2 = dask.compute(acc, pot)
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(p1, p2)
+
+
 def test_periodic_short_range_across_domains():
     rng = np.random.default_rng(5)
     box, n = 10.0, 3000

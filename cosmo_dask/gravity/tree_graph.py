@@ -15,11 +15,13 @@ The particles are split among the domains of the shared decomposition
     node multipoles plus the particles of the leaves a walk from inside
     ``d``'s box may open. This locally essential tree (LET) is what moves
     between workers; never the remote domain's particles in bulk.
-``gravity-group-d``
-    One walk per group of ``d`` against its own tree and against each LET
+``gravity-group-d-b``
+    Batch ``b`` of ``d``'s groups (consecutive groups holding about
+    ``GROUP_BATCH_PARTICLES`` particles, so a task takes ~0.05-1 s on a CPU
+    core): one walk per group against ``d``'s own tree and against each LET
     (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
-    order. On a GPU worker with a single domain this is
+    order. On a GPU worker with a single domain this is one task,
     :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on the domain.
 ``gravity-acc-c`` / ``gravity-pot-c``
     Accelerations and potentials of input chunk ``c``, gathered from the
@@ -28,8 +30,9 @@ The particles are split among the domains of the shared decomposition
 A walk through a LET cut for ``d``'s box gives every group inside that box
 exactly the cells and leaves a walk through the whole remote tree gives, so
 the domain split changes which trees exist, not the accuracy criterion.
-Results do not depend on the chunking or on the number of workers (the
-domains and the order of every sum are fixed by ``n_domains``), bit for bit.
+Results do not depend on the chunking, the batching or the number of workers
+(the domains and the order of every sum are fixed by ``n_domains``), bit for
+bit.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ from .tree_walk import interaction_lists, let_subtree
 
 #: particles per domain the default ``n_domains`` aims at (CPU)
 DOMAIN_PARTICLES = 1 << 21
+#: particles per ``gravity-group`` task (whole groups; ~0.1 s for an isolated
+#: Plummer sphere, ~1 s for the TreePM short range on a 2-core VM)
+GROUP_BATCH_PARTICLES = 1 << 15
 
 
 @dataclass
@@ -98,43 +104,62 @@ def domain_let(dt: DomainTree, bbox, opts):
     return let, dt.trace[node_index]
 
 
-def _evaluate(tree: Octree, source: Octree, trace, opts):
-    groups = tree.groups
+def group_batch(tree: Octree, b: int, n_batches: int) -> tuple[int, int]:
+    """Groups ``[g0, g1)`` of batch ``b`` of ``n_batches``: consecutive runs of
+    ``tree.groups`` with about equal particle counts (a group is never split, so
+    a batch may be empty)."""
+    n_groups = len(tree.groups)
+    if n_groups == 0 or tree.n_particles == 0:  # an empty domain: no batch has work
+        return 0, 0
+    ends = np.cumsum(tree.count[tree.groups])
+    targets = ends[-1] * np.arange(1, n_batches) / n_batches
+    cuts = np.concatenate([[0], np.searchsorted(ends, targets, side="left") + 1, [n_groups]])
+    cuts = np.maximum.accumulate(cuts.clip(0, n_groups))
+    return int(cuts[b]), int(cuts[b + 1])
+
+
+def batches_per_domain(n_particles: int, n_domains: int) -> int:
+    """``gravity-group`` tasks per domain: about ``GROUP_BATCH_PARTICLES`` particles
+    each for domains of equal size (the domain sizes are known only at run time)."""
+    return max(1, math.ceil(n_particles / (n_domains * GROUP_BATCH_PARTICLES)))
+
+
+def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
     glo, ghi = tree.lo[groups], tree.hi[groups]
     lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
                               r_cut=opts["r_cut"])
-    return evaluate_lists(tree.pos, tree.start[groups], tree.count[groups], 0.5 * (glo + ghi),
+    return evaluate_lists(tree.pos[rows[0]:rows[1]], tree.start[groups] - rows[0],
+                          tree.count[groups], 0.5 * (glo + ghi),
                           lists, source, trace, G=opts["G"], softening=opts["softening"],
                           softening_kernel=opts["softening_kernel"],
                           precision=opts["precision"], quadrupole=True,
                           box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
 
 
-def domain_forces(dt: DomainTree, opts, *lets):
-    """Task ``gravity-group``: every group of a domain against its tree and the LETs.
+def domain_forces(dt: DomainTree, opts, batch, *lets):
+    """Task ``gravity-group``: batch ``batch = (b, n_batches)`` of a domain's groups
+    (:func:`group_batch`) against the domain's tree and the LETs.
 
-    Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` in increasing index.
+    Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` of the batch's
+    particles, in increasing (global) index.
     """
     tree = dt.tree
-    n = tree.n_particles
-    acc = np.zeros((n, 3))
-    pot = np.zeros(n)
-    if n:
-        a, p = _evaluate(tree, tree, dt.trace, opts)
+    g0, g1 = group_batch(tree, *batch)
+    groups = tree.groups[g0:g1]
+    if len(groups) == 0:
+        return dt.index[:0], np.zeros((0, 3)), np.zeros(0)
+    rows = (int(tree.start[groups[0]]), int(tree.start[groups[-1]] + tree.count[groups[-1]]))
+    acc, pot = _evaluate(tree, groups, rows, tree, dt.trace, opts)
+    for item in lets:
+        if item is None:
+            continue
+        let, trace = item
+        a, p = _evaluate(tree, groups, rows, let, trace, opts)
         acc += a
         pot += p
-        for item in lets:
-            if item is None:
-                continue
-            let, trace = item
-            a, p = _evaluate(tree, let, trace, opts)
-            acc += a
-            pot += p
-    out_acc = np.empty_like(acc)
-    out_pot = np.empty_like(pot)
-    out_acc[tree.order] = acc
-    out_pot[tree.order] = pot
-    return dt.index, out_acc, out_pot
+    index = dt.index[tree.order[rows[0]:rows[1]]]
+    order = np.argsort(index, kind="stable")
+    return index[order], acc[order], pot[order]
 
 
 def domain_forces_gpu(part, mass, opts):
@@ -235,6 +260,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = 0.5,  # noqa: N803
         results.append(g.add(f"gravity-group-{token}-0", domain_forces_gpu,
                              g.ref(parts[0]), scalar, opts))
     else:
+        n_batches = batches_per_domain(n, grid.n_domains)
         trees = [g.add(f"gravity-tree-{token}-{d}", domain_tree, g.ref(p), scalar, opts)
                  for d, p in enumerate(parts)]
         boxes = [g.add(f"gravity-bbox-{token}-{d}", domain_bbox, t)
@@ -242,7 +268,9 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = 0.5,  # noqa: N803
         for d, t in enumerate(trees):
             lets = [g.add(f"gravity-let-{token}-{s}-{d}", domain_let, trees[s], boxes[d], opts)
                     for s in range(len(trees)) if s != d]
-            results.append(g.add(f"gravity-group-{token}-{d}", domain_forces, t, opts, *lets))
+            results.extend(g.add(f"gravity-group-{token}-{d}-{b}", domain_forces, t, opts,
+                                 (b, n_batches), *lets)
+                           for b in range(n_batches))
     dtype = np.dtype(precision)
     starts = np.cumsum((0,) + pos.chunks[0])
     meta = pos._meta
