@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 
@@ -47,17 +46,6 @@ def client(_session_client):
         yield _session_client
 
 
-#: seconds after which a test that has frozen the interpreter (a compiled kernel
-#: holding the GIL, where pytest-timeout's signal cannot run) dumps every
-#: thread's stack and ends the run, instead of hanging CI
-HARD_TIMEOUT = 900
-
-
-@pytest.fixture(autouse=True)
-def _hard_timeout():
-    faulthandler.dump_traceback_later(HARD_TIMEOUT, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
