@@ -208,6 +208,37 @@ def _p2p_kernel(t, s, m, par, table, kernel, periodic, trunc, level, exclude, wa
         pot[i] = ph
 
 
+def check_p2p_inputs(xp, tpos, spos, smass, exclude: str, centre):
+    """The checked inputs of a P2P call on array module ``xp`` (NumPy or CuPy).
+
+    Returns ``(tpos, spos, mass, centre)``: positions as ``xp`` arrays of shape
+    ``(n, 3)``, ``mass`` a float (one mass for every source) or an ``xp``
+    array of shape ``(ns,)``, and ``centre`` (default: the centre of the
+    targets' bounding box, float64; None when there are no targets).
+    Raises :class:`ParameterError` on a bad shape or ``exclude`` rule.
+    """
+    if exclude not in _EXCLUDE:
+        raise ParameterError(f"exclude must be one of {tuple(_EXCLUDE)}, got {exclude!r}")
+    tpos = xp.asarray(tpos)
+    spos = xp.asarray(spos)
+    if tpos.ndim != 2 or tpos.shape[1] != 3 or spos.ndim != 2 or spos.shape[1] != 3:
+        raise ParameterError(f"positions must have shape (n, 3), got {tpos.shape} and "
+                             f"{spos.shape}")
+    nt, ns = int(tpos.shape[0]), int(spos.shape[0])
+    if exclude == "index" and nt != ns:
+        raise ParameterError("exclude='index' needs the same target and source rows")
+    if np.ndim(smass) == 0:
+        mass = float(smass)
+    else:
+        mass = xp.asarray(smass)
+        if mass.shape != (ns,):
+            raise ParameterError(f"mass must have shape ({ns},), got {mass.shape}")
+    if centre is None and nt:
+        t64 = tpos.astype(xp.float64, copy=False)
+        centre = 0.5 * (t64.min(axis=0) + t64.max(axis=0))
+    return tpos, spos, mass, centre
+
+
 def p2p_block(tpos, spos, smass, *, G: float = 1.0, softening: float = 0.0,
               softening_kernel: str = "plummer", precision="float64", potential: bool = True,
               box_size: float | None = None, rs: float | None = None,
@@ -261,29 +292,16 @@ def p2p_block(tpos, spos, smass, *, G: float = 1.0, softening: float = 0.0,
     kp = check_kernel_params(G=G, softening=softening, softening_kernel=softening_kernel,
                              box_size=box_size, rs=rs, r_cut=r_cut, table_level=table_level)
     dtype = resolve_precision(precision)
-    if exclude not in _EXCLUDE:
-        raise ParameterError(f"exclude must be one of {tuple(_EXCLUDE)}, got {exclude!r}")
-    tpos = np.asarray(tpos)
-    spos = np.asarray(spos)
-    if tpos.ndim != 2 or tpos.shape[1] != 3 or spos.ndim != 2 or spos.shape[1] != 3:
-        raise ParameterError(f"positions must have shape (n, 3), got {tpos.shape} and "
-                             f"{spos.shape}")
+    tpos, spos, mass, centre = check_p2p_inputs(np, tpos, spos, smass, exclude, centre)
     nt, ns = tpos.shape[0], spos.shape[0]
-    if exclude == "index" and nt != ns:
-        raise ParameterError("exclude='index' needs the same target and source rows")
-    if np.ndim(smass) == 0:
-        m = np.full(ns, float(smass), dtype=dtype)
+    if isinstance(mass, float):
+        m = np.full(ns, mass, dtype=dtype)
     else:
-        m = np.ascontiguousarray(smass, dtype=dtype)
-        if m.shape != (ns,):
-            raise ParameterError(f"mass must have shape ({ns},), got {m.shape}")
+        m = np.ascontiguousarray(mass, dtype=dtype)
     acc = np.zeros((nt, 3), dtype=dtype)
     pot = np.zeros(nt, dtype=dtype)
     if nt == 0 or ns == 0:
         return acc, (pot if potential else None)
-    if centre is None:
-        t64 = tpos.astype(np.float64, copy=False)
-        centre = 0.5 * (t64.min(axis=0) + t64.max(axis=0))
     t = relative_positions(tpos, centre, kp["box_size"], dtype)
     s = relative_positions(spos, centre, kp["box_size"], dtype)
     trunc = 0 if kp["rs"] is None else (1 if kp["table_level"] is None else 2)

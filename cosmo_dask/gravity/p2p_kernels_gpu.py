@@ -39,7 +39,7 @@ import numpy as np
 
 from ..backend import resolve_precision
 from ..errors import ParameterError
-from .p2p_kernels import _EXCLUDE, SPLINE_SUPPORT, check_kernel_params
+from .p2p_kernels import _EXCLUDE, SPLINE_SUPPORT, check_kernel_params, check_p2p_inputs
 from .truncated import CUDA_SOURCE as _TRUNC_SOURCE
 from .truncated import get_table
 
@@ -306,36 +306,19 @@ def p2p_block_gpu(tpos, spos, smass, *, G: float = 1.0, softening: float = 0.0,
     kp = check_kernel_params(G=G, softening=softening, softening_kernel=softening_kernel,
                              box_size=box_size, rs=rs, r_cut=r_cut, table_level=table_level)
     dtype = resolve_precision(precision)
-    if exclude not in _EXCLUDE:
-        raise ParameterError(f"exclude must be one of {tuple(_EXCLUDE)}, got {exclude!r}")
+    tpos, spos, mass, centre = check_p2p_inputs(cupy, tpos, spos, smass, exclude, centre)
     threads = DEFAULT_THREADS[dtype.name] if threads is None else int(threads)
     per_thread = DEFAULT_PER_THREAD[dtype.name] if per_thread is None else int(per_thread)
     if threads < 32 or threads > 1024 or threads % 32:
         raise ParameterError(f"threads must be a multiple of 32 in 32..1024, got {threads}")
     if not 1 <= per_thread <= 16:
         raise ParameterError(f"per_thread must be in 1..16, got {per_thread}")
-    tpos = cupy.asarray(tpos)
-    spos = cupy.asarray(spos)
-    if tpos.ndim != 2 or tpos.shape[1] != 3 or spos.ndim != 2 or spos.shape[1] != 3:
-        raise ParameterError(f"positions must have shape (n, 3), got {tpos.shape} and "
-                             f"{spos.shape}")
     nt, ns = int(tpos.shape[0]), int(spos.shape[0])
-    if exclude == "index" and nt != ns:
-        raise ParameterError("exclude='index' needs the same target and source rows")
-    if np.ndim(smass) == 0:
-        mass = float(smass)
-    else:
-        mass = cupy.asarray(smass)
-        if mass.shape != (ns,):
-            raise ParameterError(f"mass must have shape ({ns},), got {mass.shape}")
     acc = cupy.zeros((nt, 3), dtype=dtype)
     pot = cupy.zeros(nt, dtype=dtype) if potential else None
     if nt == 0 or ns == 0:
         return acc, pot
     box = kp["box_size"]
-    if centre is None:
-        t64 = tpos.astype(cupy.float64, copy=False)
-        centre = 0.5 * (t64.min(axis=0) + t64.max(axis=0))
     centre = cupy.asarray(centre, dtype=cupy.float64)
 
     bt = threads * per_thread
