@@ -17,7 +17,7 @@ The particles are split among the domains of the shared decomposition
     between workers; never the remote domain's particles in bulk.
 ``gravity-group-d-b``
     Batch ``b`` of ``d``'s groups (consecutive groups holding about
-    ``GROUP_BATCH_PARTICLES`` particles, so a task takes ~0.05-1 s on a CPU
+    ``GROUP_BATCH_PARTICLES`` particles, so a task takes ~0.1-1.5 s on a CPU
     core): one walk per group against ``d``'s own tree and against each LET
     (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
@@ -56,7 +56,7 @@ from .tree_walk import interaction_lists, let_subtree
 #: particles per domain the default ``n_domains`` aims at (CPU)
 DOMAIN_PARTICLES = 1 << 21
 #: particles per ``gravity-group`` task (whole groups; ~0.1 s for an isolated
-#: Plummer sphere, ~1 s for the TreePM short range on a 2-core VM)
+#: Plummer sphere, ~1.4 s per core for the TreePM short range on a 2-core VM)
 GROUP_BATCH_PARTICLES = 1 << 15
 
 
