@@ -28,7 +28,7 @@ import dask
 from . import __version__
 from .errors import CosmoDaskError
 
-MODELS = ("plummer", "hernquist", "ferrers", "lattice", "zeldovich")
+MODELS = ("plummer", "hernquist", "ferrers", "lattice", "zeldovich", "blobs")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -137,6 +137,11 @@ def _generate_snapshot(args):
             )
         fn = getattr(models, args.model)
         return fn(args.n, scale=args.scale, mass=args.mass, **common)
+    if args.model == "blobs":
+        if args.n is None or args.box_size is None:
+            raise CosmoDaskError("generate blobs: --n and --box-size are required")
+        return models.halo_blobs(args.n, box_size=args.box_size, n_halos=args.n_halos,
+                                 redshift=args.redshift or 0.0, **common)
     if args.n_side is None or args.box_size is None:
         raise CosmoDaskError(f"generate {args.model}: --n-side and --box-size are required")
     if args.model == "lattice":
@@ -493,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("model", choices=MODELS)
     g.add_argument("out", metavar="OUT.zarr")
-    g.add_argument("--n", type=_positive_int, help="particles (plummer, hernquist, ferrers)")
+    g.add_argument("--n", type=_positive_int,
+                   help="particles (plummer, hernquist, ferrers, blobs)")
     g.add_argument("--n-side", type=_positive_int, help="particles per side (lattice, zeldovich)")
     g.add_argument(
         "--box-size", type=float, help="periodic box side (lattice: box units; zeldovich: Mpc/h)"
@@ -511,6 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="ferrers semi-axes",
     )
     g.add_argument("--index", type=int, default=1, help="ferrers index n")
+    g.add_argument("--n-halos", type=_positive_int, default=400,
+                   help="blobs: number of Plummer halos")
     g.add_argument(
         "--amplitude", type=float, default=0.5, help="lattice: offset amplitude in cells"
     )

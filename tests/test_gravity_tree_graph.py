@@ -84,7 +84,7 @@ def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
     for n_batches in (1, 3, 7, 40):
         runs = [group_batch(tree, b, n_batches) for b in range(n_batches)]
         assert runs[0][0] == 0 and runs[-1][1] == len(tree.groups)
-        assert all(a[1] == b[0] for a, b in zip(runs[:-1], runs[1:]))  # contiguous
+        assert all(a[1] == b[0] for a, b in zip(runs[:-1], runs[1:], strict=True))  # contiguous
         sizes = np.array([counts[g0:g1].sum() for g0, g1 in runs])
         assert sizes.sum() == len(x)
         # a batch overshoots its share by less than one group

@@ -489,13 +489,7 @@ def plot_mass_function(
     matplotlib.axes.Axes
         Log-log axes of ``dn/dlnM`` in (Mpc/h)^-3 against M in 1e10 Msun/h.
     """
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ImportError(
-            "plot_mass_function needs matplotlib; install the 'plot' extra: "
-            "pip install 'cosmo_dask[plot]'"
-        ) from exc
+    import matplotlib  # a core dependency
     missing = [v for v in ("dn_dlnM", "dn_dlnM_error", "mass", "mass_lo", "mass_hi")
                if v not in ds.variables]
     if missing:

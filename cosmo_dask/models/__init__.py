@@ -10,16 +10,20 @@ Periodic boxes:
 
 * :func:`perturbed_lattice` -- cubic lattice with uniform random offsets;
 * :func:`zeldovich`         -- Zel'dovich initial conditions for flat LambdaCDM
-  (see :class:`Cosmology`).
+  (see :class:`Cosmology`);
+* :func:`halo_blobs`        -- Plummer halos with a power-law mass spectrum in a
+  periodic box (a strongly clustered stand-in for an evolved snapshot).
 
 Every generator returns a :class:`~cosmo_dask.snapshot.Snapshot` of dask arrays.
 Random numbers come in fixed generation blocks of 2**16 particles, so a given
 seed gives bitwise the same particles for any chunk size. See ``docs/models.md``.
 """
 
+from .clustered import halo_blobs
 from .cosmology import Cosmology
 from .isolated import ferrers, hernquist, plummer
 from .lattice import perturbed_lattice
 from .zeldovich import zeldovich
 
-__all__ = ["Cosmology", "plummer", "hernquist", "ferrers", "perturbed_lattice", "zeldovich"]
+__all__ = ["Cosmology", "plummer", "hernquist", "ferrers", "perturbed_lattice", "zeldovich",
+           "halo_blobs"]

@@ -33,7 +33,7 @@ from ..errors import ParameterError
 GEN_BLOCK = 2**16
 
 #: per-model stream tags mixed into the seed sequence
-TAGS = {"plummer": 1, "hernquist": 2, "ferrers": 3, "lattice": 4, "zeldovich": 5}
+TAGS = {"plummer": 1, "hernquist": 2, "ferrers": 3, "lattice": 4, "zeldovich": 5, "blobs": 6}
 
 BlockFn = Callable[..., tuple[np.ndarray, ...]]
 
