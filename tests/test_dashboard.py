@@ -1,0 +1,32 @@
+"""The dashboard a user opens: cosmo_dask.connect() serves dask's Bokeh application,
+and the task stream shows tasks named by kind (docs/dashboard.md)."""
+
+import urllib.request
+
+import pytest
+from dask.utils import key_split
+
+import cosmo_dask
+from cosmo_dask.halos import fof
+from cosmo_dask.models import halo_blobs
+
+
+@pytest.mark.timeout(180)
+def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
+    from distributed import get_task_stream
+
+    with cosmo_dask.connect(gpu=False, n_workers=1, threads_per_worker=2, quiet=True) as client:
+        link = client.dashboard_link
+        assert link.endswith("/status")
+        with urllib.request.urlopen(link, timeout=60) as response:
+            assert response.status == 200
+            page = response.read().decode()
+        assert "needs bokeh" not in page  # distributed's page when bokeh is missing
+        # the Bokeh document: BokehJS loaded and the status application embedded
+        assert "static/js/bokeh.min.js" in page and "Bokeh.embed.embed_items" in page
+        with get_task_stream(client) as stream:
+            snap = halo_blobs(20_000, box_size=50.0, n_halos=20, seed=1)
+            fof(snap, 0.2, min_members=10, centers=("mbp",), n_domains=2).labels.compute()
+        kinds = {key_split(t["key"]) for t in stream.data}
+    assert {"fof-split", "fof-domain", "fof-local", "fof-merge", "halo-mbp-batch"} <= kinds, \
+        sorted(kinds)
