@@ -1,0 +1,41 @@
+"""``import cosmo_dask`` is light; subpackages and top-level names load on first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import cosmo_dask
+
+HEAVY = ("dask.array", "xarray", "numba", "zarr", "distributed", "cosmo_dask.snapshot")
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_import_loads_no_heavy_module():
+    out = _run(f"import sys, cosmo_dask; print(' '.join(m for m in {HEAVY!r} "
+               "if m in sys.modules))")
+    assert out.strip() == ""
+
+
+@pytest.mark.parametrize("name", cosmo_dask.SUBPACKAGES)
+def test_subpackages_are_attributes(name):
+    out = _run(f"import cosmo_dask; m = cosmo_dask.{name}; print(m.__name__)")
+    assert out.strip() == f"cosmo_dask.{name}"
+
+
+def test_lazy_top_level_names():
+    from cosmo_dask.cluster import connect
+    from cosmo_dask.snapshot import Snapshot, open_snapshot
+
+    assert cosmo_dask.connect is connect
+    assert cosmo_dask.open_snapshot is open_snapshot
+    assert cosmo_dask.Snapshot is Snapshot
+    assert {"io", "gravity", "connect"} <= set(dir(cosmo_dask))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cosmo_dask.nope  # noqa: B018
