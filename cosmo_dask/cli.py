@@ -187,7 +187,7 @@ def snapshot_info(snap, *, full: bool = True) -> dict:
 def cmd_info(args) -> int:
     from .snapshot import open_snapshot
 
-    snap = open_snapshot(args.snapshot)
+    snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
     with _cluster(args, needed=False):
         info = snapshot_info(snap, full=not args.quick)
     if args.json:

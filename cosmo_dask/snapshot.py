@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
@@ -31,7 +32,6 @@ from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
 from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
 from .errors import ParameterError, SnapshotError
-from .progress import compute as compute_with_progress
 from .validation import (
     ARRAY_SCHEMA,
     FORMAT,
@@ -430,26 +430,17 @@ class Snapshot:
         str
             The path written.
         """
-        from .zarr_write import codecs_for, create_arrays
+        from .zarr_write import codecs_for, store_arrays
 
         compressors = codecs_for(compressor)
-        sources, names = [], []
-        for name, arr in self._arrays.items():
-            arr = to_device(arr, "cpu")
-            if len(set(arr.chunks[0][:-1])) > 1 or (
-                len(arr.chunks[0]) > 1 and arr.chunks[0][-1] > arr.chunks[0][0]
-            ):
-                arr = arr.rechunk((max(arr.chunks[0]),) + arr.shape[1:])
-            sources.append(checked_array(arr, name, self.box_size, self._source))
-            names.append(name)
+        sources = {name: checked_array(to_device(arr, "cpu"), name, self.box_size, self._source)
+                   for name, arr in self._arrays.items()}
         with atomic_directory(path, overwrite=overwrite, what="snapshot store") as tmp:
             group = zarr.open_group(
                 str(tmp), mode="w", zarr_format=3, attributes=self.store_attrs()
             )
-            targets = create_arrays(group, names, sources, compressors, root=str(tmp))
-            stored = da.store(sources, targets, lock=False, compute=False)
-            stored = stored if isinstance(stored, (tuple, list)) else (stored,)
-            compute_with_progress(*stored, label=f"writing {path}", show=progress)
+            store_arrays(group, sources, root=tmp, compressors=compressors,
+                         label=f"writing {path}", show=progress)
         return str(local_path(path))
 
 
@@ -489,7 +480,9 @@ def open_snapshot(
     device : {"cpu", "gpu"}
         Chunk type of the returned arrays: NumPy or CuPy.
     chunks : int, optional
-        Particles per dask chunk; default: the store's own chunking.
+        Particles per dask chunk; default: dask config ``cosmo_dask.read_chunk_size``
+        when set (e.g. ``DASK_COSMO_DASK__READ_CHUNK_SIZE=16777216`` for GPU
+        workers), else the store's own chunking.
     wrap : bool
         Wrap periodic positions into [0, box_size) while reading (instead of
         raising for positions outside the box).
@@ -505,6 +498,8 @@ def open_snapshot(
         or inconsistent attributes.
     """
     device = check_device(device)
+    if chunks is None:
+        chunks = dask.config.get("cosmo_dask.read_chunk_size", None)
     rows = None if chunks is None else _row_chunks(chunks)
     remote = is_remote(path)
     if not remote:

@@ -25,7 +25,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from .backend import array_module
+from .backend import array_module, host
 from .errors import SnapshotError
 from .progress import compute
 
@@ -283,28 +283,34 @@ def _stats(arr: da.Array, box_size) -> da.Array:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _bucket_of(ids: np.ndarray, bits: int) -> np.ndarray:
-    h = ids.astype(np.uint64, copy=False) * _GOLDEN
-    return (h >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(ids.shape, np.int64)
+def _bucket_of(ids, bits: int):
+    xp = array_module(ids)
+    if not bits:
+        return xp.zeros(ids.shape, xp.int64)
+    h = ids.astype(xp.uint64, copy=False) * _GOLDEN  # wraps mod 2^64, on NumPy and CuPy
+    return (h >> np.uint64(64 - bits)).astype(xp.int64)
 
 
 def _split_ids(block, bits):
-    block = np.asarray(block.get() if hasattr(block, "get") else block)
+    """A chunk of ids split into its ``2**bits`` hash buckets (on the chunk's device)."""
+    xp = array_module(block)
     b = _bucket_of(block, bits)
-    order = np.argsort(b, kind="stable")
-    bounds = np.searchsorted(b[order], np.arange((1 << bits) + 1))
+    order = xp.argsort(b)
+    bounds = host(xp.searchsorted(b[order], xp.arange((1 << bits) + 1)))
     s = block[order]
     return [s[bounds[i] : bounds[i + 1]] for i in range(1 << bits)]
 
 
 def _dups_in_bucket(*parts):
-    ids = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    """(number of repeated ids, one example or None) in one bucket's parts."""
+    xp = array_module(parts[0]) if parts else np
+    ids = xp.concatenate(parts) if parts else np.empty(0, np.int64)
     if ids.size < 2:
         return np.int64(0), None
-    ids.sort()
+    ids = xp.sort(ids)
     dup = ids[1:] == ids[:-1]
     n = int(dup.sum())
-    return np.int64(n), (ids[1:][dup][0].item() if n else None)
+    return np.int64(n), (host(ids[1:][dup][:1])[0].item() if n else None)
 
 
 def duplicate_ids(ids: da.Array) -> tuple[int, Any]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import dask.array as da
 import numpy as np
 
+from .backend import host
 from .errors import ParameterError, SnapshotError
 
 COMPRESSORS = (None, "zstd", "blosc")
@@ -41,11 +42,25 @@ def dims_of(arr: da.Array) -> tuple[str, ...]:
     return ("particle", "axis") if arr.ndim == 2 else ("particle",)
 
 
-class GuardedTarget:
-    """A stored array that refuses writes once its store directory has been removed.
+def regular_rows(arr: da.Array) -> int:
+    """Rows per store chunk for ``arr``: its first row chunk when that grid fits it
+    (all chunks equal, the last no longer), else its largest row chunk."""
+    rows = arr.chunks[0]
+    if not rows or not rows[0]:
+        return 1
+    if len(set(rows[:-1])) > 1 or rows[-1] > rows[0]:
+        return max(rows)
+    return rows[0]
 
-    An atomic write removes its temporary directory when any chunk fails; chunk
-    writes still in flight must not recreate it (zarr creates missing parents).
+
+class GuardedTarget:
+    """The write end of one stored array, for ``da.store``.
+
+    Takes chunks of any array type (CuPy chunks are copied to the host here, so
+    no writer has to remember it), and refuses writes once its store directory
+    has been removed: an atomic write removes its temporary directory when any
+    chunk fails, and chunk writes still in flight must not recreate it (zarr
+    creates missing parents).
     """
 
     def __init__(self, array, root: str):
@@ -55,30 +70,55 @@ class GuardedTarget:
     def __setitem__(self, key, value):
         if not os.path.isdir(self.root):
             raise SnapshotError(f"{self.root}: write aborted (temporary store was removed)")
-        self.array[key] = value
+        self.array[key] = host(value)
 
 
-def create_arrays(
-    group, names: Sequence[str], sources: Sequence[da.Array], compressors, root: str | None = None
-):
-    """Create one stored array per dask array, chunked like its (regular) dask chunks.
+def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLike,
+                 label: str, chunks: Mapping[str, tuple] | None = None,
+                 dims: Mapping[str, tuple] | None = None, compressors=None,
+                 fill_value=0, show: bool | None = None) -> None:
+    """Create one stored array per dask array under ``group`` and write them all.
 
-    With ``root`` (the store directory) the targets are :class:`GuardedTarget`.
+    The one way every cosmo_dask store writes its arrays. Each source is
+    rechunked onto its store's chunk grid first, so no two tasks ever write the
+    same stored chunk (at any alignment of the compute chunks), and chunks may
+    be NumPy or CuPy (see :class:`GuardedTarget`).
+
+    Parameters
+    ----------
+    group : zarr.Group
+        Where to create the arrays; a name ``"sub/name"`` goes into the existing
+        subgroup ``sub``.
+    arrays : mapping of str to dask.array.Array
+    root : path
+        The (temporary) store directory; writes stop once it is removed.
+    label : str
+        Progress label, e.g. ``"writing out.zarr"``.
+    chunks : mapping, optional
+        Store chunk shape per name; default: :func:`regular_rows` rows, whole
+        other axes.
+    dims : mapping, optional
+        Dimension names per name; default :func:`dims_of`.
+    compressors, fill_value :
+        Passed to ``create_array``.
+    show : bool, optional
+        Progress display (default: dask config ``cosmo_dask.progress``).
     """
-    targets = []
-    for name, arr in zip(names, sources, strict=True):
-        rows = max(1, arr.chunks[0][0]) if arr.shape[0] else 1
-        targets.append(
-            group.create_array(
-                name,
-                shape=arr.shape,
-                chunks=(rows,) + tuple(arr.shape[1:]),
-                dtype=arr.dtype,
-                compressors=compressors,
-                dimension_names=dims_of(arr),
-                fill_value=0,
-            )
-        )
-    if root is not None:
-        targets = [GuardedTarget(t, root) for t in targets]
-    return targets
+    from .progress import compute
+
+    sources, targets = [], []
+    for name, arr in arrays.items():
+        shape = (chunks or {}).get(name) or (regular_rows(arr),) + tuple(arr.shape[1:])
+        parent, _, leaf = name.rpartition("/")
+        where = group[parent] if parent else group
+        stored = where.create_array(leaf, shape=arr.shape, chunks=shape, dtype=arr.dtype,
+                                    compressors=compressors, fill_value=fill_value,
+                                    dimension_names=(dims or {}).get(name) or dims_of(arr))
+        grid = tuple(min(c, n) or 1 for c, n in zip(shape, arr.shape, strict=True))
+        sources.append(arr.rechunk(grid))
+        targets.append(GuardedTarget(stored, str(root)))
+    if not sources:
+        return
+    stored = da.store(sources, targets, lock=False, compute=False)
+    stored = stored if isinstance(stored, (tuple, list)) else (stored,)
+    compute(*stored, label=label, show=show)

@@ -18,8 +18,8 @@ import zarr
 
 from ..atomic import atomic_directory, local_path
 from ..backend import host
-from ..progress import compute
 from ..zarr_read import open_product_group
+from ..zarr_write import store_arrays
 
 FORMAT = "cosmo_dask.mesh"
 FORMAT_VERSION = 1
@@ -36,11 +36,9 @@ def write_mesh(path: str | os.PathLike, mesh: da.Array, *, box_size: float, sche
     slab = max(1, min(n, 2**24 // max(1, n * n)))  # about 128 MiB of float64 per chunk
     with atomic_directory(path, overwrite=overwrite, what="mesh store") as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
-        target = group.create_array("mass", shape=mesh.shape, dtype=np.float64,
-                                    chunks=(slab, n, n), dimension_names=("x", "y", "z"))
-        data = mesh.astype(np.float64).map_blocks(host, dtype=np.float64)
-        compute(da.store(data.rechunk((slab, n, n)), target, lock=False, compute=False),
-                label=f"writing {path}")
+        store_arrays(group, {"mass": mesh.astype(np.float64)}, root=tmp,
+                     chunks={"mass": (slab, n, n)}, dims={"mass": ("x", "y", "z")},
+                     compressors="auto", label=f"writing {path}")
     return str(local_path(path))
 
 

@@ -50,7 +50,7 @@ from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute
 from ..zarr_read import open_product_group
-from ..zarr_write import plain_attrs
+from ..zarr_write import plain_attrs, store_arrays
 
 FORMAT = "cosmo_dask.density_octree"
 FORMAT_VERSION = 1
@@ -489,7 +489,7 @@ class DensityOctree:
                 "n_leaves": self.n_leaves, "attrs": provenance}
         with atomic_directory(path, overwrite=overwrite, what="density octree store") as tmp:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
-            sources, targets = [], []
+            sources, chunks = {}, {}
             for lev in levels:
                 ids = np.flatnonzero(self.level == lev)
                 size = self.root_size / 2.0**lev
@@ -500,16 +500,12 @@ class DensityOctree:
                                           chunks=(min(len(ids), 2**20), 3),
                                           dimension_names=("leaf", "axis"))
                 origin[...] = self.origin[ids]
-                target = sub.create_array("density", shape=(len(ids), p, p, p),
-                                          dtype=np.float64, chunks=(1, p, p, p),
-                                          dimension_names=("leaf", "x", "y", "z"))
                 src = self.patches if len(ids) == self.n_leaves else self.patches[ids]
-                src = src.rechunk((1, p, p, p)).map_blocks(
-                    host, dtype=np.float64, meta=np.empty((0, 0, 0, 0), np.float64))
-                sources.append(src)
-                targets.append(target)
-            compute(da.store(sources, targets, lock=False, compute=False),
-                    label=f"writing {path}")
+                sources[f"level_{lev}/density"] = src.astype(np.float64)
+                chunks[f"level_{lev}/density"] = (1, p, p, p)
+            store_arrays(group, sources, root=tmp, chunks=chunks, compressors="auto",
+                         dims=dict.fromkeys(sources, ("leaf", "x", "y", "z")),
+                         label=f"writing {path}")
         return str(local_path(path))
 
     # ------------------------------------------------------------------ plot

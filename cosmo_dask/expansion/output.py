@@ -18,9 +18,8 @@ import dask.array as da
 import zarr
 
 from ..atomic import atomic_directory, local_path
-from ..progress import compute
 from ..zarr_read import open_product_group
-from ..zarr_write import create_arrays
+from ..zarr_write import store_arrays
 
 FORMAT = "cosmo_dask.expansion"
 FORMAT_VERSION = 1
@@ -36,14 +35,8 @@ def write_expansion(path: str | os.PathLike, *, method: str, parameters: dict, s
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
         if scf is not None:
             scf.to_zarr(tmp / "scf")
-        names = [n for n, a in (("acc", acc), ("pot", pot)) if a is not None]
-        arrays = [a for a in (acc, pot) if a is not None]
-        if arrays:
-            arrays = [a if len(set(a.chunks[0][:-1])) <= 1 else a.rechunk(a.chunks[0][0])
-                      for a in arrays]
-            targets = create_arrays(group, names, arrays, None, root=str(tmp))
-            compute(da.store(arrays, targets, lock=False, compute=False),
-                    label=f"writing {path}")
+        arrays = {n: a for n, a in (("acc", acc), ("pot", pot)) if a is not None}
+        store_arrays(group, arrays, root=tmp, label=f"writing {path}")
     return str(local_path(path))
 
 

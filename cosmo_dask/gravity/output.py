@@ -26,24 +26,14 @@ import zarr
 
 from .. import __version__
 from ..atomic import atomic_directory, local_path
-from ..backend import to_device
 from ..errors import ParameterError, SnapshotError
-from ..progress import compute
 from ..zarr_read import open_product_group
-from ..zarr_write import codecs_for, create_arrays, plain_attrs
+from ..zarr_write import codecs_for, plain_attrs, store_arrays
 
 FORMAT = "cosmo_dask.gravity"
 FORMAT_VERSION = 1
 
 __all__ = ["to_zarr", "open_gravity", "FORMAT", "FORMAT_VERSION"]
-
-
-def _regular_rows(arr: da.Array) -> da.Array:
-    """``arr`` with equal row chunks (the last may be shorter), as a Zarr chunk grid needs."""
-    rows = arr.chunks[0]
-    if len(set(rows[:-1])) > 1 or (len(rows) > 1 and rows[-1] > rows[0]):
-        arr = arr.rechunk((max(rows),) + tuple(-1 for _ in arr.shape[1:]))
-    return arr
 
 
 def _as_dask(x, rows: int | None = None) -> da.Array:
@@ -121,14 +111,10 @@ def to_zarr(
     except (TypeError, ValueError) as exc:
         raise ParameterError(f"to_zarr: attrs must be JSON-serialisable ({exc})") from None
     compressors = codecs_for(compressor)
-    names = list(arrays)
-    sources = [_regular_rows(to_device(arrays[k], "cpu")) for k in names]
     with atomic_directory(path, overwrite=overwrite, what="gravity store") as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
-        targets = create_arrays(group, names, sources, compressors, root=str(tmp))
-        stored = da.store(sources, targets, lock=False, compute=False)
-        stored = stored if isinstance(stored, (tuple, list)) else (stored,)
-        compute(*stored, label=f"writing {path}", show=progress)
+        store_arrays(group, arrays, root=tmp, compressors=compressors,
+                     label=f"writing {path}", show=progress)
     return str(local_path(path))
 
 

@@ -399,12 +399,9 @@ def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs
         box_size = float(box_size)
         if not (box_size > 0 and math.isfinite(box_size)):
             raise ParameterError(f"box_size must be a positive number, got {box_size!r}")
-        if rs is None:
-            raise NotImplementedError(
-                "tree_forces_gpu: a periodic box needs the truncated short-range kernel "
-                "(pass rs, as TreePM does); periodic Newtonian tree forces (Ewald) are not "
-                "implemented")
-        if r_cut >= 0.5 * box_size:
+        # without rs: Newtonian forces of the nearest image of every particle and node
+        # (as the CPU tree and the direct sum; no Ewald sum)
+        if r_cut is not None and r_cut >= 0.5 * box_size:
             raise ParameterError(f"r_cut ({r_cut}) must be smaller than half the box "
                                  f"({0.5 * box_size})")
     return theta, softening, G, box_size, rs, r_cut

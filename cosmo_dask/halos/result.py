@@ -20,9 +20,8 @@ import xarray as xr
 import zarr
 
 from ..atomic import atomic_directory, local_path
-from ..progress import compute
 from ..zarr_read import open_product_group
-from ..zarr_write import plain_attrs
+from ..zarr_write import plain_attrs, store_arrays
 
 FORMAT = "cosmo_dask.halos"
 FORMAT_VERSION = 1
@@ -65,15 +64,8 @@ class HaloResult:
             attrs = {"format": FORMAT, "format_version": FORMAT_VERSION,
                      "parameters": plain_attrs(self.parameters)}
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
-            labels = self.labels
-            rows = max(1, labels.chunks[0][0]) if labels.shape[0] else 1
-            if len(set(labels.chunks[0][:-1])) > 1:
-                labels = labels.rechunk(rows)
-            target = group.create_array("labels", shape=labels.shape, dtype=np.int64,
-                                        chunks=(rows,), fill_value=-1, compressors=None,
-                                        dimension_names=("particle",))
-            compute(da.store(labels, target, lock=False, compute=False),
-                    label=f"writing {path}")
+            store_arrays(group, {"labels": self.labels.astype(np.int64)}, root=tmp,
+                         fill_value=-1, label=f"writing {path}")
             ds = self.catalog.drop_vars("axis", errors="ignore")  # strings: no stable v3 dtype
             ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
             ds.to_zarr(str(tmp / "catalog"), mode="w", zarr_format=3, consolidated=False)
