@@ -11,7 +11,9 @@
     demo [--dir DIR] [--n-side 64]
 
 Bad input exits with status 2 and one line ``cosmo-dask: error: ...`` naming
-the problem (add ``--verbose`` for the traceback).
+the problem and the option at fault; any other failure (a lost scheduler
+included) exits with status 1 and one line; ``--verbose`` adds the traceback.
+Progress goes to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
+import re
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
 import dask
@@ -105,10 +110,56 @@ def _cluster(args, needed: bool = True):
     client = connect(
         address, scheduler_file=scheduler_file, gpu=gpu, n_workers=args.workers, quiet=False
     )
+    args._client = client  # for main's message if the scheduler is lost
+    args._scheduler_address = getattr(client.scheduler, "address", None)
+    with _one_line_logs(not args.verbose):
+        try:
+            yield client
+        finally:
+            with contextlib.suppress(Exception):  # a lost scheduler is reported by main
+                client.close()
+
+
+class _OneLineLog(logging.Filter):
+    """Log records with the exception's type and message instead of its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info or record.exc_text:
+            exc = record.exc_info[1] if record.exc_info else None
+            text = record.getMessage()
+            if exc is not None:
+                what = " ".join(f"{type(exc).__name__}: {exc}".split()).rstrip(": ")
+                text = f"{text} ({what})" if text.strip() else what
+            record.msg, record.args = text, None
+            record.exc_info = record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+@contextlib.contextmanager
+def _one_line_logs(enabled: bool = True):
+    """No tracebacks from the loggers (distributed's) while the cluster is up."""
+    if not enabled:
+        yield
+        return
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    handlers = {h for lg in loggers for h in lg.handlers}
+    one_line = _OneLineLog()
+    for h in handlers:
+        h.addFilter(one_line)
     try:
-        yield client
+        yield
     finally:
-        client.close()
+        for h in handlers:
+            h.removeFilter(one_line)
+
+
+def _check_out(args) -> None:
+    """Refuse an output store that exists (without --overwrite) or cannot be written."""
+    from .atomic import check_writable_target
+
+    check_writable_target(args.out, overwrite=args.overwrite)
 
 
 def _say(text: str) -> None:
@@ -155,6 +206,7 @@ def _generate_snapshot(args):
 
 def cmd_generate(args) -> int:
     snap = _generate_snapshot(args)
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
@@ -189,7 +241,9 @@ def cmd_info(args) -> int:
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
     with _cluster(args, needed=False):
+        t0 = time.perf_counter()
         info = snapshot_info(snap, full=not args.quick)
+        info["validation"]["seconds"] = round(time.perf_counter() - t0, 3)
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -210,7 +264,8 @@ def cmd_info(args) -> int:
             f"{info['chunks']['particles_per_chunk']} particles"
         )
         _say(f"bytes         {_human_bytes(info['bytes'])}")
-        _say(f"validation    {info['validation']['summary']}")
+        _say(f"validation    {info['validation']['summary']} "
+             f"({info['validation']['seconds']:.2f} s)")
     return 0 if info["validation"]["ok"] else 1
 
 
@@ -219,6 +274,7 @@ def cmd_convert(args) -> int:
     from .io import from_gadget_hdf5
 
     snap = from_gadget_hdf5(args.input, part_type=args.part_type)
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
     _say(f"converted {args.input} (PartType{args.part_type}, N={snap.n_particles}) -> {path}")
@@ -236,6 +292,7 @@ def cmd_halos(args) -> int:
     check_parameters(snap, args.linking_length, absolute=args.absolute,
                      min_members=args.min_members, min_friends=args.min_friends,
                      centers=centers, n_domains=args.domains)  # before starting a cluster
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         result = fof(snap, args.linking_length, absolute=args.absolute,
@@ -294,6 +351,7 @@ def cmd_expand(args) -> int:
                     precision=args.precision)
         params = {"lmax": args.lmax, "softening": args.softening}
     params.update(precision=args.precision, source=str(args.snapshot))
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         model.fit(snap)
@@ -334,6 +392,7 @@ def cmd_density(args) -> int:
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
     mesh = paint(snap, n_mesh=args.n_mesh, scheme=args.method, box_size=args.box_size)
     box = args.box_size if args.box_size is not None else snap.box_size
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         path = write_mesh(args.out, mesh, box_size=box, scheme=args.method,
@@ -356,6 +415,7 @@ def _density_pse(args) -> int:
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         octree = pse_density(snap, patch_size=args.patch_size, max_level=args.max_level,
@@ -661,26 +721,129 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --------------------------------------------------------------------------- errors
+#: library parameter names that the command line spells differently (name -> dest)
+_PY_ALIASES = {"n_domains": "domains", "n_workers": "workers", "chunks": "chunk_size",
+               "scheduler_file": "scheduler"}
+_PY_NAMES = re.compile(r"""(?<![\w.'"/\\-])[A-Za-z_]\w*(?:/[A-Za-z_]\w*)+(?![\w/\\'"]|\.\w)""")
+_PY_NAME = re.compile(r"""(?<![\w.'"/\\-])([A-Za-z_]\w*)"""
+                      r"""(?:=('[^']*'|"[^"]*"|[^\s,;:)\]]*))?(?![\w/\\'"]|\.\w)""")
+
+
+def cli_message(message: str, parser: argparse.ArgumentParser) -> str:
+    """A library message in the words of ``parser``'s command line, on one line.
+
+    Python parameter names become the parser's options (from its argparse
+    actions, dest -> option string): ``pass overwrite=True`` -> ``pass
+    --overwrite``, ``gpu=False`` -> ``--cpu``, ``method='pm'`` -> ``--method pm``,
+    ``n_mesh`` -> ``--n-mesh``. A bare name is translated when it holds an
+    underscore or starts a clause (``theta must be ...``), so prose words stay;
+    ``r_split/r_cut`` -> ``--r-split/--r-cut``;
+    paths, quoted names and attributes (``'G'``, ``a/n_mesh.zarr``, ``x.n_mesh``)
+    are left alone, as are names the command has no option for.
+    """
+    actions: dict[str, list[argparse.Action]] = {}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in ("help", "version"):
+            actions.setdefault(action.dest, []).append(action)
+
+    def flag(action):
+        return next((o for o in action.option_strings if o.startswith("--")),
+                    action.option_strings[0])
+
+    def replace(m):
+        name, value = m.group(1), m.group(2)
+        acts = actions.get(name) or actions.get(_PY_ALIASES.get(name, ""))
+        if not acts:
+            return m.group(0)
+        if value is None:
+            before = text[:m.start()].rstrip()
+            clause = before == "" or before.endswith((":", ";"))
+            return flag(acts[0]) if "_" in name or clause else m.group(0)
+        if value in ("True", "False"):
+            const = value == "True"
+            switch = [a for a in acts if a.nargs == 0 and a.const is const]
+            if switch:
+                return flag(switch[0])
+            if any(a.nargs == 0 for a in acts):
+                return f"without {flag(acts[0])}"
+        if value and value[0] in "'\"" and " " not in value:
+            value = value[1:-1]
+        return f"{flag(acts[0])} {value}".rstrip()
+
+    def alternatives(m):  # "r_split/r_cut", unless some part is no option (a path)
+        parts = m.group(0).split("/")
+        acts = [actions.get(n) or actions.get(_PY_ALIASES.get(n, "")) for n in parts]
+        return "/".join(flag(a[0]) for a in acts) if all(acts) else m.group(0)
+
+    text = _PY_NAMES.sub(alternatives, " ".join(str(message).split()))
+    return _PY_NAME.sub(replace, text)
+
+
+def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(getattr(args, "command", None), parser)
+    return parser
+
+
+def _lost_scheduler(exc: BaseException, client) -> bool:
+    """Whether ``exc`` says the connection to ``client``'s scheduler is gone."""
+    if client is None:
+        return False
+    import concurrent.futures
+    import traceback
+
+    from distributed.comm.core import CommClosedError
+
+    running = getattr(client, "status", "running") == "running"
+    if isinstance(exc, CommClosedError):
+        return True
+    if isinstance(exc, concurrent.futures.CancelledError):
+        reason = str(getattr(exc, "reason", ""))
+        return not running or "lost" in reason or "scheduler" in reason
+    if isinstance(exc, (OSError, TimeoutError)):
+        from_comm = any(
+            f.f_globals.get("__name__", "").startswith(("distributed.comm", "distributed.core"))
+            for f, _ in traceback.walk_tb(exc.__traceback__))
+        return from_comm or not running
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (0 ok, 1 failed, 2 bad input, 130 interrupted).
+
+    Errors are one line on stderr naming the command-line option at fault;
+    ``--verbose`` prints the traceback as well.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    command = _command_parser(parser, args)
     try:
         with dask.config.set({"cosmo_dask.progress": True}):  # for this command only
             return int(args.func(args) or 0)
-    except CosmoDaskError as exc:
-        if args.verbose:
-            raise
-        msg = " ".join(str(exc).split())
-        print(f"cosmo-dask: error: {msg}", file=sys.stderr)
-        return 2
-    except NotImplementedError as exc:
-        if args.verbose:
-            raise
-        print(f"cosmo-dask: not implemented: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("cosmo-dask: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        client = getattr(args, "_client", None)
+        address = getattr(args, "_scheduler_address", None) or args.scheduler or "(unknown)"
+        if isinstance(exc, CosmoDaskError):
+            line, code = f"error: {cli_message(exc, command)}", 2
+        elif isinstance(exc, NotImplementedError):
+            line, code = f"not implemented: {cli_message(exc, command)}", 2
+        elif _lost_scheduler(exc, client):
+            line, code = (f"error: lost the connection to the Dask scheduler at {address} "
+                          f"({type(exc).__name__})"), 1
+        else:
+            line = f"error: {type(exc).__name__}: {cli_message(exc, command)}"
+            code = 1
+        if code == 1 and not args.verbose:
+            line += " (run with --verbose for the traceback)"
+        print(f"cosmo-dask: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -65,16 +65,18 @@ def test_generate_refuses_existing_store_without_overwrite(tmp_path, capsys):
     assert main(args) == 0
     capsys.readouterr()
     assert main(args) == 2
-    assert "already exists; pass overwrite=True" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert "already exists; pass --overwrite" in err and "overwrite=True" not in err
+    assert "\n" not in err
     assert main(args + ["--overwrite"]) == 0
 
 
 @pytest.mark.parametrize("argv, message", [
     (["generate", "zeldovich", "x.zarr", "--n-side", "8"], "--n-side and --box-size"),
     (["generate", "zeldovich", "x.zarr", "--n-side", "8", "--box-size", "-1", "--redshift", "0"],
-     "box_size"),
+     "--box-size must be"),
     (["generate", "plummer", "x.zarr"], "--n (number of particles) is required"),
-    (["generate", "plummer", "x.zarr", "--n", "10", "--scale", "0"], "scale"),
+    (["generate", "plummer", "x.zarr", "--n", "10", "--scale", "0"], "--scale must be"),
     (["convert", "gadget", "no_such_snap_*.hdf5", "x.zarr"], "no_such_snap"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
@@ -84,9 +86,11 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
     assert err.startswith("cosmo-dask: error:") and "\n" not in err and message in err
 
 
-def test_verbose_shows_the_traceback(tmp_path):
-    with pytest.raises(Exception, match="does not exist"):
-        main(["--verbose", "info", str(tmp_path / "missing.zarr")])
+def test_verbose_shows_the_traceback(tmp_path, capsys):
+    assert main(["--verbose", "info", str(tmp_path / "missing.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "does not exist" in err
+    assert err.strip().splitlines()[-1].startswith("cosmo-dask: error:")
 
 
 def test_convert_gadget(tmp_path, capsys):
@@ -195,8 +199,8 @@ def test_halos_command(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--linking-length", "0"], "linking_length must be a positive"),
-    (["--min-members", "1"], "min_members must be an integer >= 2"),
+    (["--linking-length", "0"], "--linking-length must be a positive"),
+    (["--min-members", "1"], "--min-members must be an integer >= 2"),
     (["--centers", "middle"], "subset of"),
     (["--linking-length", "5", "--domains", "27"], "not smaller than the domain side"),
 ])
@@ -278,3 +282,165 @@ def test_density_and_power_commands(tmp_path, capsys):
                  "--method", "pse", "--patch-size", "6"]) == 2
     assert "power of two" in capsys.readouterr().err
     assert not bad.exists()
+
+
+# --------------------------------------------------------------------------- error messages
+def _command(name):
+    import argparse
+
+    from cosmo_dask.cli import _command_parser, build_parser
+
+    return _command_parser(build_parser(), argparse.Namespace(command=name))
+
+
+@pytest.mark.parametrize("command, message, said", [
+    ("gravity", "/d/g.zarr: already exists; pass overwrite=True to replace it",
+     "/d/g.zarr: already exists; pass --overwrite to replace it"),
+    ("gravity", "n_mesh must be a positive integer (mesh cells per side), got 0",
+     "--n-mesh must be a positive integer (mesh cells per side), got 0"),
+    ("gravity", "softening does not apply to method='pm' (the mesh cell sets the force\n"
+     "resolution); pass softening=0 or use method='treepm'",
+     "--softening does not apply to --method pm (the mesh cell sets the force "
+     "resolution); pass --softening 0 or use --method treepm"),
+    ("gravity", "r_cut = 6 exceeds half the box (5): increase n_mesh or decrease r_split/r_cut",
+     "--r-cut = 6 exceeds half the box (5): increase --n-mesh or decrease --r-split/--r-cut"),
+    ("gravity", "cannot read data/n_mesh/r_cut or /tmp/r_cut/x nor theta/x.zarr",
+     "cannot read data/n_mesh/r_cut or /tmp/r_cut/x nor theta/x.zarr"),
+    ("gravity", "G: /d/n_mesh.zarr has no 'G' attribute; pass G= (the constant)",
+     "--G: /d/n_mesh.zarr has no 'G' attribute; pass --G (the constant)"),
+    ("halos", "linking_length must be > 0; use fewer domains (n_domains=27)",
+     "--linking-length must be > 0; use fewer domains (--domains 27)"),
+    ("halos", "gpu=True but no GPU; gpu=False asks for the CPU", "--gpu but no GPU; --cpu asks "
+     "for the CPU"),
+    ("generate", "chunk_size must be positive; the total mass and scale of snap.box_size",
+     "--chunk-size must be positive; the total mass and scale of snap.box_size"),
+    ("density", "method 'x' unknown: box_size is needed, not n_halos", "--method 'x' unknown: "
+     "--box-size is needed, not n_halos"),
+])
+def test_cli_message_names_the_options(command, message, said):
+    from cosmo_dask.cli import cli_message
+
+    assert cli_message(message, _command(command)) == said
+
+
+def test_existing_output_names_overwrite(tmp_path, capsys):
+    from cosmo_dask.models import perturbed_lattice
+
+    perturbed_lattice(8, box_size=8.0, seed=1).to_zarr(tmp_path / "lat.zarr")
+    (tmp_path / "h.zarr").mkdir()
+    code = main(["--cpu", "--workers", "1", "halos", str(tmp_path / "lat.zarr"),
+                 str(tmp_path / "h.zarr"), "--centers", ""])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("cosmo-dask: error:") and "\n" not in err
+    assert "already exists" in err and "pass --overwrite" in err and "overwrite=" not in err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["expand", "{snap}", "{out}", "--scale-radius", "0"], "--scale-radius"),
+    (["gravity", "{snap}", "{out}", "--max-group", "0"], "--max-group"),
+    (["generate", "zeldovich", "{out}", "--n-side", "8", "--box-size", "0", "--redshift", "0"],
+     "--box-size"),
+    (["generate", "ferrers", "{out}", "--n", "10", "--axes", "1", "2", "-1"], "--axes"),
+])
+def test_bad_parameter_names_its_flag(tmp_path, capsys, argv, flag):
+    from cosmo_dask.models import plummer
+
+    plummer(200, seed=1).to_zarr(tmp_path / "p.zarr")
+    argv = [a.format(snap=tmp_path / "p.zarr", out=tmp_path / "o.zarr") for a in argv]
+    assert main(["--cpu", "--workers", "1"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cosmo-dask: error:") and "\n" not in err and flag in err, err
+    assert flag[2:].replace("-", "_") not in err.replace(flag, "")  # not the Python name
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def _fail_with(exc):
+    def command(args):
+        raise exc
+    return command
+
+
+def test_unexpected_error_is_one_line(monkeypatch, capsys):
+    from cosmo_dask import cli
+
+    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("the n_mesh\nexploded")))
+    assert main(["info", "x.zarr"]) == 1
+    err = capsys.readouterr().err
+    # (info has no --n-mesh: the name stays)
+    assert err == ("cosmo-dask: error: RuntimeError: the n_mesh exploded (run with "
+                   "--verbose for the traceback)\n")
+    assert "Traceback" not in err
+
+
+def test_unexpected_error_with_verbose_shows_the_traceback(monkeypatch, capsys):
+    from cosmo_dask import cli
+
+    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("boom")))
+    assert main(["--verbose", "info", "x.zarr"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "in command\n    raise exc\n" in err and "RuntimeError: boom" in err
+    assert err.strip().splitlines()[-1] == "cosmo-dask: error: RuntimeError: boom"
+
+
+class _Client:
+    def __init__(self, status):
+        self.status = status
+
+
+@pytest.mark.parametrize("status, error", [
+    ("running", "comm"),  # distributed's CommClosedError
+    ("closed", TimeoutError("timed out")),
+    ("connecting", OSError("Connection refused")),
+])
+def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, status, error):
+    from distributed.comm.core import CommClosedError
+
+    from cosmo_dask import cli
+
+    if error == "comm":
+        error = CommClosedError("in <TCP (closed) local=tcp://10.0.0.2:41000>: Stream is closed")
+
+    def command(args):  # as _cluster leaves them once connected
+        args._client, args._scheduler_address = _Client(status), "tcp://10.0.0.1:8786"
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_info", command)
+    assert main(["info", "x.zarr"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"cosmo-dask: error: lost the connection to the Dask scheduler at "
+                   f"tcp://10.0.0.1:8786 ({type(error).__name__}) (run with --verbose for "
+                   f"the traceback)\n")
+
+
+def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, capsys):
+    from cosmo_dask import cli
+
+    def command(args):
+        args._client, args._scheduler_address = _Client("running"), "tcp://10.0.0.1:8786"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "cmd_info", command)
+    assert main(["info", "x.zarr"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cosmo-dask: error: OSError: [Errno 28] No space left on device")
+    assert "scheduler" not in err
+
+
+def test_logged_tracebacks_become_one_line(capsys):
+    import logging
+
+    from cosmo_dask.cli import _one_line_logs
+
+    log = logging.getLogger("distributed.test_cli")
+    handler = logging.StreamHandler()  # on sys.stderr as captured now
+    log.addHandler(handler)
+    try:
+        with _one_line_logs():
+            try:
+                raise ValueError("bad\nthing")
+            except ValueError:
+                log.exception("")
+        assert capsys.readouterr().err == "ValueError: bad thing\n"
+    finally:
+        log.removeHandler(handler)

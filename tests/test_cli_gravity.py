@@ -66,22 +66,23 @@ def test_gravity_command_float32_no_potential_and_explicit_g(tmp_path, capsys, p
     # an existing store needs --overwrite
     capsys.readouterr()
     assert main(CLUSTER + ["gravity", str(plummer_store), str(out), "--method", "direct"]) == 2
-    assert "already exists" in capsys.readouterr().err
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("store, argv, message", [
-    ("plummer", ["--theta", "0"], "theta"),
-    ("plummer", ["--theta", "1.5"], "theta"),
-    ("plummer", ["--softening", "-0.1"], "softening"),
+    ("plummer", ["--theta", "0"], "--theta"),
+    ("plummer", ["--theta", "1.5"], "--theta"),
+    ("plummer", ["--softening", "-0.1"], "--softening"),
     ("plummer", ["--method", "pm"], "isolated"),
     ("plummer", ["--method", "treepm", "--n-mesh", "32"], "isolated"),
-    ("lattice", ["--method", "pm"], "has no 'G' attribute; pass G="),
-    ("lattice", ["--G", "1", "--method", "pm", "--n-mesh", "0"], "n_mesh"),
-    ("lattice", ["--G", "1", "--method", "treepm", "--n-mesh", "-4"], "n_mesh"),
-    ("lattice", ["--G", "1", "--method", "pm", "--softening", "0.1"], "softening"),
-    ("lattice", ["--G", "1", "--method", "treepm", "--r-cut", "6"], "r_cut"),
-    ("plummer", ["--G", "0"], "G"),
-    ("plummer", ["--max-leaf", "0"], "max_leaf"),
+    ("lattice", ["--method", "pm"], "has no 'G' attribute; pass --G"),
+    ("lattice", ["--G", "1", "--method", "pm", "--n-mesh", "0"], "--n-mesh"),
+    ("lattice", ["--G", "1", "--method", "treepm", "--n-mesh", "-4"], "--n-mesh"),
+    ("lattice", ["--G", "1", "--method", "pm", "--softening", "0.1"],
+     "--softening does not apply to --method pm"),
+    ("lattice", ["--G", "1", "--method", "treepm", "--r-cut", "6"], "--r-cut"),
+    ("plummer", ["--G", "0"], "--G"),
+    ("plummer", ["--max-leaf", "0"], "--max-leaf"),
 ])
 def test_gravity_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, plummer_store,
                                                           lattice_store, store, argv, message):
@@ -91,6 +92,9 @@ def test_gravity_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, plum
     assert main(CLUSTER + ["gravity", str(snap), str(out)] + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("cosmo-dask: error:") and "\n" not in err and message in err
+    # Python parameter names are said as the command's options
+    for name in ("n_mesh", "r_cut", "max_leaf", "G=", "method=", "softening="):
+        assert name not in err
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
