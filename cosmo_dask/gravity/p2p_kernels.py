@@ -122,7 +122,7 @@ def _params(dtype, kp: dict) -> np.ndarray:
     return par.astype(dtype)
 
 
-@numba.njit(nogil=True, parallel=True, cache=False)
+@numba.njit(nogil=True, parallel=True, cache=True)
 def _p2p_kernel(t, s, m, par, table, kernel, periodic, trunc, level, exclude, want_pot,
                 acc, pot):
     nt = t.shape[0]

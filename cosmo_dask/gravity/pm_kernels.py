@@ -74,7 +74,7 @@ __all__ = ["green_multiply", "derivative_wavenumbers", "long_range_meshes",
            "mesh_bytes"]
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def green_multiply(fk, n, box_size, rs, scale):
     """Multiply the rfft mesh ``fk`` (n, n, n//2 + 1) in place by the PM Green's function.
 
@@ -199,7 +199,7 @@ def long_range_meshes_numpy(mass_mesh: np.ndarray, box_size: float, rs: float, G
                              box_size, rs, G, potential)
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def cic_interpolate(pos, meshes, n, box_size, shift, out):
     """CIC-interpolate ``c`` meshes at the particles: ``out[p, q] = sum_g W(x_p - g) mesh_q[g]``.
 

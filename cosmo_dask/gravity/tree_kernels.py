@@ -33,6 +33,7 @@ dropped inside its support ``r < h`` (the monopole there is the spline's).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -49,7 +50,7 @@ _FM = {"reassoc", "contract", "arcp"}  # reductions vectorise; no nnan/ninf assu
 
 
 # --------------------------------------------------------------------------- pair kernels
-@numba.njit(cache=False, error_model="numpy", inline="always")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _spline_kp(r, h):
     """Gadget-2 spline: (K, P) with a = -m K r_vec, phi = -m P; support h."""
     if r >= h:
@@ -69,7 +70,7 @@ def _spline_kp(r, h):
     return k, p
 
 
-@numba.njit(cache=False, error_model="numpy", inline="always")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _pair_kp(r2, eps2, h, kern, alpha):
     """(K, P) of one pair at squared distance r2 > 0 (float64 math)."""
     if kern == 0:
@@ -86,7 +87,7 @@ def _pair_kp(r2, eps2, h, kern, alpha):
     return k, p
 
 
-@numba.njit(cache=False, error_model="numpy", inline="always")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _derivs(r, alpha):
     """(g, D1, D2, D3) of the Newtonian (alpha=0) or truncated kernel at r > 0."""
     inv = 1.0 / r
@@ -106,63 +107,65 @@ def _derivs(r, alpha):
 
 
 # --------------------------------------------------------------------------- P2P sweeps
-def _make_p2p(ft):
-    """P2P sweeps of one target over a gathered source buffer, arithmetic dtype ``ft``."""
+# P2P sweeps of one target over a gathered source buffer; the arithmetic dtype
+# ``ft`` is the buffers' (float32 or float64). Module-level functions, not
+# closures over ``ft``: numba's cache keys a closure by its pickled cells, which
+# for other jitted functions differ in every process (no cache hits).
+@numba.njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
+def _p2p_plummer(tx, ty, tz, sx, sy, sz, sm, ns, eps2):
+    ft = sx.dtype.type
+    ax = ft(0.0)
+    ay = ft(0.0)
+    az = ft(0.0)
+    pp = ft(0.0)
+    e2 = ft(eps2)
+    for j in range(ns):
+        dx = tx - sx[j]
+        dy = ty - sy[j]
+        dz = tz - sz[j]
+        r2 = dx * dx + dy * dy + dz * dz
+        m = sm[j] if r2 > ft(0.0) else ft(0.0)
+        r2s = r2 + e2 if r2 > ft(0.0) else ft(1.0)
+        inv = ft(1.0) / math.sqrt(r2s)
+        minv = m * inv
+        k = minv * inv * inv
+        ax -= k * dx
+        ay -= k * dy
+        az -= k * dz
+        pp -= minv
+    return ax, ay, az, pp
 
-    @numba.njit(nogil=True, cache=False, fastmath=_FM, error_model="numpy")
-    def p2p_plummer(tx, ty, tz, sx, sy, sz, sm, ns, eps2):
-        ax = ft(0.0)
-        ay = ft(0.0)
-        az = ft(0.0)
-        pp = ft(0.0)
-        e2 = ft(eps2)
-        for j in range(ns):
-            dx = tx - sx[j]
-            dy = ty - sy[j]
-            dz = tz - sz[j]
-            r2 = dx * dx + dy * dy + dz * dz
-            m = sm[j] if r2 > ft(0.0) else ft(0.0)
-            r2s = r2 + e2 if r2 > ft(0.0) else ft(1.0)
-            inv = ft(1.0) / math.sqrt(r2s)
-            minv = m * inv
-            k = minv * inv * inv
-            ax -= k * dx
-            ay -= k * dy
-            az -= k * dz
-            pp -= minv
-        return ax, ay, az, pp
 
-    @numba.njit(cache=False, error_model="numpy", inline="always")
-    def p2p_general(tx, ty, tz, sx, sy, sz, sm, ns, eps2, h, kern, alpha, cut2, box):
-        ax = 0.0
-        ay = 0.0
-        az = 0.0
-        pp = 0.0
-        fbox = ft(box)
-        for j in range(ns):
-            dx = tx - sx[j]
-            dy = ty - sy[j]
-            dz = tz - sz[j]
-            if box > 0.0:
-                dx -= fbox * ft(np.rint(dx / fbox))
-                dy -= fbox * ft(np.rint(dy / fbox))
-                dz -= fbox * ft(np.rint(dz / fbox))
-            r2 = np.float64(dx * dx + dy * dy + dz * dz)
-            if r2 == 0.0 or r2 >= cut2:
-                continue
-            k, p = _pair_kp(r2, eps2, h, kern, alpha)
-            m = np.float64(sm[j])
-            ax -= m * k * dx
-            ay -= m * k * dy
-            az -= m * k * dz
-            pp -= m * p
-        return ax, ay, az, pp
-
-    return p2p_plummer, p2p_general
+@numba.njit(cache=True, error_model="numpy", inline="always")
+def _p2p_general(tx, ty, tz, sx, sy, sz, sm, ns, eps2, h, kern, alpha, cut2, box):
+    ft = sx.dtype.type
+    ax = 0.0
+    ay = 0.0
+    az = 0.0
+    pp = 0.0
+    fbox = ft(box)
+    for j in range(ns):
+        dx = tx - sx[j]
+        dy = ty - sy[j]
+        dz = tz - sz[j]
+        if box > 0.0:
+            dx -= fbox * ft(np.rint(dx / fbox))
+            dy -= fbox * ft(np.rint(dy / fbox))
+            dz -= fbox * ft(np.rint(dz / fbox))
+        r2 = np.float64(dx * dx + dy * dy + dz * dz)
+        if r2 == 0.0 or r2 >= cut2:
+            continue
+        k, p = _pair_kp(r2, eps2, h, kern, alpha)
+        m = np.float64(sm[j])
+        ax -= m * k * dx
+        ay -= m * k * dy
+        az -= m * k * dz
+        pp -= m * p
+    return ax, ay, az, pp
 
 
 # --------------------------------------------------------------------------- M2P sweep
-@numba.njit(nogil=True, cache=False, fastmath=_FM, error_model="numpy")
+@numba.njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, use_q):
     """Newtonian Plummer M2P of one target over gathered cells (float64; q is (6, nc))."""
     ax = 0.0
@@ -211,7 +214,7 @@ def _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, use_q):
     return ax, ay, az, pp
 
 
-@numba.njit(cache=False, error_model="numpy", inline="always")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, box, use_q):
     ax = 0.0
     ay = 0.0
@@ -259,126 +262,119 @@ def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, bo
 
 
 # --------------------------------------------------------------------------- group driver
-def _make_evaluate(ft):
-    p2p_plummer, p2p_general = _make_p2p(ft)
-
-    @numba.njit(nogil=True, cache=False, parallel=True, error_model="numpy")
-    def evaluate(tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
-                 s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
-                 G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
-                 walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, missing):
-        n_groups = g_start.shape[0]
-        fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
-        cut = cut2 != np.inf
-        for g in numba.prange(n_groups):
-            if walk:  # fused: walk this group now into local lists
-                cap_c = 1024
-                cap_l = 128
-                while True:
-                    cells_g = np.empty(cap_c, dtype=np.int64)
-                    leaves_g = np.empty(cap_l, dtype=np.int64)
-                    n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
-                                              s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
-                                              cut2 if cut else 0.0, cut, cells_g, leaves_g,
-                                              True)
-                    if n_c <= cap_c and n_l <= cap_l:
-                        break
-                    cap_c = max(cap_c, n_c)
-                    cap_l = max(cap_l, n_l)
-                missing[g] = n_m
-                cells_g = cells_g[:n_c]
-                leaves_g = leaves_g[:n_l]
-            else:
-                cells_g = cells[cell_ptr[g]:cell_ptr[g + 1]]
-                leaves_g = leaves[leaf_ptr[g]:leaf_ptr[g + 1]]
-            t0 = g_start[g]
-            nt = g_count[g]
-            c0 = g_centre[g, 0]
-            c1 = g_centre[g, 1]
-            c2 = g_centre[g, 2]
-            # ---- gather P2P sources relative to the group centre
-            ns = 0
-            for li in range(leaves_g.shape[0]):
-                ns += s_count[leaves_g[li]]
-            sx = np.empty(ns, dtype=ft)
-            sy = np.empty(ns, dtype=ft)
-            sz = np.empty(ns, dtype=ft)
-            sm = np.empty(ns, dtype=ft)
-            k = 0
-            for li in range(leaves_g.shape[0]):
-                nd = leaves_g[li]
-                for p in range(s_start[nd], s_start[nd] + s_count[nd]):
-                    dx = np.float64(s_pos[p, 0]) - c0
-                    dy = np.float64(s_pos[p, 1]) - c1
-                    dz = np.float64(s_pos[p, 2]) - c2
-                    if box > 0.0:
-                        dx -= box * np.rint(dx / box)
-                        dy -= box * np.rint(dy / box)
-                        dz -= box * np.rint(dz / box)
-                    sx[k] = dx
-                    sy[k] = dy
-                    sz[k] = dz
-                    sm[k] = s_pmass[p]
-                    k += 1
-            # ---- gather M2P cells (float64) relative to the group centre
-            nc = cells_g.shape[0]
-            cx = np.empty(nc)
-            cy = np.empty(nc)
-            cz = np.empty(nc)
-            cm = np.empty(nc)
-            cs = np.empty(nc)
-            cq = np.empty((6, nc))
-            for ci in range(nc):
-                nd = cells_g[ci]
-                dx = n_com[nd, 0] - c0
-                dy = n_com[nd, 1] - c1
-                dz = n_com[nd, 2] - c2
+@numba.njit(nogil=True, cache=True, parallel=True, error_model="numpy")
+def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
+              s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
+              G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
+              walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, missing):
+    """Every group's forces; ``proto`` (an empty array) carries the P2P arithmetic dtype."""
+    ft = proto.dtype.type
+    n_groups = g_start.shape[0]
+    fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
+    cut = cut2 != np.inf
+    for g in numba.prange(n_groups):
+        if walk:  # fused: walk this group now into local lists
+            cap_c = 1024
+            cap_l = 128
+            while True:
+                cells_g = np.empty(cap_c, dtype=np.int64)
+                leaves_g = np.empty(cap_l, dtype=np.int64)
+                n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
+                                          s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
+                                          cut2 if cut else 0.0, cut, cells_g, leaves_g,
+                                          True)
+                if n_c <= cap_c and n_l <= cap_l:
+                    break
+                cap_c = max(cap_c, n_c)
+                cap_l = max(cap_l, n_l)
+            missing[g] = n_m
+            cells_g = cells_g[:n_c]
+            leaves_g = leaves_g[:n_l]
+        else:
+            cells_g = cells[cell_ptr[g]:cell_ptr[g + 1]]
+            leaves_g = leaves[leaf_ptr[g]:leaf_ptr[g + 1]]
+        t0 = g_start[g]
+        nt = g_count[g]
+        c0 = g_centre[g, 0]
+        c1 = g_centre[g, 1]
+        c2 = g_centre[g, 2]
+        # ---- gather P2P sources relative to the group centre
+        ns = 0
+        for li in range(leaves_g.shape[0]):
+            ns += s_count[leaves_g[li]]
+        sx = np.empty(ns, dtype=proto.dtype)
+        sy = np.empty(ns, dtype=proto.dtype)
+        sz = np.empty(ns, dtype=proto.dtype)
+        sm = np.empty(ns, dtype=proto.dtype)
+        k = 0
+        for li in range(leaves_g.shape[0]):
+            nd = leaves_g[li]
+            for p in range(s_start[nd], s_start[nd] + s_count[nd]):
+                dx = np.float64(s_pos[p, 0]) - c0
+                dy = np.float64(s_pos[p, 1]) - c1
+                dz = np.float64(s_pos[p, 2]) - c2
                 if box > 0.0:
                     dx -= box * np.rint(dx / box)
                     dy -= box * np.rint(dy / box)
                     dz -= box * np.rint(dz / box)
-                cx[ci] = dx
-                cy[ci] = dy
-                cz[ci] = dz
-                cm[ci] = n_mass[nd]
-                cs[ci] = n_trace[nd]
-                for a in range(6):
-                    cq[a, ci] = n_quad[nd, a]
-            # ---- targets
-            for i in range(t0, t0 + nt):
-                x0 = np.float64(tpos[i, 0]) - c0
-                y0 = np.float64(tpos[i, 1]) - c1
-                z0 = np.float64(tpos[i, 2]) - c2
-                if box > 0.0:
-                    x0 -= box * np.rint(x0 / box)
-                    y0 -= box * np.rint(y0 / box)
-                    z0 -= box * np.rint(z0 / box)
-                if fast:
-                    bx, by, bz, bp = p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
-                                                 eps2)
-                    mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
-                                                  eps2, use_q)
-                else:
-                    bx, by, bz, bp = p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
-                                                 eps2, h, kern, alpha, cut2, box)
-                    mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
-                                                  eps2, h, kern, alpha, box, use_q)
-                acc[i, 0] = G * (np.float64(bx) + mx)
-                acc[i, 1] = G * (np.float64(by) + my)
-                acc[i, 2] = G * (np.float64(bz) + mz)
-                pot[i] = G * (np.float64(bp) + mp)
-
-    return evaluate
-
-
-_EVALUATORS: dict = {}
+                sx[k] = dx
+                sy[k] = dy
+                sz[k] = dz
+                sm[k] = s_pmass[p]
+                k += 1
+        # ---- gather M2P cells (float64) relative to the group centre
+        nc = cells_g.shape[0]
+        cx = np.empty(nc)
+        cy = np.empty(nc)
+        cz = np.empty(nc)
+        cm = np.empty(nc)
+        cs = np.empty(nc)
+        cq = np.empty((6, nc))
+        for ci in range(nc):
+            nd = cells_g[ci]
+            dx = n_com[nd, 0] - c0
+            dy = n_com[nd, 1] - c1
+            dz = n_com[nd, 2] - c2
+            if box > 0.0:
+                dx -= box * np.rint(dx / box)
+                dy -= box * np.rint(dy / box)
+                dz -= box * np.rint(dz / box)
+            cx[ci] = dx
+            cy[ci] = dy
+            cz[ci] = dz
+            cm[ci] = n_mass[nd]
+            cs[ci] = n_trace[nd]
+            for a in range(6):
+                cq[a, ci] = n_quad[nd, a]
+        # ---- targets
+        for i in range(t0, t0 + nt):
+            x0 = np.float64(tpos[i, 0]) - c0
+            y0 = np.float64(tpos[i, 1]) - c1
+            z0 = np.float64(tpos[i, 2]) - c2
+            if box > 0.0:
+                x0 -= box * np.rint(x0 / box)
+                y0 -= box * np.rint(y0 / box)
+                z0 -= box * np.rint(z0 / box)
+            if fast:
+                bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
+                                             eps2)
+                mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                              eps2, use_q)
+            else:
+                bx, by, bz, bp = _p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
+                                             eps2, h, kern, alpha, cut2, box)
+                mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                              eps2, h, kern, alpha, box, use_q)
+            acc[i, 0] = G * (np.float64(bx) + mx)
+            acc[i, 1] = G * (np.float64(by) + my)
+            acc[i, 2] = G * (np.float64(bz) + mz)
+            pot[i] = G * (np.float64(bp) + mp)
 
 
 def _evaluator(dtype):
-    key = np.dtype(dtype).name
-    if key not in _EVALUATORS:
-        _EVALUATORS[key] = _make_evaluate(np.float32 if key == "float32" else np.float64)
-    return _EVALUATORS[key]
+    """:func:`_evaluate` with P2P arithmetic in ``dtype`` (float32 or float64)."""
+    proto = np.empty(0, dtype=np.float32 if np.dtype(dtype).name == "float32" else np.float64)
+    return functools.partial(_evaluate, proto)
 
 
 def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,

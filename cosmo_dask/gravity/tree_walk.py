@@ -84,7 +84,7 @@ def check_theta(theta: Any) -> float:
     return t
 
 
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _axis_gap(p, lo, hi, box):
     """Distance along one axis from coordinate p to [lo, hi] (minimum image if box > 0)."""
     if box > 0.0:
@@ -101,7 +101,7 @@ def _axis_gap(p, lo, hi, box):
     return 0.0
 
 
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _box_gap(alo, ahi, blo, bhi, box):
     """Smallest and largest axis distances between two boxes (minimum image if box > 0)."""
     ca = 0.5 * (alo + ahi)
@@ -115,7 +115,7 @@ def _box_gap(alo, ahi, blo, bhi, box):
     return (g if g > 0.0 else 0.0), d + h
 
 
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _classify(glo, ghi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, cut):
     """0: drop, 1: accept (M2P), 2: open."""
     if cut:
@@ -139,7 +139,7 @@ def _classify(glo, ghi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, c
     return 2
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=True)
 def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, inv_theta2,
               box, r_cut2, cut, cells_out, leaves_out, write):
     """One group's walk; returns (n_cells, n_leaves, n_missing).
@@ -180,7 +180,7 @@ def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, i
     return nc, nl, missing
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _walk_count(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax,
                 inv_theta2, box, r_cut2, cut):
     g_n = group_lo.shape[0]
@@ -197,7 +197,7 @@ def _walk_count(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_co
     return ncell, nleaf, nmiss
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _walk_fill(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax,
                inv_theta2, box, r_cut2, cut, cell_ptr, cells, leaf_ptr, leaves):
     g_n = group_lo.shape[0]
@@ -284,7 +284,7 @@ def interaction_lists(group_lo: Any, group_hi: Any, source: Octree, theta: float
 
 
 # --------------------------------------------------------------------------- LET
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=True)
 def _let_mask(blo, bhi, s_first, s_nchild, s_lo, s_hi, s_com, s_bmax, inv_theta2, box,
               r_cut2, cut):
     m = s_first.shape[0]

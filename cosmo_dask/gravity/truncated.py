@@ -76,7 +76,7 @@ def check_level(level: int) -> int:
 
 
 # --------------------------------------------------------------------------- exact
-@numba.vectorize(["float32(float32)", "float64(float64)"], cache=False)
+@numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
 def _erfc_ufunc(x):
     return math.erfc(x)
 
@@ -166,14 +166,14 @@ def T_table(x, level: int = 4):
 
 
 # --------------------------------------------------------------------------- numba
-@numba.njit(inline="always", cache=False)
+@numba.njit(inline="always", cache=True)
 def T_exact_nb(x):
     """Exact ``T(x)`` for a numba scalar (computed in float64, returned as float64)."""
     xd = np.float64(x)
     return math.erfc(xd) + 1.1283791670955126 * xd * math.exp(-xd * xd)
 
 
-@numba.njit(inline="always", cache=False)
+@numba.njit(inline="always", cache=True)
 def T_table_nb(x, table, level):
     """``T(x)`` from ``table`` (shape (512, 5), float32 or float64) at Taylor ``level``.
 

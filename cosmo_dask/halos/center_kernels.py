@@ -63,7 +63,7 @@ _N_WELLS = 4
 # --------------------------------------------------------------------------- #
 
 
-@numba.njit(fastmath=_FASTMATH, inline="always")
+@numba.njit(fastmath=_FASTMATH, inline="always", cache=True)
 def _sum_open(x, y, z, m, xi, yi, zi, j0, j1, eps2):
     """``sum_j m_j / sqrt(r_ij**2 + eps2)`` over ``j0 <= j < j1``; zero distances add 0."""
     acc = 0.0
@@ -77,7 +77,7 @@ def _sum_open(x, y, z, m, xi, yi, zi, j0, j1, eps2):
     return acc
 
 
-@numba.njit(fastmath=_FASTMATH, inline="always")
+@numba.njit(fastmath=_FASTMATH, inline="always", cache=True)
 def _sum_periodic(x, y, z, m, xi, yi, zi, j0, j1, eps2, L, inv_L):
     """As :func:`_sum_open` with minimum-image separations in a box of side ``L``."""
     acc = 0.0

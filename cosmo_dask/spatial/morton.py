@@ -30,7 +30,7 @@ _NCELL = 1 << MORTON_BITS
 
 
 # --------------------------------------------------------------------------- bit spreading
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _spread(v):
     """Spread the low 21 bits of ``v`` (uint64) to every third bit."""
     x = v & np.uint64(0x1FFFFF)
@@ -42,7 +42,7 @@ def _spread(v):
     return x
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _keys_kernel(pos, lo0, lo1, lo2, size, box, periodic):
     n = pos.shape[0]
     out = np.empty(n, dtype=np.uint64)

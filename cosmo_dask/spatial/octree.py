@@ -31,7 +31,7 @@ from .octree_layout import MORTON_BITS, Octree
 __all__ = ["build_octree", "default_root", "node_second_moment"]
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=True)
 def _build_nodes(keys, max_leaf, cap):
     """Breadth-first nodes; returns arrays and the node count (-1 if ``cap`` is too small)."""
     n = keys.shape[0]
@@ -84,7 +84,7 @@ def _build_nodes(keys, max_leaf, cap):
     return level, start, count, first_child, n_child, parent, m
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _node_moments(pos, pmass, start, count, mass, com, quad, bmax, lo, hi):
     m = start.shape[0]
     for i in numba.prange(m):
@@ -169,7 +169,7 @@ def _node_moments(pos, pmass, start, count, mass, com, quad, bmax, lo, hi):
         hi[i, 2] = h2
 
 
-@numba.njit(nogil=True, cache=False, parallel=True)
+@numba.njit(nogil=True, cache=True, parallel=True)
 def _second_moment(pos, pmass, start, count, com):
     m = start.shape[0]
     out = np.zeros(m, dtype=np.float64)
