@@ -46,7 +46,7 @@ READS = {"info": ("pos", "vel", "ids"), "halos": ("pos", "vel", "ids"), "power":
          "expand-mex": ("pos",)}
 
 
-def commands(n_side: int, box: float) -> dict[str, list[str]]:
+def commands(n_side: int, box: float, pse_max_level: int | None = None) -> dict[str, list[str]]:
     n = str(n_side)
     eps = f"{0.02 * box / n_side:.6g}"  # 1/50 of the mean spacing
     center = ",".join([f"{box / 2:g}"] * 3)
@@ -57,7 +57,8 @@ def commands(n_side: int, box: float) -> dict[str, list[str]]:
         "halos": ["halos", "s.zarr", "h.zarr", "--centers", "mbp,mcp"],
         "power": ["power", "s.zarr", "--n-mesh", n, "--out", "pk.csv"],
         "density-cic": ["density", "s.zarr", "m.zarr", "--method", "cic", "--n-mesh", n],
-        "density-pse": ["density", "s.zarr", "p.zarr", "--method", "pse"],
+        "density-pse": ["density", "s.zarr", "p.zarr", "--method", "pse"] + (
+            [] if pse_max_level is None else ["--max-level", str(pse_max_level)]),
         "gravity-pm": ["gravity", "s.zarr", "g_pm.zarr", "--method", "pm", "--n-mesh", n],
         "gravity-treepm": ["gravity", "s.zarr", "g_treepm.zarr", "--method", "treepm",
                            "--n-mesh", n],
@@ -133,6 +134,9 @@ def main(argv=None) -> list[dict]:
                     help="cosmo_dask.read_chunk_size for every command (default: store chunks)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per stage")
     ap.add_argument("--keep", action="store_true", help="keep the stores")
+    ap.add_argument("--pse-max-level", type=int, default=None,
+                    help="density-pse --max-level (default: the command's, finest cells half "
+                         "the Lagrangian spacing)")
     args = ap.parse_args(argv)
 
     env = dict(os.environ, MPLBACKEND="Agg")
@@ -152,7 +156,7 @@ def main(argv=None) -> list[dict]:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         box = 1.5625 * n_side
-        cmds = commands(n_side, box)
+        cmds = commands(n_side, box, args.pse_max_level)
         total = 0.0
         for stage in args.stages:
             row = {**base, "n_side": n_side, "n_particles": n_side**3, "box": box,

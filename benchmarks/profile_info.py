@@ -1,0 +1,46 @@
+"""Seconds of ``info``'s full validation, split into its two passes (value statistics of
+pos/vel/mass; the duplicate-id check), on a local cluster from ``cosmo_dask.connect``,
+for the store's chunks and for larger read chunks. One JSON line per chunking.
+
+    python benchmarks/profile_info.py STORE [--device gpu] [--chunks 0 8388608]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("store")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
+    ap.add_argument("--chunks", type=int, nargs="+", default=[0],
+                    help="read chunk rows (0: the store's)")
+    args = ap.parse_args(argv)
+
+    import cosmo_dask
+    from cosmo_dask.progress import compute
+    from cosmo_dask.validation import _stats, duplicate_ids
+
+    with cosmo_dask.connect(gpu=args.device == "gpu", quiet=True):
+        for rows in args.chunks:
+            snap = cosmo_dask.open_snapshot(args.store, device=args.device,
+                                            chunks=rows or None)
+            t0 = time.perf_counter()
+            names = [n for n in ("pos", "vel", "mass") if getattr(snap, n) is not None]
+            compute(*[_stats(getattr(snap, n), snap.box_size if n == "pos" else None)
+                      for n in names], show=False)
+            t1 = time.perf_counter()
+            n_dup, _ = duplicate_ids(snap.ids)
+            t2 = time.perf_counter()
+            print(json.dumps({"bench": "info_phases", "device": args.device,
+                              "n": snap.n_particles, "chunk_rows": snap.pos.chunks[0][0],
+                              "n_chunks": len(snap.pos.chunks[0]), "stats_s": round(t1 - t0, 2),
+                              "duplicate_ids_s": round(t2 - t1, 2), "duplicates": n_dup}),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
