@@ -3,7 +3,7 @@
 ``cosmo_dask.chunk_size``   particles per chunk of new arrays (2**20)
 ``cosmo_dask.precision``    default floating precision of kernels and generators ("float64")
 ``cosmo_dask.read_chunk_size``  particles per dask chunk when opening a store (None: the
-                            store's own chunks); larger chunks suit GPU workers
+                            store's own chunks on CPU, >= 2**24 on GPU)
 ``cosmo_dask.scheduler``    address used by ``connect()`` when none is given (None; the
                             ``COSMO_DASK_SCHEDULER`` environment variable wins over it)
 

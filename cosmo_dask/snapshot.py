@@ -572,6 +572,17 @@ def _check_store_path(path) -> None:
         )
 
 
+#: rows per dask chunk at least, when a store is opened on the GPU without ``chunks``: at
+#: 512^3 on an H100, info's full validation took 28 s with 2^20-row chunks (128 chunks,
+#: mostly scheduling the duplicate-id split) and 3.2 s with 2^24 (benchmarks/RESULTS.md)
+GPU_READ_ROWS = 1 << 24
+
+
+def gpu_read_rows(store_rows: int) -> int:
+    """Rows per chunk on the GPU: whole store chunks, at least :data:`GPU_READ_ROWS` rows."""
+    return store_rows * max(1, GPU_READ_ROWS // max(1, store_rows))
+
+
 def open_snapshot(
     path: str | os.PathLike,
     *,
@@ -591,8 +602,9 @@ def open_snapshot(
         Chunk type of the returned arrays: NumPy or CuPy.
     chunks : int, optional
         Particles per dask chunk; default: dask config ``cosmo_dask.read_chunk_size``
-        when set (e.g. ``DASK_COSMO_DASK__READ_CHUNK_SIZE=16777216`` for GPU
-        workers), else the store's own chunking.
+        when set, else the store's own chunks on the CPU and whole store chunks of
+        at least :data:`GPU_READ_ROWS` (2^24) particles on the GPU, where fewer,
+        larger tasks are much faster.
     wrap : bool
         Wrap periodic positions into [0, box_size) while reading (instead of
         raising for positions outside the box).
@@ -640,6 +652,8 @@ def open_snapshot(
     check_metadata(shapes, attrs, src)
     box = attrs.get("box_size")
     check_box = None if wrap else box  # with wrap=True: check finiteness, then wrap
+    if rows is None and device == "gpu":
+        rows = gpu_read_rows(members["pos"].chunks[0])
     arrays = {
         n: read_array(a, n, src, rows, check=check, box_size=check_box) for n, a in members.items()
     }

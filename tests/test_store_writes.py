@@ -108,3 +108,12 @@ def test_read_chunk_size_config(tmp_path):
 @pytest.mark.parametrize("meta_numpy", [False, True])
 def test_cupy_chunks_every_writer(tmp_path, meta_numpy):
     _check_all_writers(tmp_path, "gpu", meta_numpy)
+
+
+def test_gpu_read_rows_are_whole_store_chunks():
+    from cosmo_dask.snapshot import GPU_READ_ROWS, gpu_read_rows
+
+    assert gpu_read_rows(1 << 20) == GPU_READ_ROWS
+    assert gpu_read_rows(3000) % 3000 == 0 and GPU_READ_ROWS - 3000 < gpu_read_rows(3000) <= (
+        GPU_READ_ROWS)
+    assert gpu_read_rows(1 << 25) == 1 << 25
