@@ -54,6 +54,8 @@ def _owning_client(cluster, quiet: bool):
 def _resolve_target(address, scheduler_file):
     if address is not None and scheduler_file is not None:
         raise ParameterError("give either address or scheduler_file, not both")
+    if address is not None and "://" not in str(address) and os.path.isfile(address):
+        return None, address  # a scheduler file given as the address, as the CLI accepts
     if address is not None or scheduler_file is not None:
         return address, scheduler_file
     env = os.environ.get(ENV_VAR) or dask.config.get("cosmo_dask.scheduler", None)
@@ -102,7 +104,8 @@ def connect(
     Parameters
     ----------
     address : str, optional
-        Scheduler address, e.g. ``"tcp://10.0.0.5:8786"``.
+        Scheduler address, e.g. ``"tcp://10.0.0.5:8786"``, or the path of an
+        existing scheduler file.
     scheduler_file : path, optional
         A scheduler file written by ``dask scheduler --scheduler-file``.
     gpu : {"auto", True, False}

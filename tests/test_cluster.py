@@ -42,6 +42,8 @@ def test_scheduler_file_and_environment_variable(cluster, tmp_path, monkeypatch)
         client.write_scheduler_file(str(path))
     with connect(scheduler_file=path, quiet=True) as client:
         assert client.scheduler.address == cluster.scheduler_address
+    with connect(str(path), quiet=True) as client:  # a file given as the address
+        assert client.scheduler.address == cluster.scheduler_address
     monkeypatch.setenv(ENV_VAR, cluster.scheduler_address)
     with connect(quiet=True) as client:
         assert client.scheduler.address == cluster.scheduler_address
