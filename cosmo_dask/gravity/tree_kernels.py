@@ -262,6 +262,12 @@ def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, bo
 
 
 # --------------------------------------------------------------------------- group driver
+@numba.njit(cache=True, error_model="numpy", inline="always")
+def _nearest(d, box):
+    """Separation ``d`` (float64) of the nearest periodic image, for ``box > 0``."""
+    return d - box * np.rint(d / box)
+
+
 @numba.njit(nogil=True, cache=True, parallel=True, error_model="numpy")
 def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
               s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
@@ -314,9 +320,9 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
                 dy = np.float64(s_pos[p, 1]) - c1
                 dz = np.float64(s_pos[p, 2]) - c2
                 if box > 0.0:
-                    dx -= box * np.rint(dx / box)
-                    dy -= box * np.rint(dy / box)
-                    dz -= box * np.rint(dz / box)
+                    dx = _nearest(dx, box)
+                    dy = _nearest(dy, box)
+                    dz = _nearest(dz, box)
                 sx[k] = dx
                 sy[k] = dy
                 sz[k] = dz
@@ -336,9 +342,9 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
             dy = n_com[nd, 1] - c1
             dz = n_com[nd, 2] - c2
             if box > 0.0:
-                dx -= box * np.rint(dx / box)
-                dy -= box * np.rint(dy / box)
-                dz -= box * np.rint(dz / box)
+                dx = _nearest(dx, box)
+                dy = _nearest(dy, box)
+                dz = _nearest(dz, box)
             cx[ci] = dx
             cy[ci] = dy
             cz[ci] = dz
@@ -352,9 +358,9 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
             y0 = np.float64(tpos[i, 1]) - c1
             z0 = np.float64(tpos[i, 2]) - c2
             if box > 0.0:
-                x0 -= box * np.rint(x0 / box)
-                y0 -= box * np.rint(y0 / box)
-                z0 -= box * np.rint(z0 / box)
+                x0 = _nearest(x0, box)
+                y0 = _nearest(y0, box)
+                z0 = _nearest(z0, box)
             if fast:
                 bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
                                              eps2)
