@@ -82,6 +82,13 @@ def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         help="workers of a new local cluster",
     )
     group.add_argument(
+        "--dashboard-address",
+        metavar="HOST:PORT",
+        default=default,
+        help="dashboard of a new local cluster (default 127.0.0.1:8787, this machine only; "
+        "':8787' serves every interface)",
+    )
+    group.add_argument(
         "--verbose",
         "-v",
         action="store_true",
@@ -107,9 +114,11 @@ def _cluster(args, needed: bool = True):
             scheduler_file = args.scheduler
         else:
             address = args.scheduler
+    extra = {} if args.dashboard_address is None else {
+        "dashboard_address": args.dashboard_address}
     client = connect(
-        address, scheduler_file=scheduler_file, gpu=gpu, n_workers=args.workers, quiet=False
-    )
+        address, scheduler_file=scheduler_file, gpu=gpu, n_workers=args.workers, quiet=False,
+        **extra)
     args._client = client  # for main's message if the scheduler is lost
     args._scheduler_address = getattr(client.scheduler, "address", None)
     with _one_line_logs(not args.verbose):

@@ -51,6 +51,10 @@ def _owning_client(cluster, quiet: bool):
     return client
 
 
+#: where a local cluster's dashboard listens unless asked otherwise: this machine only
+LOCAL_DASHBOARD = "127.0.0.1:8787"
+
+
 def _resolve_target(address, scheduler_file):
     if address is not None and scheduler_file is not None:
         raise ParameterError("give either address or scheduler_file, not both")
@@ -97,6 +101,7 @@ def connect(
     rmm_pool_size: str | int | None = None,
     rmm_cupy: bool = False,
     quiet: bool = False,
+    dashboard_address: str = LOCAL_DASHBOARD,
     **cluster_kwargs,
 ):
     """Connect to (or start) a Dask cluster and return a ``distributed.Client``.
@@ -120,6 +125,10 @@ def connect(
         GPU only: route CuPy allocations through RMM.
     quiet : bool
         Do not print the dashboard link.
+    dashboard_address : str
+        For a new local cluster: where its dashboard listens. Default
+        ``127.0.0.1:8787``, this machine only (dask's own default serves all
+        interfaces); ``":8787"`` opens it to the network, ``":0"`` takes a free port.
     **cluster_kwargs
         Passed to the LocalCluster / LocalCUDACluster constructor.
 
@@ -153,6 +162,7 @@ def connect(
                 f"cannot reach the Dask scheduler at {target or sched_file}: {exc}"
             ) from None
     else:
+        cluster_kwargs.setdefault("dashboard_address", dashboard_address)
         use_gpu = False
         if gpu is True:
             if not gpu_available():

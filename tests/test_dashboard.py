@@ -30,3 +30,17 @@ def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
         kinds = {key_split(t["key"]) for t in stream.data}
     assert {"fof-split", "fof-domain", "fof-local", "fof-merge", "halo-mbp-batch"} <= kinds, \
         sorted(kinds)
+
+
+@pytest.mark.timeout(120)
+def test_local_dashboard_listens_on_this_machine_only():
+    # (an in-process cluster's dashboard_link names the host's address whatever the socket)
+    with cosmo_dask.connect(gpu=False, n_workers=1, processes=False, quiet=True) as client:
+        server = client.cluster.scheduler.http_server
+        hosts = {s.getsockname()[0] for s in server._sockets.values()}
+        assert hosts == {"127.0.0.1"}, hosts
+    with cosmo_dask.connect(gpu=False, n_workers=1, processes=False, quiet=True,
+                            dashboard_address=":0") as client:
+        server = client.cluster.scheduler.http_server
+        hosts = {s.getsockname()[0] for s in server._sockets.values()}
+        assert hosts & {"0.0.0.0", "::"}, hosts  # opened wider when asked
