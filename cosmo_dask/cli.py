@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -164,11 +165,76 @@ def _one_line_logs(enabled: bool = True):
             h.removeFilter(one_line)
 
 
+def _check_files(args) -> None:
+    """Refuse, before any work, a --plot or --out file that would replace an existing file
+    (without --overwrite), lies inside a Zarr store or an input, or has a format this
+    command cannot write."""
+    from pathlib import Path
+
+    from .atomic import inside_store
+
+    for flag, path in (("--plot", getattr(args, "plot", None)),
+                       ("--out", getattr(args, "out", None) if args.func is cmd_power else None)):
+        if not path:
+            continue
+        p = Path(path).expanduser()
+        suffix = p.suffix.lower().lstrip(".")
+        if flag == "--plot":
+            from matplotlib.figure import Figure
+
+            formats = sorted(Figure().canvas.get_supported_filetypes())
+            if suffix not in formats:
+                raise CosmoDaskError(f"{flag} {path}: matplotlib cannot write "
+                                     f"'.{suffix}' files; use one of .{', .'.join(formats)}")
+        elif suffix not in ("csv", "nc"):
+            raise CosmoDaskError(f"{flag} {path}: the table is written as .csv or .nc")
+        real = Path(os.path.realpath(p))
+        outer = inside_store(real)
+        snapshot = getattr(args, "snapshot", None)
+        if outer is not None or (snapshot and Path(os.path.realpath(snapshot)) in (
+                real, *real.parents)):
+            raise CosmoDaskError(f"{flag} {path}: lies inside the Zarr store "
+                                 f"{outer or snapshot}; write it outside")
+        if p.is_dir():
+            raise CosmoDaskError(f"{flag} {path}: is a directory; give a file name")
+        if p.exists() and not getattr(args, "overwrite", False):
+            raise CosmoDaskError(f"{flag} {path}: already exists; pass --overwrite to "
+                                 "replace it")
+        if not p.parent.is_dir():
+            raise CosmoDaskError(f"{flag} {path}: directory {p.parent} does not exist")
+
+
+def _output_kind(args) -> tuple[str, str]:
+    """(what, format) of the store the command writes."""
+    name = args.func.__name__
+    if name in ("cmd_generate", "cmd_convert"):
+        from .validation import FORMAT
+        return "snapshot store", FORMAT
+    if name == "cmd_halos":
+        from .halos.result import FORMAT
+        return "halo store", FORMAT
+    if name == "cmd_expand":
+        from .expansion.output import FORMAT
+        return "expansion store", FORMAT
+    if name == "cmd_gravity":
+        from .gravity.output import FORMAT
+        return "gravity store", FORMAT
+    if getattr(args, "method", None) == "pse":
+        from .density.octree_result import FORMAT
+        return "density octree store", FORMAT
+    from .density.mesh_store import FORMAT
+    return "mesh store", FORMAT
+
+
 def _check_out(args) -> None:
-    """Refuse an output store that exists (without --overwrite) or cannot be written."""
+    """Refuse, before any work, an output that is the input, lies inside or around it, lies
+    inside a Zarr store, exists (without --overwrite), or is no store of this kind."""
     from .atomic import check_writable_target
 
-    check_writable_target(args.out, overwrite=args.overwrite)
+    what, fmt = _output_kind(args)
+    inputs = [getattr(args, name, None) for name in ("snapshot", "input")]
+    check_writable_target(args.out, overwrite=args.overwrite, what=what, fmt=fmt,
+                          inputs=[i for i in inputs if i])
 
 
 def _say(text: str) -> None:
@@ -493,7 +559,6 @@ def cmd_gravity(args) -> int:
 
     import dask.array as da
 
-    from .atomic import check_writable_target
     from .gravity import accelerations
     from .gravity.api import prepare
     from .snapshot import open_snapshot
@@ -506,7 +571,7 @@ def cmd_gravity(args) -> int:
                   max_group=args.max_group)
     # every parameter is checked (and the method's module imported) before a cluster starts
     resolved = prepare(snap, check=False, **params).params
-    check_writable_target(args.out, overwrite=args.overwrite, what="gravity store")
+    _check_out(args)
     with _cluster(args):
         t0 = time.perf_counter()
         # values were checked as the store is read (open_snapshot checks every chunk)
@@ -528,6 +593,19 @@ def cmd_gravity(args) -> int:
 
 
 # --------------------------------------------------------------------------- demo
+def cmd_clean(args) -> int:
+    from .atomic import leftovers, remove_leftovers
+
+    found = leftovers(args.path)
+    removed = set(remove_leftovers(args.path))
+    for entry, _ in found:
+        state = "removed" if entry in removed else "kept (its writer may still be running)"
+        _say(f"{entry}: {state}")
+    if not found:
+        _say(f"{args.path}: no temporary stores left by earlier writes")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -687,6 +765,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the table (.csv or .nc)")
     p.add_argument("--plot", metavar="PNG", default=None, help="P(k) plot (with linear theory "
                    "when the snapshot carries a cosmology)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace existing --out and --plot files")
     p.set_defaults(func=cmd_power)
 
     gr = subparser("gravity", help="accelerations and potentials of every particle",
@@ -715,6 +795,13 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--no-potential", action="store_true", help="accelerations only")
     gr.add_argument("--overwrite", action="store_true")
     gr.set_defaults(func=cmd_gravity)
+
+    cl = subparser("clean", help="remove temporary stores that killed writes left",
+                   description="Remove the .NAME.tmp-<hex> directories that writes to PATH "
+                   "killed outright left next to it (the next write to PATH removes them "
+                   "too). Those whose writer may still be running are kept.")
+    cl.add_argument("path", metavar="PATH", help="the store path that was being written")
+    cl.set_defaults(func=cmd_clean)
 
     d = subparser("demo", help="run the end-to-end demo on a local cluster")
     d.add_argument(
@@ -829,6 +916,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = _command_parser(parser, args)
     try:
+        _check_files(args)
         with dask.config.set({"cosmo_dask.progress": True}):  # for this command only
             return int(args.func(args) or 0)
     except KeyboardInterrupt:

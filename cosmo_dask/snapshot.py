@@ -545,7 +545,10 @@ class Snapshot:
         compressors = codecs_for(compressor)
         sources = {name: checked_array(to_device(arr, "cpu"), name, self.box_size, self._source)
                    for name, arr in self._arrays.items()}
-        with atomic_directory(path, overwrite=overwrite, what="snapshot store") as tmp:
+        # onto its own source is allowed (a rechunk in place): every read ends before the
+        # new store is renamed in
+        with atomic_directory(path, overwrite=overwrite, what="snapshot store",
+                              fmt=FORMAT) as tmp:
             group = zarr.open_group(
                 str(tmp), mode="w", zarr_format=3, attributes=self.store_attrs()
             )

@@ -34,7 +34,8 @@ def write_mesh(path: str | os.PathLike, mesh: da.Array, *, box_size: float, sche
             "convention": "mass per cell; cell i covers [i H, (i+1) H), H = box_size / n_mesh",
             **(attrs or {})}
     slab = max(1, min(n, 2**24 // max(1, n * n)))  # about 128 MiB of float64 per chunk
-    with atomic_directory(path, overwrite=overwrite, what="mesh store") as tmp:
+    with atomic_directory(path, overwrite=overwrite, what="mesh store", fmt=FORMAT,
+                          inputs=(meta.get("source"),)) as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
         store_arrays(group, {"mass": mesh.astype(np.float64)}, root=tmp,
                      chunks={"mass": (slab, n, n)}, dims={"mass": ("x", "y", "z")},

@@ -487,7 +487,8 @@ class DensityOctree:
                 "root_lo": self.root_lo.tolist(), "root_size": self.root_size,
                 "patch_size": p, "box_size": self.box_size, "levels": levels,
                 "n_leaves": self.n_leaves, "attrs": provenance}
-        with atomic_directory(path, overwrite=overwrite, what="density octree store") as tmp:
+        with atomic_directory(path, overwrite=overwrite, what="density octree store",
+                              fmt=FORMAT, inputs=(provenance.get("source"),)) as tmp:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
             sources, chunks = {}, {}
             for lev in levels:

@@ -29,7 +29,8 @@ def write_expansion(path: str | os.PathLike, *, method: str, parameters: dict, s
                     acc: da.Array | None = None, pot: da.Array | None = None,
                     overwrite: bool = False) -> str:
     """Write an expansion result (see the module docstring for the layout)."""
-    with atomic_directory(path, overwrite=overwrite, what="expansion store") as tmp:
+    with atomic_directory(path, overwrite=overwrite, what="expansion store", fmt=FORMAT,
+                          inputs=(parameters.get("source"),)) as tmp:
         attrs = {"format": FORMAT, "format_version": FORMAT_VERSION, "method": method,
                  "parameters": parameters}
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)

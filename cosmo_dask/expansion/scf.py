@@ -326,7 +326,7 @@ class SCF:
                     "format_version": 1, "split_every": self.split_every}
         for name in ds.data_vars:
             ds[name].attrs = {}
-        with atomic_directory(path, overwrite=overwrite, what="SCF store") as tmp:
+        with atomic_directory(path, overwrite=overwrite, what="SCF store", fmt=FORMAT) as tmp:
             ds.to_zarr(str(tmp), mode="w", zarr_format=3, consolidated=False)
         return str(path)
 

@@ -111,7 +111,8 @@ def to_zarr(
     except (TypeError, ValueError) as exc:
         raise ParameterError(f"to_zarr: attrs must be JSON-serialisable ({exc})") from None
     compressors = codecs_for(compressor)
-    with atomic_directory(path, overwrite=overwrite, what="gravity store") as tmp:
+    with atomic_directory(path, overwrite=overwrite, what="gravity store", fmt=FORMAT,
+                          inputs=(meta.get("source"),)) as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
         store_arrays(group, arrays, root=tmp, compressors=compressors,
                      label=f"writing {path}", show=progress)

@@ -149,7 +149,8 @@ class HaloResult:
 
     def to_zarr(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
         """Write labels, catalog and parameters to a Zarr v3 store, atomically."""
-        with atomic_directory(path, overwrite=overwrite, what="halo store") as tmp:
+        with atomic_directory(path, overwrite=overwrite, what="halo store", fmt=FORMAT,
+                              inputs=(self.parameters.get("snapshot"),)) as tmp:
             attrs = {"format": FORMAT, "format_version": FORMAT_VERSION,
                      "parameters": plain_attrs(self.parameters)}
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
