@@ -35,10 +35,15 @@ def is_remote(path: str | os.PathLike) -> bool:
 
 
 def local_path(path: str | os.PathLike) -> Path:
+    """The absolute local path of ``path`` (``file://`` and ``~`` resolved).
+
+    Absolute on the client, before it enters any graph: a worker that runs in
+    another directory must find the same store (a relative path would name a
+    different, or no, store there)."""
     s = str(path)
     if s.startswith("file://"):
         s = s[len("file://") :]
-    return Path(s).expanduser()
+    return Path(os.path.abspath(Path(s).expanduser()))
 
 
 #: name of a temporary store: ``.<target name>.tmp-<12 hex>`` (``.old-`` while replacing)

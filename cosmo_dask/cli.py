@@ -122,6 +122,16 @@ def _cluster(args, needed: bool = True):
         **extra)
     args._client = client  # for main's message if the scheduler is lost
     args._scheduler_address = getattr(client.scheduler, "address", None)
+    if args.scheduler:  # an existing cluster: do its workers see our paths?
+        from .cluster import check_worker_paths
+
+        try:
+            check_worker_paths(client, inputs=[getattr(args, n, None) for n in (
+                "snapshot", "input")], outputs=[] if args.func is cmd_power else [
+                    getattr(args, "out", None)])
+        except BaseException:
+            client.close()
+            raise
     with _one_line_logs(not args.verbose):
         try:
             yield client

@@ -233,3 +233,36 @@ def describe(client) -> dict[str, Any]:
 
 
 __all__ = ["connect", "describe", "ENV_VAR", "DeviceError"]
+
+
+def _paths_seen(inputs, parents):
+    """On a worker: the inputs it cannot see and the output parents it cannot write into."""
+    missing = [p for p in inputs if not os.path.exists(p)]
+    unwritable = [p for p in parents if not (os.path.isdir(p) and os.access(p, os.W_OK))]
+    return missing, unwritable
+
+
+def check_worker_paths(client, inputs=(), outputs=()) -> None:
+    """ClusterError unless a worker of ``client`` sees every input path and can create
+    every output (its parent directory exists there and is writable).
+
+    One small task on one worker; paths are made absolute here, on the client.
+    Call it before any work on a cluster whose workers may run on other hosts
+    or in other directories.
+    """
+    from .atomic import local_path
+
+    ins = [str(local_path(p)) for p in inputs if p]
+    parents = [str(local_path(p).parent) for p in outputs if p]
+    if not ins and not parents:
+        return
+    missing, unwritable = client.submit(_paths_seen, ins, parents, pure=False,
+                                        key=f"check-paths-{os.getpid()}-{id(ins)}").result()
+    if missing:
+        raise ClusterError(
+            f"{missing[0]}: the workers cannot see this path; a store must be on a filesystem "
+            "the workers share with this machine, at the same path")
+    if unwritable:
+        raise ClusterError(
+            f"{unwritable[0]}: the workers cannot write into this directory; outputs must be "
+            "on a filesystem the workers share with this machine, at the same path")

@@ -44,7 +44,7 @@ from .validation import (
     full_report,
     wrapped_positions,
 )
-from .zarr_read import read_array
+from .zarr_read import check_chunks, read_array
 
 ARRAY_NAMES = tuple(ARRAY_SCHEMA)
 ATTR_NAMES = (
@@ -594,6 +594,7 @@ def open_snapshot(
     wrap: bool = False,
     check: bool = True,
     storage_options: dict | None = None,
+    allow_missing_chunks: bool = False,
 ) -> Snapshot:
     """Open a snapshot store lazily (reads metadata only).
 
@@ -614,6 +615,12 @@ def open_snapshot(
     check : bool
         Check each chunk's values when it is computed (finite, inside the box,
         masses > 0); a bad chunk raises SnapshotError naming the particle.
+    allow_missing_chunks : bool
+        Every chunk file of a local store is checked on opening: stores that
+        cosmo_dask wrote carry a manifest (each chunk's size), and a missing or
+        resized chunk is always a SnapshotError. In a store of another writer
+        without a manifest a missing chunk is an error too, unless this is True
+        (then it reads as the array's fill value, as zarr does).
 
     Raises
     ------
@@ -653,6 +660,8 @@ def open_snapshot(
     members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     check_metadata(shapes, attrs, src)
+    for name, arr in members.items():
+        check_chunks(arr, name, src, allow_missing=allow_missing_chunks)
     box = attrs.get("box_size")
     check_box = None if wrap else box  # with wrap=True: check finiteness, then wrap
     if rows is None and device == "gpu":

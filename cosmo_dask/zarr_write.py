@@ -10,6 +10,7 @@ import numpy as np
 
 from .backend import host
 from .errors import ParameterError, SnapshotError
+from .zarr_read import write_manifest
 
 COMPRESSORS = (None, "zstd", "blosc")
 
@@ -111,9 +112,12 @@ def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLi
         shape = (chunks or {}).get(name) or (regular_rows(arr),) + tuple(arr.shape[1:])
         parent, _, leaf = name.rpartition("/")
         where = group[parent] if parent else group
+        # every chunk is written, even one holding only the fill value, so a missing
+        # chunk file is always an error when the store is read (zarr_read.check_chunks)
         stored = where.create_array(leaf, shape=arr.shape, chunks=shape, dtype=arr.dtype,
                                     compressors=compressors, fill_value=fill_value,
-                                    dimension_names=(dims or {}).get(name) or dims_of(arr))
+                                    dimension_names=(dims or {}).get(name) or dims_of(arr),
+                                    config={"write_empty_chunks": True})
         grid = tuple(min(c, n) or 1 for c, n in zip(shape, arr.shape, strict=True))
         sources.append(arr.rechunk(grid))
         targets.append(GuardedTarget(stored, str(root)))
@@ -122,3 +126,5 @@ def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLi
     stored = da.store(sources, targets, lock=False, compute=False)
     stored = stored if isinstance(stored, (tuple, list)) else (stored,)
     compute(*stored, label=label, show=show)
+    for target in targets:
+        write_manifest(target.array)

@@ -125,3 +125,159 @@ def test_killed_write_leftovers_are_removed_by_the_next_write_and_by_clean(tmp_p
         pass
     assert not alive.exists() and other.exists()
     assert not (tmp_path / "h.zarr" / WRITER_FILE).exists()  # not left in the store
+
+
+# ------------------------------------------------------------------ missing and altered chunks
+def _store(tmp_path, **kw):
+    rng = np.random.default_rng(2)
+    path = tmp_path / "s.zarr"
+    Snapshot.from_arrays(rng.random((4000, 3)) * 10.0, np.zeros((4000, 3)),
+                         ids=np.arange(4000), box_size=10.0, particle_mass=1.0,
+                         chunks=1000).to_zarr(path)
+    return path
+
+
+def test_every_chunk_is_written_and_recorded(tmp_path):
+    import zarr
+
+    from cosmo_dask.zarr_read import MANIFEST
+
+    path = _store(tmp_path)
+    vel = zarr.open_group(str(path), mode="r")["vel"]  # all zeros = the fill value
+    assert sorted(p.name for p in (path / "vel" / "c").iterdir()) == ["0", "1", "2", "3"]
+    assert vel.attrs[MANIFEST]["n_chunks"] == 4
+
+
+@pytest.mark.parametrize("array", ["pos", "vel"])
+def test_a_deleted_chunk_is_an_error_on_every_path(tmp_path, capsys, array):
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.errors import SnapshotError
+
+    path = _store(tmp_path)
+    (path / array / "c" / "1" / "0").unlink()
+    before = tree_hash(path)
+    with pytest.raises(SnapshotError, match=f"array '{array}': chunk c/1/0 is missing"):
+        open_snapshot(path)
+    for argv in (["info", str(path)], ["halos", str(path), str(tmp_path / "h.zarr")],
+                 ["power", str(path), "--n-mesh", "16"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"array '{array}': chunk c/1/0 is missing" in err and "Traceback" not in err
+    assert tree_hash(path) == before and not (tmp_path / "h.zarr").exists()
+
+
+def test_an_altered_chunk_is_an_error(tmp_path):
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.errors import SnapshotError
+
+    path = _store(tmp_path)
+    chunk = path / "pos" / "c" / "2" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-8])
+    with pytest.raises(SnapshotError, match="chunk c/2/0 has 23992 bytes, 24000 when"):
+        open_snapshot(path)
+
+
+def test_foreign_store_missing_chunk_needs_explicit_permission(tmp_path):
+    from conftest import good_attrs, write_raw_store
+
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.errors import SnapshotError
+
+    pos = np.random.default_rng(3).random((256, 3))
+    path = write_raw_store(tmp_path / "raw.zarr", {"pos": pos}, good_attrs(box_size=1.0),
+                           chunks=64)
+    (path / "pos" / "c" / "3" / "0").unlink()
+    with pytest.raises(SnapshotError, match="chunk c/3/0 missing.*allow_missing_chunks=True"):
+        open_snapshot(path)
+    got = open_snapshot(path, allow_missing_chunks=True, check=False).pos.compute()
+    np.testing.assert_array_equal(got[:192], pos[:192])
+    assert np.all(got[192:] == 0)
+
+
+def test_product_chunk_deleted(tmp_path):
+    import dask.array as da
+    import xarray as xr
+
+    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.halos.result import HaloResult, open_catalog
+
+    labels = da.from_array(np.arange(100) % 3 - 1, chunks=25)
+    catalog = xr.Dataset({"n_members": ("halo", np.array([34, 33], np.int64))})
+    path = HaloResult(labels, catalog, {}).to_zarr(tmp_path / "h.zarr")
+    (Path(path) / "labels" / "c" / "2").unlink()
+    with pytest.raises(SnapshotError, match="array 'labels': chunk c/2 is missing"):
+        open_catalog(path)
+
+
+# ------------------------------------------------------------------ paths on a real cluster
+@pytest.fixture
+def remote_cluster(tmp_path):
+    """A scheduler and two worker processes started in another directory (as on a cluster
+    whose workers do not share the client's working directory)."""
+    import subprocess
+    import sys
+
+    from distributed import LocalCluster
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0") as cluster:
+        procs = [subprocess.Popen([sys.executable, "-m", "dask", "worker",
+                                   cluster.scheduler_address, "--nthreads", "1",
+                                   "--no-dashboard", "--host", "127.0.0.1"],
+                                  cwd=elsewhere, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for _ in range(2)]
+        try:
+            from distributed import Client
+
+            with Client(cluster.scheduler_address, set_as_default=False) as c:
+                c.wait_for_workers(2, timeout=60)
+            yield cluster.scheduler_address, elsewhere
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_relative_paths_and_missing_chunks_on_workers_elsewhere(tmp_path, monkeypatch,
+                                                                capsys, remote_cluster):
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.halos.result import open_catalog
+
+    address, elsewhere = remote_cluster
+    base = tmp_path / "base"
+    base.mkdir()
+    monkeypatch.chdir(base)
+    rng = np.random.default_rng(4)
+    centres = rng.random((20, 3)) * 10.0
+    pos = (centres[rng.integers(0, 20, 4000)] + 0.05 * rng.normal(size=(4000, 3))) % 10.0
+    Snapshot.from_arrays(pos, ids=np.arange(4000), box_size=10.0, particle_mass=1.0,
+                         chunks=1000).to_zarr("s.zarr")
+    # relative paths, workers in another directory: the right halos, written where asked
+    assert main(["--scheduler", address, "halos", "s.zarr", "h.zarr", "--linking-length",
+                 "0.05", "--absolute", "--min-members", "20", "--centers", ""]) == 0
+    out = capsys.readouterr().out
+    labels = open_catalog(base / "h.zarr").labels.compute()
+    assert (labels >= 0).sum() > 3000 and "20 halos" in out, out
+    assert not list(elsewhere.rglob("*.zarr"))  # nothing written in the workers' directory
+    # a deleted chunk is an error there too, before any work
+    (base / "s.zarr" / "pos" / "c" / "2" / "0").unlink()
+    assert main(["--scheduler", address, "halos", "s.zarr", "h2.zarr"]) == 2
+    assert "chunk c/2/0 is missing" in capsys.readouterr().err
+    with pytest.raises(Exception, match="chunk c/2/0 is missing"):
+        open_snapshot("s.zarr")
+
+
+@pytest.mark.timeout(120)
+def test_workers_that_cannot_see_a_path_are_named(client, tmp_path):
+    from cosmo_dask.cluster import check_worker_paths
+    from cosmo_dask.errors import ClusterError
+
+    check_worker_paths(client, inputs=[tmp_path], outputs=[tmp_path / "out.zarr"])
+    with pytest.raises(ClusterError, match="the workers cannot see this path"):
+        check_worker_paths(client, inputs=[tmp_path / "nowhere.zarr"])
+    with pytest.raises(ClusterError, match="cannot write into this directory"):
+        check_worker_paths(client, outputs=[tmp_path / "no" / "out.zarr"])
