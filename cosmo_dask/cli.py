@@ -475,10 +475,12 @@ def cmd_density(args) -> int:
     if args.method == "pse":
         return _density_pse(args)
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
-    mesh = paint(snap, n_mesh=args.n_mesh, scheme=args.method, box_size=args.box_size)
+    paint(snap, n_mesh=1, scheme=args.method, box_size=args.box_size)  # checks the input
     box = args.box_size if args.box_size is not None else snap.box_size
     _check_out(args)  # before a cluster starts
     with _cluster(args):
+        # the mesh size is checked against the memory of the workers just started
+        mesh = paint(snap, n_mesh=args.n_mesh, scheme=args.method, box_size=args.box_size)
         t0 = time.perf_counter()
         path = write_mesh(args.out, mesh, box_size=box, scheme=args.method,
                           overwrite=args.overwrite, attrs={"source": str(args.snapshot)})

@@ -21,6 +21,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -575,6 +576,14 @@ def _check_store_path(path) -> None:
         )
 
 
+def _json_ok(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 #: rows per dask chunk at least, when a store is opened on the GPU without ``chunks``: at
 #: 512^3 on an H100, info's full validation took 28 s with 2^20-row chunks (128 chunks,
 #: mostly scheduling the duplicate-id split) and 3.2 s with 2^24 (benchmarks/RESULTS.md)
@@ -656,7 +665,14 @@ def open_snapshot(
             f"{src}: format_version {version!r} is not supported; this cosmo_dask reads "
             f"version(s) {', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade cosmo_dask?)"
         )
-    found = dict(group.arrays())
+    try:
+        found = dict(group.arrays())
+    except Exception as exc:  # an array's zarr.json that zarr cannot parse
+        bad = next((n for n in ARRAY_NAMES if (Path(src) / n / "zarr.json").is_file()
+                    and not _json_ok(Path(src) / n / "zarr.json")), None)
+        where = f"{src}/{bad}/zarr.json" if bad else src
+        raise SnapshotError(f"{where}: unreadable array metadata ({type(exc).__name__}: "
+                            f"{exc}); restore the file or re-create the store") from None
     members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     check_metadata(shapes, attrs, src)

@@ -343,6 +343,10 @@ def full_report(snap, *, check_ids: bool = True) -> ValidationReport:
     src = snap.source
     box = snap.box_size
     report = ValidationReport(n_particles=snap.n_particles, full=True)
+    if snap.n_particles == 0:
+        report.problems.append(f"{src or 'snapshot'}: holds no particles (N = 0); every "
+                               "analysis needs at least one")
+        return report
     names = [n for n in ("pos", "vel", "mass") if getattr(snap, n) is not None]
     stats = compute(*[_stats(getattr(snap, n), box if n == "pos" else None) for n in names],
                     label=f"validating {src or 'snapshot'}")

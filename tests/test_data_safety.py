@@ -281,3 +281,49 @@ def test_workers_that_cannot_see_a_path_are_named(client, tmp_path):
         check_worker_paths(client, inputs=[tmp_path / "nowhere.zarr"])
     with pytest.raises(ClusterError, match="cannot write into this directory"):
         check_worker_paths(client, outputs=[tmp_path / "no" / "out.zarr"])
+
+
+# ------------------------------------------------------------------ clear one-line errors
+def test_garbage_array_metadata_is_named(work, capsys):
+    meta = work / "p" / "s.zarr" / "vel" / "zarr.json"
+    meta.write_text("garbage{")
+    before = tree_hash(work / "p")
+    assert main(["info", "p/s.zarr"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "vel/zarr.json: unreadable array metadata" in err
+    assert tree_hash(work / "p") == before
+
+
+def test_an_empty_snapshot_is_reported_not_a_crash(tmp_path, capsys):
+    path = Snapshot.from_arrays(np.zeros((0, 3)), box_size=1.0, particle_mass=1.0).to_zarr(
+        tmp_path / "e.zarr")
+    assert main(["info", path]) == 1
+    out = capsys.readouterr()
+    assert "holds no particles (N = 0)" in out.out and "Traceback" not in out.err
+
+
+def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
+    import importlib
+
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.density import paint
+    from cosmo_dask.errors import ParameterError
+
+    paint_module = importlib.import_module("cosmo_dask.density.paint")
+
+    assert main(["power", "p/s.zarr", "--n-mesh", "1"]) == 2
+    assert "--n-mesh must be at least 2" in capsys.readouterr().err
+    t0 = time.perf_counter()
+    assert main(["power", "p/s.zarr", "--n-mesh", "4097"]) == 2
+    err = capsys.readouterr().err
+    assert "--n-mesh 4097 needs at least 1024.8 GiB" in err and "largest --n-mesh" in err
+    assert time.perf_counter() - t0 < 60
+    snap = open_snapshot(work / "p" / "s.zarr")
+    monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**27, "worker"))
+    with pytest.raises(ParameterError, match="n_mesh=256 needs at least 0.2 GiB in one worker "
+                                             ".*which has 0.1 GiB.*about 203"):
+        paint(snap, n_mesh=256)
+    assert paint(snap, n_mesh=200).shape == (200, 200, 200)  # fits: nothing computed here
+    monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**30, "worker"))
+    with pytest.raises(ParameterError, match="the largest n_mesh that fits is about 406"):
+        paint(snap, n_mesh=512)

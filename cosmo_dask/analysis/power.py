@@ -265,6 +265,9 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         if n_mesh is None:
             raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
         n = _check_n_mesh(n_mesh, what)
+        if n < 2:
+            raise ParameterError(f"{what}: n_mesh must be at least 2 for a power spectrum, "
+                                 f"got {n}")
         if scheme is None:
             raise ParameterError(f"{what}: particles need a scheme (ngp, cic, tsc, pcs)")
         pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)

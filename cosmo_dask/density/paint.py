@@ -115,9 +115,43 @@ def _squeeze(mesh):
     return mesh[0]
 
 
+def memory_per_worker(gpu: bool) -> tuple[int | None, str]:
+    """``(bytes, what)``: the memory one task can use: the GPU's (device 0), the smallest
+    ``memory_limit`` of the active distributed client's workers, else this machine's."""
+    if gpu:
+        import cupy
+
+        return int(cupy.cuda.Device(0).mem_info[1]), "GPU"
+    from ..progress import active_client
+
+    client = active_client()
+    if client is not None:
+        limits = [w.get("memory_limit") or 0 for w in
+                  client.scheduler_info().get("workers", {}).values()]
+        if limits and min(limits) > 0:
+            return int(min(limits)), "worker"
+    import psutil
+
+    return int(psutil.virtual_memory().total), "machine"
+
+
+def check_mesh_fits(n: int, *, gpu: bool, meshes: int = 2) -> None:
+    """ParameterError when ``meshes`` float64 ``n^3`` meshes (a task's least: the mesh it
+    paints and one it adds) exceed one worker's memory, naming the largest n that fits."""
+    need = meshes * 8 * n**3
+    have, where = memory_per_worker(gpu)
+    if have and need > have:
+        largest = int((have / (meshes * 8)) ** (1 / 3))
+        raise ParameterError(
+            f"n_mesh={n} needs at least {need / 2**30:.1f} GiB in one {where} "
+            f"({meshes} float64 meshes of {n}^3), which has {have / 2**30:.1f} GiB; "
+            f"the largest n_mesh that fits is about {largest}")
+
+
 def partial_meshes(pos, mass, *, n_mesh, box_size, scheme, shift, dtype) -> da.Array:
     """Per-chunk meshes, dask array ``(n_chunks, n, n, n)`` (one chunk per partial)."""
     n = n_mesh
+    check_mesh_fits(n, gpu=array_module(pos) is not np)
     kw = dict(new_axes={"x": n, "y": n, "z": n}, adjust_chunks={"i": 1}, concatenate=True,
               dtype=dtype, meta=array_module(pos).empty((0, 0, 0, 0), dtype=dtype), n=n,
               box=box_size, scheme=scheme, shift=float(shift), mdtype=np.dtype(dtype))
