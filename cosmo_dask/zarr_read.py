@@ -39,11 +39,11 @@ def _direct_plan(zarray) -> dict[str, Any] | None:
     """What a task needs to read chunks of ``zarray`` itself, or None if it cannot."""
     try:
         from zarr.codecs import BytesCodec
-        from zarr.storage import LocalStore
     except ImportError:  # pragma: no cover - zarr layout changed
         return None
     meta = zarray.metadata
-    if getattr(meta, "zarr_format", None) != 3 or not isinstance(zarray.store, LocalStore):
+    root = _local_root(zarray)
+    if getattr(meta, "zarr_format", None) != 3 or root is None:
         return None
     codecs = list(meta.codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
@@ -63,7 +63,6 @@ def _direct_plan(zarray) -> dict[str, Any] | None:
         dtype = dtype.newbyteorder(
             "<" if str(getattr(endian, "value", endian)) == "little" else ">"
         )
-    root = os.path.join(str(zarray.store.root), zarray.path)
     n_store = -(-zarray.shape[0] // chunk_shape[0]) if zarray.shape[0] else 0
     keys = [meta.encode_chunk_key((i,) + (0,) * (len(chunk_shape) - 1)) for i in range(n_store)]
     return {
