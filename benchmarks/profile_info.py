@@ -1,5 +1,5 @@
-"""Seconds of ``info``'s full validation, split into its two passes (value statistics of
-pos/vel/mass; the duplicate-id check), on a local cluster from ``cosmo_dask.connect``,
+"""Seconds of ``info``'s full validation, split into its three passes (value statistics of
+pos/vel/mass; the duplicate-id check; the CRC-32 of every chunk file), on a local cluster from ``cosmo_dask.connect``,
 for the store's chunks and for larger read chunks. One JSON line per chunking.
 
     python benchmarks/profile_info.py STORE [--device gpu] [--chunks 0 8388608]
@@ -35,10 +35,14 @@ def main(argv=None):
             t1 = time.perf_counter()
             n_dup, _ = duplicate_ids(snap.ids)
             t2 = time.perf_counter()
+            problems = snap._checksum_problems()
+            t3 = time.perf_counter()
             print(json.dumps({"bench": "info_phases", "device": args.device,
                               "n": snap.n_particles, "chunk_rows": snap.pos.chunks[0][0],
                               "n_chunks": len(snap.pos.chunks[0]), "stats_s": round(t1 - t0, 2),
-                              "duplicate_ids_s": round(t2 - t1, 2), "duplicates": n_dup}),
+                              "duplicate_ids_s": round(t2 - t1, 2), "duplicates": n_dup,
+                              "checksums_s": round(t3 - t2, 2),
+                              "checksum_problems": len(problems)}),
                   flush=True)
 
 

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -130,7 +131,21 @@ def check_writable_target(path: str | os.PathLike, *, overwrite: bool, what: str
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise SnapshotError(f"{p}: parent directory {parent} does not exist")
+    check_can_create(parent, p, what)
     return p
+
+
+def check_can_create(parent: Path, target: Path, what: str) -> None:
+    """SnapshotError unless a directory can be created in ``parent`` (tried, then removed):
+    a read-only filesystem or a folder without write permission is found before any work,
+    not by the first chunk write."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".cosmo_dask-probe-", dir=parent)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise SnapshotError(f"{target}: cannot create the {what} in {parent} ({reason}); "
+                            "write it to a directory you can write to") from None
+    os.rmdir(probe)
 
 
 def _writer_alive(tmp: Path) -> bool:

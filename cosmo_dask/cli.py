@@ -19,6 +19,8 @@ Progress goes to stderr, results to stdout.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -122,22 +124,27 @@ def _cluster(args, needed: bool = True):
         **extra)
     args._client = client  # for main's message if the scheduler is lost
     args._scheduler_address = getattr(client.scheduler, "address", None)
-    if args.scheduler:  # an existing cluster: do its workers see our paths?
-        from .cluster import check_worker_paths
-
-        try:
-            check_worker_paths(client, inputs=[getattr(args, n, None) for n in (
-                "snapshot", "input")], outputs=[] if args.func is cmd_power else [
-                    getattr(args, "out", None)])
-        except BaseException:
-            client.close()
-            raise
     with _one_line_logs(not args.verbose):
         try:
+            if args.scheduler:  # an existing cluster: do its workers see our paths?
+                from .cluster import check_worker_paths
+
+                check_worker_paths(client, inputs=[getattr(args, n, None) for n in (
+                    "snapshot", "input")], outputs=[] if args.func is cmd_power else [
+                        getattr(args, "out", None)])
             yield client
+        except BaseException as exc:  # judged before the client closes: main reports it
+            args._scheduler_lost = _lost_scheduler(exc, client)
+            if args._scheduler_lost and not args.verbose:
+                _mute_distributed_logs()
+            raise
         finally:
             with contextlib.suppress(Exception):  # a lost scheduler is reported by main
                 client.close()
+
+
+#: exceptions of futures cancelled because something else failed (reported by main)
+_CANCELLED = (asyncio.CancelledError, concurrent.futures.CancelledError)
 
 
 class _OneLineLog(logging.Filter):
@@ -146,6 +153,8 @@ class _OneLineLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info or record.exc_text:
             exc = record.exc_info[1] if record.exc_info else None
+            if isinstance(exc, _CANCELLED):  # cancelled by a failure main reports itself
+                return False
             text = record.getMessage()
             if exc is not None:
                 what = " ".join(f"{type(exc).__name__}: {exc}".split()).rstrip(": ")
@@ -156,15 +165,35 @@ class _OneLineLog(logging.Filter):
         return True
 
 
+class _MuteDistributed(logging.Filter):
+    """Drops the records of distributed's (and tornado's) loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(("distributed", "tornado"))
+
+
+def _log_handlers() -> set[logging.Handler]:
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    return {h for lg in loggers for h in lg.handlers}
+
+
+def _mute_distributed_logs() -> None:
+    """Silence distributed's loggers for the rest of this process: once the scheduler is
+    gone the client logs reconnection attempts and cancelled futures while it closes, and
+    the one line main prints says all there is to say."""
+    mute = _MuteDistributed()
+    for h in _log_handlers():
+        h.addFilter(mute)
+
+
 @contextlib.contextmanager
 def _one_line_logs(enabled: bool = True):
     """No tracebacks from the loggers (distributed's) while the cluster is up."""
     if not enabled:
         yield
         return
-    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
-                                      if isinstance(lg, logging.Logger))]
-    handlers = {h for lg in loggers for h in lg.handlers}
+    handlers = _log_handlers()
     one_line = _OneLineLog()
     for h in handlers:
         h.addFilter(one_line)
@@ -181,7 +210,7 @@ def _check_files(args) -> None:
     command cannot write."""
     from pathlib import Path
 
-    from .atomic import inside_store
+    from .atomic import check_can_create, inside_store
 
     for flag, path in (("--plot", getattr(args, "plot", None)),
                        ("--out", getattr(args, "out", None) if args.func is cmd_power else None)):
@@ -212,6 +241,7 @@ def _check_files(args) -> None:
                                  "replace it")
         if not p.parent.is_dir():
             raise CosmoDaskError(f"{flag} {path}: directory {p.parent} does not exist")
+        check_can_create(p.parent, p, "file")
 
 
 def _output_kind(args) -> tuple[str, str]:
@@ -918,6 +948,30 @@ def _lost_scheduler(exc: BaseException, client) -> bool:
     return False
 
 
+def _raised_at(exc: BaseException) -> str:
+    """``package/module.py:line in function`` of the frame that raised ``exc``.
+
+    Names where an unexpected error came from without a traceback, so a bug
+    report (or a CI log) already points at the code.
+    """
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    if not frames:
+        return "an unknown place"
+    frame, lineno = frames[-1]
+    path = frame.f_code.co_filename
+    parts = path.replace("\\", "/").split("/")
+    for i in range(len(parts) - 1, -1, -1):  # from the top-level package on
+        if parts[i] in ("site-packages", "dist-packages"):
+            parts = parts[i + 1:]
+            break
+        if parts[i] == "cosmo_dask" and i < len(parts) - 1:
+            parts = parts[i:]
+            break
+    else:
+        parts = parts[-2:]
+    return f"{'/'.join(parts)}:{lineno} in {frame.f_code.co_name}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 failed, 2 bad input, 130 interrupted).
 
@@ -943,13 +997,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             line, code = f"error: {cli_message(exc, command)}", 2
         elif isinstance(exc, NotImplementedError):
             line, code = f"not implemented: {cli_message(exc, command)}", 2
-        elif _lost_scheduler(exc, client):
+        elif getattr(args, "_scheduler_lost", None) or (
+                getattr(args, "_scheduler_lost", None) is None and _lost_scheduler(exc, client)):
             line, code = (f"error: lost the connection to the Dask scheduler at {address} "
                           f"({type(exc).__name__})"), 1
         else:
             line = f"error: {type(exc).__name__}: {cli_message(exc, command)}"
             code = 1
-        if code == 1 and not args.verbose:
+            line += (f" (raised at {_raised_at(exc)})" if args.verbose else
+                     f" (raised at {_raised_at(exc)}; run with --verbose for the traceback)")
+        if code == 1 and not args.verbose and not line.endswith("traceback)"):
             line += " (run with --verbose for the traceback)"
         print(f"cosmo-dask: {line}", file=sys.stderr)
         return code

@@ -45,7 +45,8 @@ from .validation import (
     full_report,
     wrapped_positions,
 )
-from .zarr_read import check_chunks, read_array
+from .chunk_manifest import check_chunks
+from .zarr_read import read_array
 
 ARRAY_NAMES = tuple(ARRAY_SCHEMA)
 ATTR_NAMES = (
@@ -473,7 +474,9 @@ class Snapshot:
 
         ``full=False`` checks what construction already checked (metadata: no
         data read). ``full=True`` also reads everything: finite values,
-        positions inside [0, box_size) when periodic, masses > 0 and unique ids.
+        positions inside [0, box_size) when periodic, masses > 0 and unique ids,
+        and, for a store cosmo_dask wrote, that every chunk file still has the
+        CRC-32 recorded when it was written (``chunk_manifest``).
 
         Raises
         ------
@@ -484,11 +487,29 @@ class Snapshot:
         if full:
             raw = Snapshot(self._unchecked or self._arrays, self._attrs, source=self._source)
             report = full_report(raw)
+            report.problems.extend(self._checksum_problems())
         else:
             report = ValidationReport(n_particles=self._n, full=False)
         if raise_errors and not report.ok:
             raise SnapshotError("; ".join(report.problems))
         return report
+
+    def _checksum_problems(self) -> list[str]:
+        """Chunk files of the store this snapshot was opened from whose CRC-32 differs
+        from the one recorded when cosmo_dask wrote them (empty for other sources)."""
+        src = self._source
+        if not src or is_remote(src) or not (Path(src) / "zarr.json").is_file():
+            return []
+        import zarr
+
+        from .chunk_manifest import checksum_problems
+
+        try:
+            group = zarr.open_group(src, mode="r")
+            stored = {n: a for n, a in group.arrays() if n in ARRAY_NAMES}
+        except Exception:  # not a group any more: opening it again says why
+            return []
+        return checksum_problems(stored, src)
 
     # ---------------------------------------------------------------- output
     def to_xarray(self):

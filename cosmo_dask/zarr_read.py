@@ -20,6 +20,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from .chunk_manifest import check_chunks, local_root
 from .errors import SnapshotError
 from .validation import CHECKED_ARRAYS, check_block, checked_array, range_is_valid
 
@@ -42,7 +43,7 @@ def _direct_plan(zarray) -> dict[str, Any] | None:
     except ImportError:  # pragma: no cover - zarr layout changed
         return None
     meta = zarray.metadata
-    root = _local_root(zarray)
+    root = local_root(zarray)
     if getattr(meta, "zarr_format", None) != 3 or root is None:
         return None
     codecs = list(meta.codecs)
@@ -194,87 +195,6 @@ def read_array(
         )
     dtype = np.dtype(plan["dtype"]).newbyteorder("=")
     return da.Array(dsk, key, chunks, dtype=dtype, meta=np.empty((0,) * zarray.ndim, dtype))
-
-
-#: array attribute where cosmo_dask records the chunks it wrote (count and file sizes)
-MANIFEST = "cosmo_dask_chunks"
-
-
-def _local_root(zarray) -> str | None:
-    try:
-        from zarr.storage import LocalStore
-    except ImportError:  # pragma: no cover - zarr layout changed
-        return None
-    if not isinstance(zarray.store, LocalStore):
-        return None
-    return os.path.join(str(zarray.store.root), zarray.path)
-
-
-def chunk_files(zarray) -> list[tuple[str, int | None]] | None:
-    """``(key, size or None if absent)`` of every chunk of a local Zarr v3 array, in grid
-    order; None for arrays this cannot list (remote stores, Zarr v2)."""
-    root = _local_root(zarray)
-    meta = zarray.metadata
-    if root is None or getattr(meta, "zarr_format", None) != 3:
-        return None
-    grid = [-(-s // c) if s else 0 for s, c in zip(zarray.shape, meta.chunk_grid.chunk_shape,
-                                                   strict=True)]
-    out = []
-    for index in np.ndindex(*grid):
-        key = meta.encode_chunk_key(index)
-        try:
-            size = os.stat(os.path.join(root, key)).st_size
-        except FileNotFoundError:
-            size = None
-        out.append((key, size))
-    return out
-
-
-def write_manifest(zarray) -> None:
-    """Record the chunks of a just-written array (count and sizes) in its attributes."""
-    files = chunk_files(zarray)
-    if files is not None:
-        zarray.attrs.update({MANIFEST: {"n_chunks": len(files),
-                                        "sizes": [size for _, size in files]}})
-
-
-def check_chunks(zarray, name: str, source: str, *, allow_missing: bool = False,
-                 required: bool = True) -> None:
-    """SnapshotError unless every chunk of ``zarray`` is there as it was written.
-
-    With a manifest (stores cosmo_dask wrote): every chunk must exist with its
-    recorded size. Without one (other writers, which may skip chunks that hold
-    only the fill value): a missing chunk is an error unless ``allow_missing``.
-    ``required=False`` checks only arrays that have a manifest. Remote stores
-    are not listed (nothing checked).
-    """
-    manifest = zarray.attrs.get(MANIFEST)
-    if manifest is None and not required:
-        return
-    files = chunk_files(zarray)
-    if files is None:
-        return
-    what = f"{source}: array '{name}'"
-    if manifest is not None:
-        sizes = list(manifest.get("sizes", []))
-        if len(sizes) != len(files):
-            raise SnapshotError(f"{what} has {len(files)} chunks, its manifest records "
-                                f"{len(sizes)}; the store was altered after it was written")
-        for (key, size), want in zip(files, sizes, strict=True):
-            if size is None:
-                raise SnapshotError(f"{what}: chunk {key} is missing (the store was written "
-                                    "complete); restore it or re-create the store")
-            if size != want:
-                raise SnapshotError(f"{what}: chunk {key} has {size} bytes, {want} when it "
-                                    "was written; the chunk was altered or truncated")
-        return
-    missing = [key for key, size in files if size is None]
-    if missing and not allow_missing:
-        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise SnapshotError(
-            f"{what}: chunk {missing[0]}{more} missing; a missing chunk would read as the fill "
-            f"value ({zarray.metadata.fill_value}); if the writer skipped chunks that hold "
-            "only the fill value, open with allow_missing_chunks=True")
 
 
 def open_product_group(path: str | os.PathLike, *, fmt: str, what: str,

@@ -10,7 +10,7 @@ import numpy as np
 
 from .backend import host
 from .errors import ParameterError, SnapshotError
-from .zarr_read import write_manifest
+from .chunk_manifest import write_manifests
 
 COMPRESSORS = (None, "zstd", "blosc")
 
@@ -126,5 +126,4 @@ def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLi
     stored = da.store(sources, targets, lock=False, compute=False)
     stored = stored if isinstance(stored, (tuple, list)) else (stored,)
     compute(*stored, label=label, show=show)
-    for target in targets:
-        write_manifest(target.array)
+    write_manifests([target.array for target in targets], f"{label}: checksums", show)

@@ -111,7 +111,9 @@ def test_convert_gadget(tmp_path, capsys):
         g["Velocities"] = rng.normal(size=(n, 3)).astype(np.float32)
         g["ParticleIDs"] = np.arange(n, dtype=np.uint64)
     out = tmp_path / "s.zarr"
-    assert main(["--cpu", "--workers", "1", "convert", "gadget",
+    # --verbose: a failure shows its traceback in the captured stderr (one CI run failed
+    # here once with a bare AssertionError that no local run has reproduced)
+    assert main(["--verbose", "--cpu", "--workers", "1", "convert", "gadget",
                  str(tmp_path / "snap_000.hdf5"), str(out)]) == 0
     snap = open_snapshot(out)
     np.testing.assert_array_equal(snap.pos.compute(), pos)
@@ -367,8 +369,10 @@ def test_unexpected_error_is_one_line(monkeypatch, capsys):
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     # (info has no --n-mesh: the name stays)
-    assert err == ("cosmo-dask: error: RuntimeError: the n_mesh exploded (run with "
-                   "--verbose for the traceback)\n")
+    line = _fail_with.__code__.co_firstlineno + 2  # where `command` raises
+    assert err == ("cosmo-dask: error: RuntimeError: the n_mesh exploded (raised at "
+                   f"tests/test_cli.py:{line} in command; run with --verbose for the "
+                   "traceback)\n")
     assert "Traceback" not in err
 
 
@@ -380,7 +384,9 @@ def test_unexpected_error_with_verbose_shows_the_traceback(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
     assert "in command\n    raise exc\n" in err and "RuntimeError: boom" in err
-    assert err.strip().splitlines()[-1] == "cosmo-dask: error: RuntimeError: boom"
+    line = _fail_with.__code__.co_firstlineno + 2
+    assert err.strip().splitlines()[-1] == (
+        f"cosmo-dask: error: RuntimeError: boom (raised at tests/test_cli.py:{line} in command)")
 
 
 class _Client:
@@ -424,6 +430,21 @@ def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, 
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("cosmo-dask: error: OSError: [Errno 28] No space left on device")
+    assert "scheduler" not in err
+
+
+def test_a_task_error_on_a_live_cluster_is_not_a_lost_scheduler(monkeypatch, capsys):
+    """The client is closed before main sees the error: the judgement is made before."""
+    from cosmo_dask import cli
+
+    def command(args):
+        with cli._cluster(args):
+            raise FileNotFoundError(2, "No such file or directory", "/gone/chunk")
+
+    monkeypatch.setattr(cli, "cmd_info", command)
+    assert main(["--cpu", "--workers", "1", "info", "x.zarr"]) == 1
+    err = capsys.readouterr().err
+    assert "error: FileNotFoundError: [Errno 2] No such file or directory: '/gone/chunk'" in err
     assert "scheduler" not in err
 
 

@@ -4,7 +4,9 @@ any work, and the input stores hash the same, byte for byte, before and after.""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -71,6 +73,11 @@ CASES = {
                                    "already exists; pass --overwrite"),
     "generate into a store": (["generate", "plummer", "p/s.zarr/new.zarr", "--n", "100"],
                               "inside the Zarr store"),
+    # a directory nobody may create entries in (root too): found before any work
+    "halos into an unwritable directory": (["halos", "p/s.zarr", "/proc/h.zarr"],
+                                           "cannot create the halo store in /proc"),
+    "power table into an unwritable directory": (["power", "p/s.zarr", "--out", "/proc/pk.csv"],
+                                                 "cannot create the file in /proc"),
 }
 
 
@@ -140,7 +147,7 @@ def _store(tmp_path, **kw):
 def test_every_chunk_is_written_and_recorded(tmp_path):
     import zarr
 
-    from cosmo_dask.zarr_read import MANIFEST
+    from cosmo_dask.chunk_manifest import MANIFEST
 
     path = _store(tmp_path)
     vel = zarr.open_group(str(path), mode="r")["vel"]  # all zeros = the fill value
@@ -177,6 +184,32 @@ def test_an_altered_chunk_is_an_error(tmp_path):
         open_snapshot(path)
 
 
+def test_a_chunk_altered_in_place_fails_the_full_check(tmp_path, capsys):
+    """Same size, other bytes: the size manifest cannot see it, the CRC-32 does."""
+    import zlib
+
+    import zarr
+
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.chunk_manifest import MANIFEST
+
+    path = _store(tmp_path)
+    chunk = path / "pos" / "c" / "2" / "0"
+    manifest = zarr.open_group(str(path), mode="r")["pos"].attrs[MANIFEST]
+    assert manifest["crc32"][2] == zlib.crc32(chunk.read_bytes())  # recorded as written
+    assert open_snapshot(path).validate(full=True).ok
+    data = bytearray(chunk.read_bytes())
+    data[100] ^= 0x01  # one bit of one coordinate, still a valid value inside the box
+    chunk.write_bytes(bytes(data))
+    snap = open_snapshot(path)  # sizes agree: opening reads no data
+    report = snap.validate(full=True, raise_errors=False)
+    assert not report.ok and len(report.problems) == 1
+    assert "array 'pos': chunk c/2/0 does not match the CRC-32" in report.problems[0]
+    assert main(["info", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "chunk c/2/0 does not match the CRC-32" in out
+
+
 def test_foreign_store_missing_chunk_needs_explicit_permission(tmp_path):
     from conftest import good_attrs, write_raw_store
 
@@ -206,6 +239,24 @@ def test_product_chunk_deleted(tmp_path):
     path = HaloResult(labels, catalog, {}).to_zarr(tmp_path / "h.zarr")
     (Path(path) / "labels" / "c" / "2").unlink()
     with pytest.raises(SnapshotError, match="array 'labels': chunk c/2 is missing"):
+        open_catalog(path)
+
+
+def test_halo_catalog_chunk_deleted(tmp_path):
+    """The catalog (written through xarray) is recorded and checked like every array."""
+    import dask.array as da
+    import xarray as xr
+
+    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.halos.result import HaloResult, open_catalog
+
+    labels = da.from_array(np.arange(100) % 3 - 1, chunks=25)
+    catalog = xr.Dataset({"n_members": ("halo", np.array([34, 33], np.int64)),
+                          "spin": ("halo", np.zeros(2))})  # all fill value: still written
+    path = HaloResult(labels, catalog, {}).to_zarr(tmp_path / "h.zarr")
+    np.testing.assert_array_equal(open_catalog(path).catalog["n_members"], [34, 33])
+    (Path(path) / "catalog" / "spin" / "c" / "0").unlink()
+    with pytest.raises(SnapshotError, match="array 'catalog/spin': chunk c/0 is missing"):
         open_catalog(path)
 
 
@@ -297,9 +348,11 @@ def test_garbage_array_metadata_is_named(work, capsys):
 def test_an_empty_snapshot_is_reported_not_a_crash(tmp_path, capsys):
     path = Snapshot.from_arrays(np.zeros((0, 3)), box_size=1.0, particle_mass=1.0).to_zarr(
         tmp_path / "e.zarr")
+    before = tree_hash(Path(path))
     assert main(["info", path]) == 1
     out = capsys.readouterr()
     assert "holds no particles (N = 0)" in out.out and "Traceback" not in out.err
+    assert tree_hash(Path(path)) == before
 
 
 def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
@@ -311,6 +364,7 @@ def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
 
     paint_module = importlib.import_module("cosmo_dask.density.paint")
 
+    before = tree_hash(work / "p")
     assert main(["power", "p/s.zarr", "--n-mesh", "1"]) == 2
     assert "--n-mesh must be at least 2" in capsys.readouterr().err
     t0 = time.perf_counter()
@@ -327,3 +381,84 @@ def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
     monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**30, "worker"))
     with pytest.raises(ParameterError, match="the largest n_mesh that fits is about 406"):
         paint(snap, n_mesh=512)
+    assert tree_hash(work / "p") == before
+
+
+def test_pse_of_particles_at_one_point_through_the_cli(tmp_path, capsys):
+    """Every tetrahedron degenerate: the whole mass in one cell, not a crash (the API
+    case is in test_pse_density.py)."""
+    from cosmo_dask.density import open_density_octree
+
+    n = 8
+    path = Snapshot.from_arrays(np.tile([1.3, 0.4, 2.2], (n**3, 1)), np.zeros((n**3, 3)),
+                                ids=np.arange(n**3), box_size=3.0, particle_mass=1.0,
+                                lagrangian_shape=(n, n, n)).to_zarr(tmp_path / "pt.zarr")
+    before = tree_hash(Path(path))
+    assert main(["--cpu", "--workers", "1", "density", path, str(tmp_path / "o.zarr"),
+                 "--method", "pse", "--patch-size", "4"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    octree = open_density_octree(tmp_path / "o.zarr")
+    assert octree.total_mass() == pytest.approx(n**3, rel=1e-12)
+    assert tree_hash(Path(path)) == before
+
+
+# ------------------------------------------------------------------ losing the scheduler
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_losing_the_scheduler_is_one_line_within_10_s(tmp_path):
+    """A real scheduler process killed mid-run: the CLI exits with one line naming its
+    address, no traceback and no log noise, within 10 s."""
+    import signal
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(5)
+    n = 60_000  # direct summation: minutes of work, so the run is surely under way
+    Snapshot.from_arrays(rng.random((n, 3)), ids=np.arange(n), particle_mass=1.0 / n,
+                         chunks=15_000).to_zarr(tmp_path / "s.zarr")
+    sched = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                              "--port", "0", "--no-dashboard", "--scheduler-file",
+                              str(tmp_path / "sched.json")], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [sched]
+    before = tree_hash(tmp_path / "s.zarr")
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "sched.json").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "dask", "worker", "--scheduler-file",
+             str(tmp_path / "sched.json"), "--nthreads", "2", "--no-dashboard", "--host",
+             "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "cosmo_dask", "--scheduler", str(tmp_path / "sched.json"),
+             "gravity", str(tmp_path / "s.zarr"), str(tmp_path / "g.zarr"), "--method",
+             "direct", "--G", "1", "--softening", "0.01"], cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(cli)
+        lines = []
+        for line in cli.stderr:  # progress goes to stderr: wait until the work has started
+            lines.append(line)
+            if line.startswith("[") and "started" in line:
+                break
+        assert cli.poll() is None, "".join(lines)
+        sched.send_signal(signal.SIGKILL)
+        t0 = time.time()
+        rest = cli.stderr.read()
+        cli.wait(timeout=60)
+        seconds = time.time() - t0
+        err = [ln for ln in rest.splitlines() if not ln.startswith("[")]  # progress lines
+        address = json.loads((tmp_path / "sched.json").read_text())["address"]
+        assert cli.returncode == 1
+        assert seconds < 10, seconds
+        assert len(err) == 1 and re.fullmatch(
+            rf"cosmo-dask: error: lost the connection to the Dask scheduler at "
+            rf"{re.escape(address)} \(\w+\) \(run with --verbose for the traceback\)",
+            err[0]), rest
+        assert not (tmp_path / "g.zarr").exists()
+        assert tree_hash(tmp_path / "s.zarr") == before
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)

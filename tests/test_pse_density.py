@@ -205,3 +205,20 @@ def test_bad_input(zel16):
                {"block": 0}):
         with pytest.raises(ParameterError):
             pse_density(zel16, **kw)
+
+
+def test_all_particles_at_one_point_deposit_there():
+    """Every tetrahedron degenerate (zero volume): the mass lands in the cell holding the
+    point, all of it; not a crash in the schedule (leaves that no piece overlaps)."""
+    n, box, point = 8, 3.0, np.array([1.3, 0.4, 2.2])
+    snap = Snapshot.from_arrays(np.tile(point, (n**3, 1)), np.zeros((n**3, 3)),
+                                ids=np.arange(n**3), box_size=box, particle_mass=1.0,
+                                lagrangian_shape=(n, n, n))
+    octree = pse_density(snap, patch_size=4, block=4)
+    masses = leaf_masses(octree)
+    assert masses.sum() == pytest.approx(n**3, rel=1e-12)
+    leaf, i, j, k = np.unravel_index(np.argmax(masses), masses.shape)
+    assert masses[leaf, i, j, k] == pytest.approx(n**3, rel=1e-12)
+    cell = octree.cell_size[leaf]
+    lo = octree.origin[leaf] * octree.patch_size * cell + np.array([i, j, k]) * cell
+    assert np.all((lo <= point) & (point < lo + cell))

@@ -490,23 +490,24 @@ class DensityOctree:
         with atomic_directory(path, overwrite=overwrite, what="density octree store",
                               fmt=FORMAT, inputs=(provenance.get("source"),)) as tmp:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
-            sources, chunks = {}, {}
+            sources, chunks, dims = {}, {}, {}
             for lev in levels:
                 ids = np.flatnonzero(self.level == lev)
                 size = self.root_size / 2.0**lev
                 sub = group.create_group(f"level_{lev}", attributes={
                     "level": lev, "n_leaves": len(ids), "leaf_size": size,
                     "cell_size": size / p})
-                origin = sub.create_array("origin", shape=(len(ids), 3), dtype=np.int64,
-                                          chunks=(min(len(ids), 2**20), 3),
-                                          dimension_names=("leaf", "axis"))
-                origin[...] = self.origin[ids]
+                rows = min(len(ids), 2**20)
+                sources[f"level_{lev}/origin"] = da.from_array(
+                    self.origin[ids].astype(np.int64), chunks=(rows, 3))
+                chunks[f"level_{lev}/origin"] = (rows, 3)
+                dims[f"level_{lev}/origin"] = ("leaf", "axis")
                 src = self.patches if len(ids) == self.n_leaves else self.patches[ids]
                 sources[f"level_{lev}/density"] = src.astype(np.float64)
                 chunks[f"level_{lev}/density"] = (1, p, p, p)
+                dims[f"level_{lev}/density"] = ("leaf", "x", "y", "z")
             store_arrays(group, sources, root=tmp, chunks=chunks, compressors="auto",
-                         dims=dict.fromkeys(sources, ("leaf", "x", "y", "z")),
-                         label=f"writing {path}")
+                         dims=dims, label=f"writing {path}")
         return str(local_path(path))
 
     # ------------------------------------------------------------------ plot

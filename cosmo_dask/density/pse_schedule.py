@@ -133,7 +133,9 @@ def _leaf_items(layout, cols, i):
     bk = cols.blocks.index[blk, 2]
     order = np.argsort(col, kind="stable")
     col, bk, shift = col[order], bk[order], shift[order]
-    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]]) if len(col) else []
+    if not len(col):
+        return {}
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
     ends = list(starts[1:]) + [len(col)]
     return {int(col[s]): (bk[s:e], shift[s:e]) for s, e in zip(starts, ends, strict=True)}
 
