@@ -174,7 +174,7 @@ def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Arr
             x = np.asarray(x)
         chunk = rows or default_chunk_size()
         x = da.from_array(x, chunks=(chunk,) + tuple(x.shape[1:]), asarray=False,
-                          name=f"from-array-{name}-{tokenize(x)}")
+                          name=f"from-array-{name}-{tokenize(x, chunk)}")
     elif rows is not None or any(len(c) > 1 for c in x.chunks[1:]):
         x = x.rechunk((rows or x.chunks[0][0],) + tuple(-1 for _ in x.shape[1:]))
     return x
