@@ -15,6 +15,7 @@ checks a deleted chunk would silently read as zeros.
 from __future__ import annotations
 
 import os
+import uuid
 import zlib
 
 import numpy as np
@@ -86,11 +87,13 @@ def _crc32_tasks(root: str, files: list[tuple[str, int | None]]) -> list:
     if batch:
         batches.append(batch)
     crc = dask.delayed(_crc32_files, pure=False)
-    return [crc(root, keys, dask_key_name=f"checksum-{tokenize(root, keys)}")
+    run = uuid.uuid4().hex  # the files' bytes are an input no name can hash: a fresh key
+    return [crc(root, keys, dask_key_name=f"checksum-{tokenize(root, keys, run)}")
             for keys in batches]
 
 
-def _checksums(arrays: list, label: str, show: bool | None = None) -> list[tuple[list, list] | None]:
+def _checksums(arrays: list, label: str,
+               show: bool | None = None) -> list[tuple[list, list] | None]:
     """``(chunk_files, CRC-32s)`` of each array (None for an array that cannot be listed),
     computed by dask tasks (on the cluster's workers when a client is active)."""
     from .progress import compute

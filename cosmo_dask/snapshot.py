@@ -32,6 +32,7 @@ import zarr
 from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
 from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
+from .chunk_manifest import check_chunks
 from .errors import ParameterError, SnapshotError
 from .validation import (
     ARRAY_SCHEMA,
@@ -45,7 +46,6 @@ from .validation import (
     full_report,
     wrapped_positions,
 )
-from .chunk_manifest import check_chunks
 from .zarr_read import read_array
 
 ARRAY_NAMES = tuple(ARRAY_SCHEMA)

@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from .chunk_manifest import check_chunks, local_root
+from .chunk_manifest import MANIFEST, check_chunks, local_root
 from .errors import SnapshotError
 from .validation import CHECKED_ARRAYS, check_block, checked_array, range_is_valid
 
@@ -154,6 +154,20 @@ def _read_rows(
     return out
 
 
+def _store_identity(zarray):
+    """What tells this array's contents from a later write to the same path, for task
+    keys: the chunk manifest (sizes and CRC-32s) when cosmo_dask wrote it, and the
+    modification time of its metadata (a rewrite replaces the whole store directory)."""
+    root = local_root(zarray)
+    stamp = None
+    if root is not None:
+        try:
+            stamp = os.stat(os.path.join(root, "zarr.json")).st_mtime_ns
+        except OSError:
+            pass
+    return zarray.attrs.get(MANIFEST), stamp
+
+
 def read_array(
     zarray,
     name: str,
@@ -174,7 +188,8 @@ def read_array(
     store_rows = zarray.chunks[0]
     rows = rows or store_rows
     check = check and name in CHECKED_ARRAYS
-    token = tokenize(source, name, zarray.shape, str(zarray.dtype), rows, check, box_size)
+    token = tokenize(source, name, _store_identity(zarray), zarray.shape, str(zarray.dtype),
+                     rows, check, box_size)
     key = f"read-{name}-{token}"
     plan = _direct_plan(zarray)
     if plan is None:

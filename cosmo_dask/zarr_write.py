@@ -9,8 +9,8 @@ import dask.array as da
 import numpy as np
 
 from .backend import host
-from .errors import ParameterError, SnapshotError
 from .chunk_manifest import write_manifests
+from .errors import ParameterError, SnapshotError
 
 COMPRESSORS = (None, "zstd", "blosc")
 

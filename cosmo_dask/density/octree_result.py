@@ -494,7 +494,7 @@ class DensityOctree:
             for lev in levels:
                 ids = np.flatnonzero(self.level == lev)
                 size = self.root_size / 2.0**lev
-                sub = group.create_group(f"level_{lev}", attributes={
+                group.create_group(f"level_{lev}", attributes={
                     "level": lev, "n_leaves": len(ids), "leaf_size": size,
                     "cell_size": size / p})
                 rows = min(len(ids), 2**20)

@@ -147,7 +147,11 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
     chosen, estimate = choose_strategy(cols, items, p, workers)
     if strategy != "auto":
         chosen = strategy
-    token = _token(snap, p, max_level, max_tets, chosen, root_lo, root_size, block)
+    # every input of the deposit tasks: the columns (their keys hash the particles and
+    # masses), the particle mass, the tree and the schedule
+    token = dask.base.tokenize([v.key for v in cols.values], cols.particle_mass, box, p,
+                               max_level, max_tets, chosen, root_lo, root_size, block, gpu,
+                               workers, n_groups, max_partials, split_every)[:12]
     if chosen == "gather":
         patches = gather_graph(cols, layout, items, p, workers, token, gpu=gpu)
     else:
@@ -161,6 +165,3 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
     return DensityOctree(root_lo, root_size, p, layout.level, layout.origin, patches,
                          box_size=box, attrs=attrs)
 
-
-def _token(*parts):
-    return dask.base.tokenize(*[getattr(x, "pos", x) for x in parts])[:12]

@@ -421,9 +421,9 @@ def block_columns(snap, block: int = 8, *, label: str | None = None) -> BlockCol
         for bj in range(nb[1]):
             j0 = bj * block
             j1 = min(j0 + block, ncells[1])
+            inputs = (slab, mslab, shape, j0, j1, periodic)
             values.append(dask.delayed(_column, pure=True)(
-                slab, mslab, shape, j0, j1, periodic,
-                dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(slab.key, j0, j1)}"))
+                *inputs, dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(*inputs)}"))
     values = list(persist(*values, label=label or "PSE: Lagrangian block columns"))
     boxes = [dask.delayed(_column_bboxes, pure=True)(v, block, ncells[2], box)
              for v in values]

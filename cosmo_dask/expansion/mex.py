@@ -364,9 +364,9 @@ class MEX:
         counts = np.asarray(host(counts), dtype=np.int64)
 
         # 3. split / gather-sort-scan / offsets / finalize, as one graph
-        tok = tokenize(pos, m, bounds, self.lmax, self.softening)
         starts = np.concatenate([[0], np.cumsum(pos.chunks[0])])[:-1]
         params = (self.lmax, self._eps2_scaled, self._inv_a, self._inv_m)
+        tok = tokenize(pos, m, bounds, starts, params)  # every input of the tasks below
         layer = {}
         split, bucket, offs, state = (f"mex-split-{tok}", f"mex-bucket-{tok}",
                                       f"mex-offsets-{tok}", f"mex-state-{tok}")
@@ -424,7 +424,8 @@ class MEX:
             return self._self_result
         st = self._state
         nb = len(self.counts_)
-        tok = tokenize(st["pos"], st["Q"], st["P"], self._eval_params())
+        tok = tokenize(st["pos"], st["Q"], st["P"], st["idx"], self._starts,
+                       self._eval_params())
         ev, route, out = (f"mex-eval-{tok}", f"mex-route-{tok}", f"mex-self-{tok}")
         layer = {}
         params = self._eval_params()
@@ -460,7 +461,7 @@ class MEX:
         st = self._state
         nb = len(self.counts_)
         params = self._eval_params()
-        tok = tokenize(rel, st["Q"], params)
+        tok = tokenize(rel, st["r"], st["Q"], st["P"], self.bounds_, params)
         sp, ev, out = (f"mex-psplit-{tok}", f"mex-peval-{tok}", f"mex-points-{tok}")
         layer = {}
         for k, n_k in enumerate(rel.chunks[0]):

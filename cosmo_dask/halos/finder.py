@@ -99,7 +99,8 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
     if soft < 0:
         raise ParameterError(f"potential_softening must be >= 0, got {potential_softening!r}")
     members = graph.members
-    token = tokenize(res.parameters, [m.key for m in members], centers, soft)
+    token = tokenize(res.parameters, [m.key for m in members], centers, soft, box, G,
+                     grid_threshold, snap.device)
 
     partials = [dask.delayed(cat.partial_props, pure=True)(m, box,
                                                            dask_key_name=f"halo-props-{token}-{d}")

@@ -353,9 +353,12 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
             extra["mass"] = snap.mass
     device = snap.device
     parts = scatter_to_domains(snap.pos, grid, ghost, name="fof", extra=extra)
-    token = tokenize(snap.pos, snap.ids, grid, ll, min_members, min_friends, with_members,
-                     device)
     periods = grid.kernel_periods
+    bounds = np.cumsum((0,) + snap.pos.chunks[0])
+    pm = snap.particle_mass if snap.particle_mass is not None else 1.0
+    # every input of the tasks below (the parts' keys hash positions, ids, vel, mass, grid)
+    token = tokenize([p.key for p in parts], periods, ll, min_members, min_friends,
+                     with_members, device, bounds, pm, snap.box_size)
     locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, with_members,
                                                dask_key_name=f"fof-local-{token}-{d}")
                for d, p in enumerate(parts)]
@@ -365,14 +368,12 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
               for d, lo_ in enumerate(locals_)]
     catalog = dask.delayed(_catalog, pure=True)(min_members, *tables,
                                                 dask_key_name=f"fof-catalog-{token}")
-    bounds = np.cumsum((0,) + snap.pos.chunks[0])
     n_chunks = len(bounds) - 1
     per_domain = [dask.delayed(_domain_labels, pure=True, nout=n_chunks)(
         lo_, merged, catalog, bounds, dask_key_name=f"fof-dlabels-{token}-{d}")
         for d, lo_ in enumerate(locals_)]
     members = []
     if with_members:
-        pm = snap.particle_mass if snap.particle_mass is not None else 1.0
         members = [dask.delayed(_members, pure=True)(lo_, merged, catalog, pm, snap.box_size,
                                                      dask_key_name=f"fof-members-{token}-{d}")
                    for d, lo_ in enumerate(locals_)]

@@ -308,7 +308,7 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     for key, arr in extra.items():
         if arr.chunks[0] != pos.chunks[0]:
             extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
-    token = tokenize(pos, grid, ghost_width, *extra.values())
+    token = tokenize(pos, grid, ghost_width, names, *extra.values())
     starts = np.cumsum((0,) + pos.chunks[0][:-1])
     blocks = pos.to_delayed().ravel()
     extra_blocks = [a.to_delayed().ravel() for a in extra.values()]
