@@ -1,6 +1,7 @@
 """Seconds of ``info``'s full validation, split into its three passes (value statistics of
-pos/vel/mass; the duplicate-id check; the CRC-32 of every chunk file), on a local cluster from ``cosmo_dask.connect``,
-for the store's chunks and for larger read chunks. One JSON line per chunking.
+pos/vel/mass; the duplicate-id check; the CRC-32 of every chunk file), on a local cluster
+from ``cosmo_dask.connect``, for the store's chunks and for larger read chunks. One JSON
+line per chunking.
 
     python benchmarks/profile_info.py STORE [--device gpu] [--chunks 0 8388608]
 """

@@ -91,6 +91,11 @@ def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         help="dashboard of a new local cluster (default 127.0.0.1:8787, this machine only; "
         "':8787' serves every interface)",
     )
+    for flag, what in (("--tls-ca-file", "certificate authority (PEM) of a tls:// scheduler"),
+                       ("--tls-cert", "this client's TLS certificate (PEM)"),
+                       ("--tls-key", "this client's TLS private key (PEM)")):
+        group.add_argument(flag, metavar="FILE", default=default, help=what + " (or dask's "
+                           "distributed.comm.tls.* configuration)")
     group.add_argument(
         "--verbose",
         "-v",
@@ -119,6 +124,18 @@ def _cluster(args, needed: bool = True):
             address = args.scheduler
     extra = {} if args.dashboard_address is None else {
         "dashboard_address": args.dashboard_address}
+    tls = (args.tls_ca_file, args.tls_cert, args.tls_key)
+    if any(tls):
+        if not all(tls):
+            raise CosmoDaskError("--tls-ca-file, --tls-cert and --tls-key go together (the "
+                                 "scheduler's CA, this client's certificate and its key)")
+        for path in tls:
+            if not os.path.isfile(path):
+                raise CosmoDaskError(f"{path}: no such TLS file")
+        from distributed import Security
+
+        extra["security"] = Security(tls_ca_file=tls[0], tls_client_cert=tls[1],
+                                     tls_client_key=tls[2], require_encryption=True)
     client = connect(
         address, scheduler_file=scheduler_file, gpu=gpu, n_workers=args.workers, quiet=False,
         **extra)

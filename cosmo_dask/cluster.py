@@ -101,7 +101,8 @@ def connect(
     rmm_pool_size: str | int | None = None,
     rmm_cupy: bool = False,
     quiet: bool = False,
-    dashboard_address: str = LOCAL_DASHBOARD,
+    dashboard_address: str | None = None,
+    security=None,
     **cluster_kwargs,
 ):
     """Connect to (or start) a Dask cluster and return a ``distributed.Client``.
@@ -125,10 +126,16 @@ def connect(
         GPU only: route CuPy allocations through RMM.
     quiet : bool
         Do not print the dashboard link.
-    dashboard_address : str
-        For a new local cluster: where its dashboard listens. Default
-        ``127.0.0.1:8787``, this machine only (dask's own default serves all
-        interfaces); ``":8787"`` opens it to the network, ``":0"`` takes a free port.
+    dashboard_address : str, optional
+        For a new local cluster: where its dashboard listens. Default: dask config
+        ``cosmo_dask.dashboard_address``, ``127.0.0.1:8787``, this machine only
+        (dask's own default serves all interfaces); ``":8787"`` opens it to the
+        network, ``":0"`` takes a free port.
+    security : distributed.Security, optional
+        TLS credentials: for an existing ``tls://`` scheduler, the client's
+        (CA file, certificate, key); for a new local cluster, the cluster's own
+        (``Security.temporary()`` makes throwaway ones), which then speaks TLS.
+        Without it, dask's ``distributed.comm.tls.*`` configuration applies.
     **cluster_kwargs
         Passed to the LocalCluster / LocalCUDACluster constructor.
 
@@ -151,18 +158,26 @@ def connect(
     if target is not None or sched_file is not None:
         if sched_file is not None and not os.path.exists(sched_file):
             raise ClusterError(f"scheduler file {sched_file} does not exist")
+        where = target or _scheduler_file_address(sched_file)
+        _check_tls(where, security)
+        extra = {} if security is None else {"security": security}
         try:
             client = Client(
                 target,
                 scheduler_file=None if sched_file is None else str(sched_file),
                 timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
+                **extra,
             )
         except OSError as exc:
             raise ClusterError(
-                f"cannot reach the Dask scheduler at {target or sched_file}: {exc}"
+                f"cannot reach the Dask scheduler at {where}: {exc}"
             ) from None
     else:
-        cluster_kwargs.setdefault("dashboard_address", dashboard_address)
+        cluster_kwargs.setdefault("dashboard_address", dashboard_address or dask.config.get(
+            "cosmo_dask.dashboard_address", LOCAL_DASHBOARD))
+        if security is not None:
+            cluster_kwargs.setdefault("security", security)
+            cluster_kwargs.setdefault("protocol", "tls://")
         use_gpu = False
         if gpu is True:
             if not gpu_available():
@@ -207,11 +222,59 @@ def connect(
         print(
             f"cosmo_dask: connected to {client.scheduler.address} ({kind}, "
             f"{len(client.scheduler_info().get('workers', {}))} workers); "
-            f"dashboard: {client.dashboard_link}",
+            f"dashboard: {dashboard_of(client)}",
             file=sys.stderr,
             flush=True,
         )
     return client
+
+
+def dashboard_of(client, timeout: float = 2.0) -> str:
+    """The dashboard link of ``client``'s scheduler, checked: a scheduler started without
+    its dashboard (``dask scheduler --no-dashboard``) still answers HTTP on the port but
+    serves no status page, and a link there would mislead."""
+    import urllib.error
+    import urllib.request
+
+    services = client.scheduler_info().get("services", {}) or {}
+    if "dashboard" not in services:
+        return "none (the scheduler runs without a dashboard)"
+    link = client.dashboard_link
+    try:
+        with urllib.request.urlopen(link, timeout=timeout):
+            return link
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return "none (the scheduler runs without a dashboard)"
+        return f"{link} (answers HTTP {exc.code})"
+    except (OSError, ValueError):
+        return f"{link} (not reachable from here)"
+
+
+def _scheduler_file_address(path) -> str:
+    """The address a scheduler file names ('' when unreadable: Client says why)."""
+    import json
+
+    try:
+        with open(path) as f:
+            return str(json.load(f).get("address", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def _check_tls(address: str, security) -> None:
+    """ClusterError for a ``tls://`` scheduler without credentials (given or configured),
+    before dask tries to connect (it fails late, with a TypeError or AssertionError)."""
+    if not str(address).startswith("tls://") or security is not None:
+        return
+    configured = dask.config.get("distributed.comm.tls.ca-file", None)
+    if not configured:
+        raise ClusterError(
+            f"the Dask scheduler at {address} speaks TLS and no credentials were given: pass "
+            "security=distributed.Security(tls_ca_file=..., tls_client_cert=..., "
+            "tls_client_key=..., require_encryption=True) (CLI: --tls-ca-file, --tls-cert, "
+            "--tls-key) or set dask's distributed.comm.tls.ca-file and "
+            "distributed.comm.tls.client.cert/key")
 
 
 def describe(client) -> dict[str, Any]:
@@ -227,7 +290,7 @@ def describe(client) -> dict[str, Any]:
         "workers": len(workers),
         "threads": sum(w.get("nthreads", 0) for w in workers.values()),
         "memory_bytes": sum(w.get("memory_limit", 0) or 0 for w in workers.values()),
-        "dashboard": client.dashboard_link,
+        "dashboard": dashboard_of(client),
         "gpu_workers": n_gpus,
     }
 

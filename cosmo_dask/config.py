@@ -6,6 +6,9 @@
                             store's own chunks on CPU, >= 2**24 on GPU)
 ``cosmo_dask.scheduler``    address used by ``connect()`` when none is given (None; the
                             ``COSMO_DASK_SCHEDULER`` environment variable wins over it)
+``cosmo_dask.dashboard_address``  where a local cluster's dashboard listens
+                            ("127.0.0.1:8787": this machine only; ":8787" for every
+                            interface, "127.0.0.1:0" for a free port)
 
 Override with ``dask.config.set({"cosmo_dask.chunk_size": 2**22})``, a YAML file in
 ``~/.config/dask/`` or the environment variable ``DASK_COSMO_DASK__CHUNK_SIZE``.
@@ -19,6 +22,7 @@ DEFAULTS = {
         "precision": "float64",
         "read_chunk_size": None,
         "scheduler": None,
+        "dashboard_address": "127.0.0.1:8787",
     }
 }
 

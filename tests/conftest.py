@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 import os
 
+import dask
 import numpy as np
 import pytest
+
+# Local clusters started by tests take a free dashboard port, so that clusters started back
+# to back (or by two test runs at once) never contend for 8787; the default itself is
+# checked in test_dashboard.py. The variable reaches CLI subprocesses too.
+os.environ["DASK_COSMO_DASK__DASHBOARD_ADDRESS"] = "127.0.0.1:0"
+dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"})
 
 
 def _has_gpu() -> bool:

@@ -88,3 +88,26 @@ def test_gpu_true_without_gpu_is_a_clear_error():
 def test_gpu_auto_without_gpu_starts_a_cpu_cluster():
     with connect(gpu="auto", n_workers=1, processes=False, quiet=True) as client:
         assert type(client.cluster).__name__ == "LocalCluster"
+
+
+def test_a_scheduler_without_a_dashboard_is_said_to_have_none(tmp_path, capsys):
+    import subprocess
+    import sys
+    import time
+
+    sched = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                              "--port", "0", "--no-dashboard", "--scheduler-file",
+                              str(tmp_path / "s.json")], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "s.json").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        with connect(scheduler_file=tmp_path / "s.json"):
+            pass
+    finally:
+        sched.terminate()
+        sched.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert "dashboard: none (the scheduler runs without a dashboard)" in err
+    assert "8787" not in err

@@ -3,6 +3,7 @@ and the task stream shows tasks named by kind (docs/dashboard.md)."""
 
 import urllib.request
 
+import dask
 import pytest
 from dask.utils import key_split
 
@@ -35,7 +36,11 @@ def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
 @pytest.mark.timeout(120)
 def test_local_dashboard_listens_on_this_machine_only():
     # (an in-process cluster's dashboard_link names the host's address whatever the socket)
-    with cosmo_dask.connect(gpu=False, n_workers=1, processes=False, quiet=True) as client:
+    from cosmo_dask.config import DEFAULTS
+
+    assert DEFAULTS["cosmo_dask"]["dashboard_address"] == "127.0.0.1:8787"
+    with dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"}), \
+            cosmo_dask.connect(gpu=False, n_workers=1, processes=False, quiet=True) as client:
         server = client.cluster.scheduler.http_server
         hosts = {s.getsockname()[0] for s in server._sockets.values()}
         assert hosts == {"127.0.0.1"}, hosts
