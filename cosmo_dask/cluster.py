@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 import dask
+import dask.system
 
 from .backend import gpu_available, gpu_count
 from .errors import ClusterError, DeviceError, ParameterError
@@ -159,6 +160,8 @@ def connect(
         if sched_file is not None and not os.path.exists(sched_file):
             raise ClusterError(f"scheduler file {sched_file} does not exist")
         where = target or _scheduler_file_address(sched_file)
+        named = f" (named by the scheduler file {sched_file})" if sched_file else ""
+        _probe(where, named)
         _check_tls(where, security)
         extra = {} if security is None else {"security": security}
         try:
@@ -170,9 +173,20 @@ def connect(
             )
         except OSError as exc:
             raise ClusterError(
-                f"cannot reach the Dask scheduler at {where}: {exc}"
+                f"cannot reach the Dask scheduler at {where}{named}: {exc}"
             ) from None
+        except (MemoryError, ValueError, TypeError, AssertionError) as exc:
+            # what distributed raises when the peer answers with something else than Dask
+            raise ClusterError(
+                f"{where}{named}: the server there does not speak Dask's protocol "
+                f"({type(exc).__name__}); is it a Dask scheduler's address?") from None
     else:
+        cores = dask.system.CPU_COUNT
+        if n_workers is not None and n_workers > cores and gpu is not True:
+            raise ParameterError(
+                f"n_workers={n_workers}: this machine has {cores} CPU cores, and a local "
+                "cluster runs at most one worker process per core; use threads_per_worker "
+                "for more threads, or connect to a larger cluster")
         cluster_kwargs.setdefault("dashboard_address", dashboard_address or dask.config.get(
             "cosmo_dask.dashboard_address", LOCAL_DASHBOARD))
         if security is not None:
@@ -260,6 +274,39 @@ def _scheduler_file_address(path) -> str:
             return str(json.load(f).get("address", ""))
     except (OSError, ValueError, AttributeError):
         return ""
+
+
+#: seconds to wait for a TCP answer from a scheduler address before giving up
+PROBE_TIMEOUT = 5.0
+
+
+def _probe(address: str, named: str = "") -> None:
+    """ClusterError at once when nothing listens at a tcp/tls ``address`` (refused), or
+    nothing answers within :data:`PROBE_TIMEOUT` s; distributed itself retries for its whole
+    connect timeout (30 s) before saying so."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+        host, port = parse_host_port(loc)
+    except (ValueError, TypeError):
+        return  # not a host:port address: distributed says what is wrong with it
+    if scheme not in ("tcp", "tls") or not port:
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT):
+            return
+    except ConnectionRefusedError:
+        why = "connection refused: no scheduler listens there"
+    except TimeoutError:
+        why = f"no answer within {PROBE_TIMEOUT:g} s"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    stale = "; the scheduler has stopped: start it again or remove the stale file" \
+        if named else ""
+    raise ClusterError(f"cannot reach the Dask scheduler at {address}{named} ({why}){stale}")
 
 
 def _check_tls(address: str, security) -> None:

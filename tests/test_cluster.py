@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dask
+import dask.system
 import pytest
 from distributed import LocalCluster
 
@@ -111,3 +112,56 @@ def test_a_scheduler_without_a_dashboard_is_said_to_have_none(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "dashboard: none (the scheduler runs without a dashboard)" in err
     assert "8787" not in err
+
+
+@pytest.mark.parametrize("case", ["refused", "stale file", "not dask", "too many workers"])
+def test_bad_cluster_input_is_one_line_within_seconds(tmp_path, case):
+    """State of the bounds: refused addresses and stale scheduler files fail at once (no
+    30 s of retries), a server that is no Dask scheduler is named as such, a local cluster
+    larger than the machine is refused before it starts."""
+    import json
+    import socket
+    import threading
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    stop = threading.Event()
+    if case == "not dask":  # answers every connection with bytes that are no Dask frame
+        server.listen()
+        server.settimeout(0.2)
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + b"\xff" * 64)
+        threading.Thread(target=serve, daemon=True).start()
+    else:
+        server.close()  # nothing listens on this port any more
+    address = f"tcp://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    try:
+        if case == "refused":
+            with pytest.raises(ClusterError, match="connection refused: no scheduler listens"):
+                connect(address, quiet=True)
+        elif case == "stale file":
+            path = tmp_path / "scheduler.json"
+            path.write_text(json.dumps({"type": "Scheduler", "address": address}))
+            with pytest.raises(ClusterError, match="named by the scheduler file .*stale file"):
+                connect(scheduler_file=path, quiet=True)
+        elif case == "not dask":
+            with dask.config.set({"distributed.comm.timeouts.connect": "5s"}), \
+                    pytest.raises(ClusterError, match="does not speak Dask's protocol"):
+                connect(address, quiet=True)
+        else:
+            with pytest.raises(ParameterError, match=r"n_workers=\d+: this machine has"):
+                connect(gpu=False, n_workers=dask.system.CPU_COUNT + 1, quiet=True)
+    finally:
+        stop.set()
+        server.close()
+    assert time.perf_counter() - t0 < 10
