@@ -1,6 +1,7 @@
 """Example: run cosmo_dask on a SLURM cluster through dask-jobqueue.
 
-An example to adapt, not tested in CI (CI has no SLURM). The Dask scheduler runs
+An example to adapt. CI renders its job scripts (tests/test_deploy.py) but runs no
+SLURM. The Dask scheduler runs
 in this Python process (on a login node or in a small long-running job); each
 SLURM job started by ``cluster.scale`` runs workers that connect back to it.
 The workers must see the same Python environment and the same (shared)
@@ -12,9 +13,10 @@ compute nodes.
 
 Examples
 --------
-Show the job script without submitting anything::
+Show the job script (no scheduler is started, nothing is submitted)::
 
-    python deploy/slurm_jobqueue.py --queue cpu --account abc123 --print-script
+    python deploy/slurm_jobqueue.py --queue cpu --account abc123 --cores 16 \\
+        --processes 4 --memory 64GB --walltime 02:00:00 --print-script
 
 Four GPU nodes, then a small computation on a snapshot store::
 
@@ -23,7 +25,7 @@ Four GPU nodes, then a small computation on a snapshot store::
 
 from __future__ import annotations
 
-from jobqueue_common import gpu_job_cluster, jobqueue, run
+from jobqueue_common import jobqueue, run, start_cluster
 
 # Lines run at the top of every worker job, before the worker starts. Workers are
 # started with this process's Python (sys.executable; change with python=...), so
@@ -34,16 +36,15 @@ PROLOGUE = [
 ]
 
 
-def cpu_cluster(queue: str, account: str | None, *, walltime: str = "01:00:00",
+def cpu_options(queue: str, account: str | None, *, walltime: str = "01:00:00",
                 cores: int = 32, processes: int = 8, memory: str = "128GB",
-                interface: str | None = None):
+                interface: str | None = None) -> dict:
     """One SLURM job per node, ``processes`` worker processes of ``cores/processes`` threads.
 
-    ``memory`` is the whole node's memory for Dask; each worker process gets
+    ``memory`` is the whole job's memory for Dask; each worker process gets
     ``memory / processes`` before spilling to ``local_directory``.
     """
-    jq = jobqueue()
-    return jq.SLURMCluster(
+    return dict(
         queue=queue,
         account=account,
         walltime=walltime,
@@ -57,10 +58,10 @@ def cpu_cluster(queue: str, account: str | None, *, walltime: str = "01:00:00",
     )
 
 
-def gpu_cluster(queue: str, account: str | None, *, walltime: str = "01:00:00",
+def gpu_options(queue: str, account: str | None, *, walltime: str = "01:00:00",
                 gpus_per_node: int = 4, cpus_per_node: int = 32,
                 host_memory_per_gpu: str = "60GB", threads_per_gpu: int = 1,
-                interface: str | None = None):
+                interface: str | None = None) -> dict:
     """One SLURM job per GPU node running ``dask cuda worker`` (one worker per GPU).
 
     dask-jobqueue runs ``python -m dask_cuda.cli`` (the ``dask cuda worker``
@@ -68,9 +69,8 @@ def gpu_cluster(queue: str, account: str | None, *, walltime: str = "01:00:00",
     ``threads_per_gpu`` threads and ``host_memory_per_gpu`` of host memory
     before spilling. The SLURM request (CPUs, memory, GPUs) is given separately.
     """
-    jq = jobqueue()
-    return gpu_job_cluster(
-        jq.SLURMCluster,
+    return dict(
+        worker_command="dask_cuda.cli",
         queue=queue,
         account=account,
         walltime=walltime,
@@ -87,9 +87,18 @@ def gpu_cluster(queue: str, account: str | None, *, walltime: str = "01:00:00",
     )
 
 
+def cpu_cluster(queue: str, account: str | None, **kwargs):
+    """A started ``SLURMCluster`` with :func:`cpu_options` (its scheduler runs here)."""
+    return start_cluster(jobqueue().SLURMCluster, cpu_options(queue, account, **kwargs))
+
+
+def gpu_cluster(queue: str, account: str | None, **kwargs):
+    """A started ``SLURMCluster`` with :func:`gpu_options` (its scheduler runs here)."""
+    return start_cluster(jobqueue().SLURMCluster, gpu_options(queue, account, **kwargs))
+
+
 def main(argv: list[str] | None = None) -> None:
-    run(__doc__.splitlines()[0], "SLURM", cpu_cluster, gpu_cluster, argv,
-        with_interface=True)
+    run(__doc__.splitlines()[0], "SLURM", "SLURMCluster", cpu_options, gpu_options, argv)
 
 
 if __name__ == "__main__":
