@@ -116,8 +116,6 @@ def _cluster(args, needed: bool = True):
         return
     address = scheduler_file = None
     if args.scheduler:
-        import os
-
         if os.path.isfile(args.scheduler):
             scheduler_file = args.scheduler
         else:

@@ -88,3 +88,7 @@ def test_the_cli_over_tls_with_certificate_files(tls_cluster, tmp_path, capsys):
     assert main(["--scheduler", cluster.scheduler_address, "--tls-ca-file",
                  str(files["ca"]), "info", path]) == 2
     assert "go together" in capsys.readouterr().err
+    assert main(["--workers", "1", "--tls-ca-file", str(tmp_path / "missing.pem"),
+                 "--tls-cert", str(files["cert"]), "--tls-key", str(files["key"]), "info",
+                 path]) == 2
+    assert "missing.pem: no such TLS file" in capsys.readouterr().err
