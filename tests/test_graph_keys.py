@@ -141,9 +141,7 @@ def test_chunkings_and_parameters_get_their_own_keys(cluster, analysis):
     calls += [(kw, dict(mk, chunks=ca)) for kw, mk in variants]
     with dask.config.set(scheduler="threads"):
         want = [run(analysis, make(**mk), **kw) for kw, mk in calls]
-    # the client is current in this block only (set_as_default changes dask's global
-    # config, and a later test once found it naming a closed client)
-    with Client(cluster, set_as_default=False) as client, client.as_current():
+    with Client(cluster, set_as_default=True):
         keep = []  # every result stays alive while the next call runs
         got = [run(analysis, make(**mk), keep, **kw) for kw, mk in calls]
         del keep
@@ -163,9 +161,7 @@ def test_a_store_rewritten_at_the_same_path_is_read_anew(cluster, tmp_path):
 
     path = tmp_path / "s.zarr"
     snap_of(1000).to_zarr(path)
-    # the client is current in this block only (set_as_default changes dask's global
-    # config, and a later test once found it naming a closed client)
-    with Client(cluster, set_as_default=False) as client, client.as_current():
+    with Client(cluster, set_as_default=True):
         held = open_snapshot(path).pos.persist()
         other = (POS + 1.0) % BOX
         snap_of(1000, pos=other).to_zarr(path, overwrite=True)
