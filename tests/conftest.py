@@ -53,6 +53,17 @@ def client(_session_client):
         yield _session_client
 
 
+@pytest.fixture(autouse=True)
+def _scheduler_config_restored():
+    """A test that leaves dask's global scheduler config changed (a Client still named
+    after it closed) fails here, instead of every later test failing with
+    "no Client active"."""
+    before = dask.config.get("scheduler", None)
+    yield
+    after = dask.config.get("scheduler", None)
+    if after != before:
+        dask.config.set(scheduler=before)
+        pytest.fail(f"the test left dask's scheduler config at {after!r} (was {before!r})")
 
 
 @pytest.fixture

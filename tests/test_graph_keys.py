@@ -193,10 +193,14 @@ def test_two_clients_at_once_get_their_own_answers(cluster):
 
     threads = [threading.Thread(target=submit, args=(names,))
                for names in (["fof", "paint"], ["pm", "power"])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+    # as_current() sets dask's global scheduler config on entry and restores what it saw
+    # on exit; two threads interleaving can leave "dask.distributed" behind with no client
+    # (later tests then fail with "no Client active"), so the config is restored here
+    with dask.config.set(scheduler=dask.config.get("scheduler", None)):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
     assert not errors, errors
     for name in jobs:
         equal(got[name], want[name])
