@@ -75,7 +75,6 @@ def _crc32_files(root: str, keys: list[str]) -> list[int | None]:
 def _crc32_tasks(root: str, files: list[tuple[str, int | None]]) -> list:
     """Delayed lists of CRC-32s over ``files`` in order, about :data:`_TASK_BYTES` a task."""
     import dask
-    from dask.base import tokenize
 
     batches, batch, held = [], [], 0
     for key, size in files:
@@ -87,9 +86,9 @@ def _crc32_tasks(root: str, files: list[tuple[str, int | None]]) -> list:
     if batch:
         batches.append(batch)
     crc = dask.delayed(_crc32_files, pure=False)
-    run = uuid.uuid4().hex  # the files' bytes are an input no name can hash: a fresh key
-    return [crc(root, keys, dask_key_name=f"checksum-{tokenize(root, keys, run)}")
-            for keys in batches]
+    run = uuid.uuid4().hex  # the files' bytes are an input no name can hash: fresh keys
+    return [crc(root, keys, dask_key_name=f"checksum-{run}-{i}")
+            for i, keys in enumerate(batches)]
 
 
 def _checksums(arrays: list, label: str,

@@ -221,8 +221,8 @@ def _one_line_logs(enabled: bool = True):
 
 def _check_files(args) -> None:
     """Refuse, before any work, a --plot or --out file that would replace an existing file
-    (without --overwrite), lies inside a Zarr store or an input, or has a format this
-    command cannot write."""
+    (without --overwrite), lies inside a Zarr store (an input store too), cannot be created
+    there, or has a format this command cannot write."""
     from pathlib import Path
 
     from .atomic import check_can_create, inside_store
@@ -242,13 +242,10 @@ def _check_files(args) -> None:
                                      f"'.{suffix}' files; use one of .{', .'.join(formats)}")
         elif suffix not in ("csv", "nc"):
             raise CosmoDaskError(f"{flag} {path}: the table is written as .csv or .nc")
-        real = Path(os.path.realpath(p))
-        outer = inside_store(real)
-        snapshot = getattr(args, "snapshot", None)
-        if outer is not None or (snapshot and Path(os.path.realpath(snapshot)) in (
-                real, *real.parents)):
-            raise CosmoDaskError(f"{flag} {path}: lies inside the Zarr store "
-                                 f"{outer or snapshot}; write it outside")
+        outer = inside_store(Path(os.path.realpath(p)))  # the input store among them
+        if outer is not None:
+            raise CosmoDaskError(f"{flag} {path}: lies inside the Zarr store {outer}; "
+                                 "write it outside")
         if p.is_dir():
             raise CosmoDaskError(f"{flag} {path}: is a directory; give a file name")
         if p.exists() and not getattr(args, "overwrite", False):
@@ -1008,21 +1005,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         client = getattr(args, "_client", None)
         address = getattr(args, "_scheduler_address", None) or args.scheduler or "(unknown)"
+        lost = getattr(args, "_scheduler_lost", None)  # judged by _cluster, if it ran
+        if lost is None:
+            lost = _lost_scheduler(exc, client)
+        notes = []
         if isinstance(exc, CosmoDaskError):
             line, code = f"error: {cli_message(exc, command)}", 2
         elif isinstance(exc, NotImplementedError):
             line, code = f"not implemented: {cli_message(exc, command)}", 2
-        elif getattr(args, "_scheduler_lost", None) or (
-                getattr(args, "_scheduler_lost", None) is None and _lost_scheduler(exc, client)):
+        elif lost:
             line, code = (f"error: lost the connection to the Dask scheduler at {address} "
                           f"({type(exc).__name__})"), 1
         else:
-            line = f"error: {type(exc).__name__}: {cli_message(exc, command)}"
-            code = 1
-            line += (f" (raised at {_raised_at(exc)})" if args.verbose else
-                     f" (raised at {_raised_at(exc)}; run with --verbose for the traceback)")
-        if code == 1 and not args.verbose and not line.endswith("traceback)"):
-            line += " (run with --verbose for the traceback)"
+            line, code = f"error: {type(exc).__name__}: {cli_message(exc, command)}", 1
+            notes.append(f"raised at {_raised_at(exc)}")
+        if code == 1 and not args.verbose:
+            notes.append("run with --verbose for the traceback")
+        if notes:
+            line += f" ({'; '.join(notes)})"
         print(f"cosmo-dask: {line}", file=sys.stderr)
         return code
 

@@ -346,9 +346,20 @@ __all__ = ["connect", "describe", "ENV_VAR", "DeviceError"]
 
 
 def _paths_seen(inputs, parents):
-    """On a worker: the inputs it cannot see and the output parents it cannot write into."""
+    """On a worker: the inputs it cannot see and the output parents it cannot create in
+    (tried as on the client, :func:`atomic.check_can_create`)."""
+    from pathlib import Path
+
+    from .atomic import check_can_create
+    from .errors import SnapshotError
+
     missing = [p for p in inputs if not os.path.exists(p)]
-    unwritable = [p for p in parents if not (os.path.isdir(p) and os.access(p, os.W_OK))]
+    unwritable = []
+    for p in parents:
+        try:
+            check_can_create(Path(p), Path(p), "output")
+        except (SnapshotError, FileNotFoundError, NotADirectoryError):
+            unwritable.append(p)
     return missing, unwritable
 
 

@@ -32,7 +32,7 @@ import zarr
 from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
 from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
-from .chunk_manifest import check_chunks
+from .chunk_manifest import check_chunks, checksum_problems
 from .errors import ParameterError, SnapshotError
 from .validation import (
     ARRAY_SCHEMA,
@@ -500,10 +500,6 @@ class Snapshot:
         src = self._source
         if not src or is_remote(src) or not (Path(src) / "zarr.json").is_file():
             return []
-        import zarr
-
-        from .chunk_manifest import checksum_problems
-
         try:
             group = zarr.open_group(src, mode="r")
             stored = {n: a for n, a in group.arrays() if n in ARRAY_NAMES}

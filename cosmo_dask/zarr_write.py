@@ -74,6 +74,18 @@ class GuardedTarget:
         self.array[key] = host(value)
 
 
+def store_dataset(ds, where: str | os.PathLike, *, label: str) -> None:
+    """Write a small in-memory ``xarray.Dataset`` (catalogs, coefficients) at ``where``
+    inside a (temporary) store, every chunk written and recorded in the chunk manifest
+    like :func:`store_arrays`' arrays, so a lost chunk is found on reading."""
+    import zarr
+
+    ds.to_zarr(str(where), mode="w", zarr_format=3, consolidated=False,
+               write_empty_chunks=True)
+    written = zarr.open_group(str(where), mode="r+")
+    write_manifests([a for _, a in written.arrays()], label, show=False)
+
+
 def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLike,
                  label: str, chunks: Mapping[str, tuple] | None = None,
                  dims: Mapping[str, tuple] | None = None, compressors=None,
@@ -113,7 +125,7 @@ def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLi
         parent, _, leaf = name.rpartition("/")
         where = group[parent] if parent else group
         # every chunk is written, even one holding only the fill value, so a missing
-        # chunk file is always an error when the store is read (zarr_read.check_chunks)
+        # chunk file is always an error when the store is read (chunk_manifest.check_chunks)
         stored = where.create_array(leaf, shape=arr.shape, chunks=shape, dtype=arr.dtype,
                                     compressors=compressors, fill_value=fill_value,
                                     dimension_names=(dims or {}).get(name) or dims_of(arr),

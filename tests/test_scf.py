@@ -307,6 +307,12 @@ def test_zarr_roundtrip_and_series(tmp_path, rng):
     with pytest.raises(SnapshotError, match="exists"):
         scf.to_zarr(path)
     scf.to_zarr(path, overwrite=True)
+    # every chunk is recorded: a lost one is an error, not NaN coefficients
+    from pathlib import Path
+
+    next(f for f in (Path(path) / "variance" / "c").rglob("*") if f.is_file()).unlink()
+    with pytest.raises(SnapshotError, match="array 'variance': chunk c/.* is missing"):
+        SCF.from_zarr(path)
 
     paths = []
     for i, a in enumerate((0.5, 0.75, 1.0)):

@@ -318,6 +318,7 @@ class SCF:
         import xarray as xr
 
         from ..atomic import atomic_directory
+        from ..zarr_write import store_dataset
 
         self._require_fit()
         ds = xr.Dataset({"coefficients": self.coefficients, "variance": self.variance})
@@ -327,7 +328,7 @@ class SCF:
         for name in ds.data_vars:
             ds[name].attrs = {}
         with atomic_directory(path, overwrite=overwrite, what="SCF store", fmt=FORMAT) as tmp:
-            ds.to_zarr(str(tmp), mode="w", zarr_format=3, consolidated=False)
+            store_dataset(ds, tmp, label=f"writing {path}")
         return str(path)
 
     @classmethod
@@ -336,7 +337,9 @@ class SCF:
         import xarray as xr
 
         from ..errors import SnapshotError
+        from ..zarr_read import open_product_group
 
+        open_product_group(path, fmt=FORMAT, what="SCF store")  # format, every chunk there
         try:
             ds = xr.open_zarr(str(path), consolidated=False, zarr_format=3).load()
         except (FileNotFoundError, OSError, ValueError, KeyError) as exc:

@@ -20,9 +20,8 @@ import xarray as xr
 import zarr
 
 from ..atomic import atomic_directory, local_path
-from ..chunk_manifest import write_manifests
 from ..zarr_read import open_product_group
-from ..zarr_write import plain_attrs, store_arrays
+from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.halos"
 FORMAT_VERSION = 1
@@ -159,12 +158,7 @@ class HaloResult:
                          fill_value=-1, label=f"writing {path}")
             ds = self.catalog.drop_vars("axis", errors="ignore")  # strings: no stable v3 dtype
             ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
-            # every chunk written (a zero column too), then recorded like every array
-            ds.to_zarr(str(tmp / "catalog"), mode="w", zarr_format=3, consolidated=False,
-                       write_empty_chunks=True)
-            written = zarr.open_group(str(tmp / "catalog"), mode="r+")
-            write_manifests([a for _, a in written.arrays()], f"writing {path}: catalog",
-                            show=False)
+            store_dataset(ds, tmp / "catalog", label=f"writing {path}: catalog")
         return str(local_path(path))
 
 
