@@ -15,6 +15,7 @@ context manager), and at interpreter exit.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -45,11 +46,26 @@ def _owning_client(cluster, quiet: bool):
                 cluster.close()
 
     try:
-        client = _ClusterClient(cluster)
+        with _scheduler_config_kept_on_failure():
+            client = _ClusterClient(cluster)
     except BaseException:
         cluster.close()
         raise
     return client
+
+
+@contextlib.contextmanager
+def _scheduler_config_kept_on_failure():
+    """Put dask's global ``scheduler`` config back when a Client fails to start: it names
+    itself there before connecting and, never started, never restores it, so every later
+    computation would fail with "no Client active"."""
+    before = dask.config.get("scheduler", None)
+    try:
+        yield
+    except BaseException:
+        if dask.config.get("scheduler", None) != before:
+            dask.config.set(scheduler=before)
+        raise
 
 
 #: where a local cluster's dashboard listens unless asked otherwise: this machine only
@@ -165,12 +181,13 @@ def connect(
         _check_tls(where, security)
         extra = {} if security is None else {"security": security}
         try:
-            client = Client(
-                target,
-                scheduler_file=None if sched_file is None else str(sched_file),
-                timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
-                **extra,
-            )
+            with _scheduler_config_kept_on_failure():
+                client = Client(
+                    target,
+                    scheduler_file=None if sched_file is None else str(sched_file),
+                    timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
+                    **extra,
+                )
         except OSError as exc:
             raise ClusterError(
                 f"cannot reach the Dask scheduler at {where}{named}: {exc}"

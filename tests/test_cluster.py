@@ -165,3 +165,6 @@ def test_bad_cluster_input_is_one_line_within_seconds(tmp_path, case):
         stop.set()
         server.close()
     assert time.perf_counter() - t0 < 10
+    # a client that failed to start does not stay named as dask's scheduler (later
+    # computations would fail with "no Client active")
+    assert dask.config.get("scheduler", None) is None
