@@ -8,7 +8,8 @@ Method: every particle chunk is painted onto its own full partial mesh (numba on
 NumPy chunks, a CuPy atomicAdd kernel on CuPy chunks; see
 :mod:`~cosmo_dask.density.paint_kernels` for the convention and weights) and
 the partial meshes are added by a tree reduction (``split_every`` of them per
-task, default 8): the only global step. The result is one chunk.
+task, default up to 8, fewer where half a worker's memory holds fewer): the only
+global step. The result is one chunk.
 
 Memory: each painting task holds one ``n_mesh^3`` mesh (``8 n_mesh^3`` bytes in
 float64: 134 MB at 256, 1.07 GB at 512, 8.6 GB at 1024) and each reduction task
@@ -172,9 +173,17 @@ def _paint_single(pos, *, mass_scalar, n, box, scheme, shift, mdtype):
 
 def tree_sum(parts: da.Array, split_every: int | None = None) -> da.Array:
     """Sum the partial meshes of ``parts`` ``(k, n, n, n)`` by a tree of ``split_every``-way
-    additions (in place, no concatenation): returns a one-chunk ``(n, n, n)`` dask array."""
-    split_every = 8 if split_every is None else split_every
+    additions (in place, no concatenation): returns a one-chunk ``(n, n, n)`` dask array.
+
+    The default takes as many meshes per addition as fill half of one worker's memory
+    (:func:`memory_per_worker`), between 2 and 8: with 2 GB workers and 256^3 float64
+    meshes that is 7, with 1 GB 3 (8 would need 1 GiB of inputs in one task, which the
+    scheduler refuses to place)."""
     n = parts.shape[1:]
+    if split_every is None:
+        mesh_bytes = math.prod(n) * parts.dtype.itemsize
+        have, _ = memory_per_worker(array_module(parts._meta) is not np)
+        split_every = max(2, min(8, int(0.5 * have / mesh_bytes))) if have else 8
     nodes = list(parts.to_delayed(optimize_graph=False).ravel())
     add = dask.delayed(_add, pure=True)
     while len(nodes) > 1:
@@ -240,7 +249,8 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     precision : {"float64", "float32"}
         Dtype of the mesh (weights are computed in float64 on both devices).
     split_every : int, optional
-        Partial meshes added per reduction task (default 8, >= 2).
+        Partial meshes added per reduction task (>= 2; default: as many as fill half
+        of one worker's memory, at most 8).
 
     Returns
     -------

@@ -111,15 +111,24 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
     }
 
 
-def _merge(*locals_: dict) -> tuple[np.ndarray, np.ndarray]:
+#: what fof-merge needs of a domain (host arrays, a thin surface layer)
+_BOUNDARY = ("ghost_index", "ghost_rep", "export_index", "export_rep")
+
+
+def _boundary(local: dict) -> dict:
+    """The ghost and exported rows of one domain: all that ``fof-merge`` reads. A task of
+    its own, so that the merge task's inputs (moved to one worker) are these, not every
+    domain's particles."""
+    return {k: local[k] for k in _BOUNDARY}
+
+
+def _merge(*boundaries: dict) -> tuple[np.ndarray, np.ndarray]:
     """Representatives joined across domains -> their merged class (sorted keys)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    g_idx = np.concatenate([o["ghost_index"] for o in locals_])
-    g_rep = np.concatenate([o["ghost_rep"] for o in locals_])
-    e_idx = np.concatenate([o["export_index"] for o in locals_])
-    e_rep = np.concatenate([o["export_rep"] for o in locals_])
+    g_idx, g_rep, e_idx, e_rep = (np.concatenate([b[k] for b in boundaries])
+                                  for k in _BOUNDARY)
     if g_idx.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     order = np.argsort(e_idx, kind="stable")
@@ -362,7 +371,9 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, with_members,
                                                dask_key_name=f"fof-local-{token}-{d}")
                for d, p in enumerate(parts)]
-    merged = dask.delayed(_merge, pure=True)(*locals_, dask_key_name=f"fof-merge-{token}")
+    edges = [dask.delayed(_boundary, pure=True)(lo_, dask_key_name=f"fof-boundary-{token}-{d}")
+             for d, lo_ in enumerate(locals_)]
+    merged = dask.delayed(_merge, pure=True)(*edges, dask_key_name=f"fof-merge-{token}")
     tables = [dask.delayed(_count, pure=True)(lo_, merged, min_members,
                                               dask_key_name=f"fof-count-{token}-{d}")
               for d, lo_ in enumerate(locals_)]
