@@ -458,6 +458,18 @@ class Snapshot:
             unchecked=unchecked,
         )
 
+    def persist(self) -> Snapshot:
+        """The same snapshot with every array computed and held in memory: on the workers
+        of the active distributed client (in this process without one), for several
+        analyses in a row without reading the store again. A chunk lost with a worker is
+        recomputed (read again) by the scheduler."""
+        import dask
+
+        names = list(self._arrays)
+        held = dask.persist(*(self._arrays[k] for k in names))
+        return Snapshot(dict(zip(names, held, strict=True)), self._attrs, source=self._source,
+                        unchecked=self._unchecked)
+
     def to_device(self, device: str) -> Snapshot:
         """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
         device = check_device(device)

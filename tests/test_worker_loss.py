@@ -147,3 +147,24 @@ def test_a_killed_worker_does_not_change_the_answer(cluster, name):
             else:
                 np.testing.assert_array_equal(g, w)  # bit for bit
     assert n_killed >= 2, f"the run ({seconds:.2f} s) ended before the kills"
+
+
+def test_persisted_particles_lost_with_a_worker_are_read_again(cluster, tmp_path):
+    """Long-held state: particles persisted in worker memory (as in a notebook), then the
+    worker holding some of them is killed; the next analysis recomputes the lost chunks
+    from the store and gives the undisturbed answer."""
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.halos import fof
+
+    _, client = cluster
+    _clustered(40_000).to_zarr(tmp_path / "s.zarr")
+    snap = open_snapshot(tmp_path / "s.zarr").persist()
+    want = fof(snap, 0.2, centers=("mbp",))
+    want = [np.asarray(want.labels.compute()), want.catalog["mbp_position"].values]
+    held = client.who_has(snap.pos)
+    victim = _kill_one_worker(client)
+    assert any(victim in where for where in held.values()), "the victim held no chunk"
+    client.wait_for_workers(2, timeout=60)
+    got = fof(snap, 0.2, centers=("mbp",))
+    np.testing.assert_array_equal(np.asarray(got.labels.compute()), want[0])
+    np.testing.assert_array_equal(got.catalog["mbp_position"].values, want[1])
