@@ -40,6 +40,25 @@ MODELS = ("plummer", "hernquist", "ferrers", "lattice", "zeldovich", "blobs")
 
 
 # --------------------------------------------------------------------------- helpers
+def _cosmology_overrides(text: str) -> dict[str, float]:
+    """``Omega_m=0.31,sigma8=0.81`` -> {"Omega_m": 0.31, "sigma8": 0.81}."""
+    from .models.cosmology import THEORY_KEYS
+
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in (*THEORY_KEYS, "Omega_L"):
+            raise argparse.ArgumentTypeError(
+                f"expected KEY=VALUE pairs with keys among {', '.join((*THEORY_KEYS, 'Omega_L'))}"
+                f", got {item!r}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{key}: expected a number, got {value!r}") from None
+    return out
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -293,6 +312,29 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _theory_cosmology(args, snap):
+    """The cosmology of a --plot's theory curve: the snapshot's, with --sigma8 and
+    --cosmology on top; None (after one line saying what is missing) when a parameter
+    the curve needs is known to neither."""
+    from .models.cosmology import Cosmology
+
+    overrides = dict(args.cosmology or {})
+    if args.sigma8 is not None:
+        overrides["sigma8"] = args.sigma8
+    if not snap.cosmology and not overrides:
+        _say("--plot: the snapshot carries no cosmology, so the plot shows the measurement "
+             "only (pass --cosmology Omega_m=...,Omega_b=...,h=...,n_s=... --sigma8 ... "
+             "for the theory curve)")
+        return None
+    cosmo, missing = Cosmology.for_theory(snap.cosmology, overrides)
+    if missing:
+        flags = " ".join("--sigma8 VALUE" if k == "sigma8" else f"--cosmology {k}=VALUE"
+                         for k in missing)
+        _say(f"--plot: the theory curve needs {', '.join(missing)}, which the snapshot does "
+             f"not carry: the plot shows the measurement only (pass {flags})")
+    return cosmo
+
+
 def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -397,14 +439,32 @@ def cmd_info(args) -> int:
 
 
 # --------------------------------------------------------------------------- convert
-def cmd_convert(args) -> int:
-    from .io import from_gadget_hdf5
+#: convert's formats -> the reader (cosmo_dask.io)
+CONVERT_FORMATS = {"gadget": "from_gadget_hdf5", "gadget-binary": "from_gadget_binary"}
 
-    snap = from_gadget_hdf5(args.input, part_type=args.part_type)
+
+def _unit_triple(text: str) -> dict[str, str]:
+    """``Mpc/h,km/s,1e10 Msun/h`` -> {length, velocity, mass} (empty entries: unchanged)."""
+    parts = [t.strip() for t in text.split(",")]
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(
+            f"expected LENGTH,VELOCITY,MASS (e.g. Mpc/h,km/s,1e10 Msun/h; an empty entry "
+            f"keeps that unit), got {text!r}")
+    return {q: t for q, t in zip(("length", "velocity", "mass"), parts, strict=True) if t}
+
+
+def cmd_convert(args) -> int:
+    from . import io
+
+    snap = getattr(io, CONVERT_FORMATS[args.format])(args.input, part_type=args.part_type)
+    if args.units:
+        snap = snap.to_units(**args.units)  # lazy: converted as the store is written
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
-    _say(f"converted {args.input} (PartType{args.part_type}, N={snap.n_particles}) -> {path}")
+    units = ", ".join(f"{k} {v}" for k, v in (snap.units or {}).items())
+    _say(f"converted {args.input} (PartType{args.part_type}, N={snap.n_particles}; {units}) "
+         f"-> {path}")
     return 0
 
 
@@ -442,8 +502,9 @@ def cmd_halos(args) -> int:
         if n == 0:
             raise CosmoDaskError("--plot: no halos to plot")
         ds = mass_function(result.catalog, min(20, max(1, n // 5)), snap.box_size)
-        plot_mass_function(ds, cosmology=snap.cosmology, redshift=snap.redshift or 0.0,
-                           path=args.plot)
+        cosmo = _theory_cosmology(args, snap)
+        plot_mass_function(ds, cosmology=cosmo, redshift=snap.redshift or 0.0,
+                           path=args.plot, **({} if cosmo else {"fits": ()}))
         _say(f"mass function plot -> {args.plot}")
     return 0
 
@@ -489,7 +550,8 @@ def cmd_expand(args) -> int:
         params["center"] = [float(x) for x in model.center_]
         path = write_expansion(args.out, method=args.method, parameters=params,
                                scf=model if args.method == "scf" else None, acc=acc, pot=pot,
-                               overwrite=args.overwrite)
+                               overwrite=args.overwrite,
+                               units=model.units_ if args.method == "mex" else None)
         dt = time.perf_counter() - t0
     where = ", ".join(f"{x:.4g}" for x in params["center"])
     if args.method == "scf":
@@ -525,7 +587,8 @@ def cmd_density(args) -> int:
         mesh = paint(snap, n_mesh=args.n_mesh, scheme=args.method, box_size=args.box_size)
         t0 = time.perf_counter()
         path = write_mesh(args.out, mesh, box_size=box, scheme=args.method,
-                          overwrite=args.overwrite, attrs={"source": str(args.snapshot)})
+                          overwrite=args.overwrite, attrs={"source": str(args.snapshot)},
+                          units=snap.units)
         dt = time.perf_counter() - t0
     _say(f"{args.method.upper()} mesh {args.n_mesh}^3 of {snap.n_particles} particles "
          f"(box {box:g}), {dt:.2f} s -> {path}")
@@ -591,14 +654,14 @@ def cmd_power(args) -> int:
          + (f" -> {args.out}" if args.out else ""))
     if args.plot:
         reference = None
-        if snap.cosmology and snap.scale_factor:
-            from .models.cosmology import Cosmology
+        cosmo = _theory_cosmology(args, snap)
+        if cosmo is not None and snap.scale_factor:
+            from .analysis import linear_power
 
-            cosmo = Cosmology.coerce(snap.cosmology)
-            growth = float(cosmo.growth_factor(snap.scale_factor))
-
-            def reference(k):
-                return cosmo.power_spectrum(k) * growth**2
+            reference = linear_power(cosmo, snap.scale_factor, ds.attrs["length_unit"])
+        elif cosmo is not None:
+            _say("--plot: the snapshot has no scale factor: the plot shows the measurement "
+                 "only")
         plot_power_spectrum(ds, args.plot, reference=reference)
         _say(f"P(k) plot -> {args.plot}")
     return 0
@@ -687,6 +750,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
+    def _add_theory_options(parser):
+        parser.add_argument("--sigma8", type=float, default=None,
+                            help="sigma8 of the --plot theory curve (Gadget headers have none)")
+        parser.add_argument("--cosmology", type=_cosmology_overrides, default=None,
+                            metavar="KEY=VALUE,...",
+                            help="cosmological parameters of the --plot theory curve, on top "
+                            "of the snapshot's (Omega_m, Omega_b, Omega_L, h, sigma8, n_s)")
+
     def subparser(name, **kw):
         p = sub.add_parser(name, **kw)
         _add_cluster_options(p, suppress=True)
@@ -740,10 +811,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
 
     c = subparser("convert", help="convert a foreign snapshot to a cosmo_dask store")
-    c.add_argument("format", choices=("gadget",))
+    c.add_argument("format", choices=tuple(CONVERT_FORMATS),
+                   help="gadget: Gadget/AREPO HDF5; gadget-binary: Gadget format 1 or 2")
     c.add_argument("input", metavar="IN", help="file, first file of a set, base name or glob")
     c.add_argument("out", metavar="OUT.zarr")
     c.add_argument("--part-type", type=int, default=1, help="Gadget particle type 0..5")
+    c.add_argument("--units", type=_unit_triple, default=None, metavar="LENGTH,VELOCITY,MASS",
+                   help="convert to these units while writing, e.g. 'Mpc/h,,1e10 Msun/h' "
+                   "(an empty entry keeps that unit)")
     c.add_argument("--overwrite", action="store_true")
     c.set_defaults(func=cmd_convert)
 
@@ -759,7 +834,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--centers", default="mbp,mcp", help="comma list of mbp, mbp_grid, mcp "
                    "(empty for none)")
     h.add_argument("--domains", type=_positive_int, default=None, help="domain count")
-    h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot")
+    h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot (with "
+                   "the Warren and Watson fits when the cosmology is known)")
+    _add_theory_options(h)
     h.add_argument("--overwrite", action="store_true")
     h.set_defaults(func=cmd_halos)
 
@@ -818,7 +895,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poles", default="0", help="Legendre multipoles, e.g. 0,2,4")
     p.add_argument("--out", default=None, help="write the table (.csv or .nc)")
     p.add_argument("--plot", metavar="PNG", default=None, help="P(k) plot (with linear theory "
-                   "when the snapshot carries a cosmology)")
+                   "when the cosmology is known)")
+    _add_theory_options(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing --out and --plot files")
     p.set_defaults(func=cmd_power)

@@ -133,7 +133,8 @@ def stage_density(ctx) -> None:
     n_mesh = ctx["n_side"]
     t0 = time.perf_counter()
     path = write_mesh(ctx["dir"] / "mesh.zarr", paint(snap, n_mesh=n_mesh, scheme="cic"),
-                      box_size=snap.box_size, scheme="cic", attrs={"source": str(ctx["ics"])})
+                      box_size=snap.box_size, scheme="cic", attrs={"source": str(ctx["ics"])},
+                      units=snap.units)
     ds = power_spectrum(snap, n_mesh=n_mesh).compute()
     cosmo = Cosmology.coerce(snap.cosmology)
     growth = float(cosmo.growth_factor(snap.scale_factor))

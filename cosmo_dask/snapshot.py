@@ -470,6 +470,65 @@ class Snapshot:
         return Snapshot(dict(zip(names, held, strict=True)), self._attrs, source=self._source,
                         unchecked=self._unchecked)
 
+    def to_units(self, *, length: str | None = None, velocity: str | None = None,
+                 mass: str | None = None) -> Snapshot:
+        """The same snapshot in other units (lazy): positions and box in ``length``,
+        velocities in ``velocity``, masses (per-particle and ``particle_mass``) in
+        ``mass``, and ``G`` converted with them, so every analysis of the result is
+        in the new units.
+
+        Units are strings read by :mod:`cosmo_dask.units` (astropy.units with the
+        ``/h`` convention): ``to_units(length="Mpc/h")`` on a kpc/h Gadget import,
+        ``to_units(mass="Msun/h")``. Converting between ``/h`` and plain units
+        (``"kpc/h"`` to ``"kpc"``) uses the cosmology's ``h``. A note such as
+        ``(peculiar)`` is kept. Arrays keep their dtype.
+
+        Raises
+        ------
+        ParameterError
+            The snapshot has no units, a unit is not one of its quantity, the
+            units are labels (``"N-body length"``), or ``h`` is needed and unknown.
+        """
+        from .units import factor, gravitational_constant, with_note
+
+        current = self.units
+        if current is None:
+            raise ParameterError("to_units: the snapshot states no units (units=None); "
+                                 "give them when creating it (Snapshot.from_arrays(units=...))")
+        h = (self.cosmology or {}).get("h")
+        new, f = dict(current), {}
+        for q, target in (("length", length), ("velocity", velocity), ("mass", mass)):
+            f[q] = 1.0
+            if target is None:
+                continue
+            if q not in current:
+                raise ParameterError(f"to_units: the snapshot states no {q} unit")
+            f[q] = factor(current[q], target, q, h=h)
+            new[q] = with_note(str(target), current[q])
+
+        def scaled(v, k):
+            return (v * np.float64(k)).astype(v.dtype) if k != 1.0 else v
+
+        box = None if self.box_size is None else self.box_size * f["length"]
+        arrays = {}
+        for name, v in self._arrays.items():
+            k = {"pos": f["length"], "vel": f["velocity"], "mass": f["mass"]}.get(name, 1.0)
+            v = scaled(v, k)
+            if name == "pos" and box is not None and k != 1.0:
+                # x < box can round to the new box exactly: that is 0, periodically
+                v = da.where(v >= v.dtype.type(box), v - v.dtype.type(box), v)
+            arrays[name] = v
+        attrs = dict(self._attrs)
+        attrs["units"] = new
+        attrs["box_size"] = box
+        if attrs["particle_mass"] is not None:
+            attrs["particle_mass"] = attrs["particle_mass"] * f["mass"]
+        if attrs["G"] is not None:
+            attrs["G"] = attrs["G"] * f["length"] * f["velocity"] ** 2 / f["mass"]
+        else:
+            attrs["G"] = gravitational_constant(new, h=h)
+        return Snapshot(arrays, attrs, source=self._source)
+
     def to_device(self, device: str) -> Snapshot:
         """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
         device = check_device(device)

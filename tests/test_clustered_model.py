@@ -15,7 +15,10 @@ def test_particles_do_not_depend_on_chunks_and_stay_in_the_box():
     np.testing.assert_array_equal(pa, pb)
     np.testing.assert_array_equal(a.vel.compute(), b.vel.compute())
     assert pa.min() >= 0.0 and pa.max() < 50.0
-    assert a.particle_mass == pytest.approx(a.cosmology["Omega_m"] * 27.7536627 * 50.0**3 / 5e4)
+    g_mpc = 1.3271244e20 / 3.0856775814913673e22 / 1e6 * 1e10  # G from IAU GM_sun
+    rho_crit = 3 * 100.0**2 / (8 * np.pi * g_mpc)
+    assert a.particle_mass == pytest.approx(a.cosmology["Omega_m"] * rho_crit * 50.0**3 / 5e4,
+                                            rel=1e-9)
 
 
 def test_halo_members_sit_inside_their_truncated_plummer_spheres():

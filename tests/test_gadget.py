@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import dask
@@ -12,7 +13,12 @@ import pytest
 
 from cosmo_dask.errors import ParameterError, SnapshotError
 from cosmo_dask.io import find_gadget_files, from_gadget_hdf5
-from cosmo_dask.io.gadget import DEFAULT_UNITS, gravitational_constant
+from cosmo_dask.io.gadget import DEFAULT_UNITS
+from cosmo_dask.units import gravitational_constant
+
+#: G in (kpc/h) (km/s)^2 / (1e10 Msun/h) from the IAU solar mass parameter GM_sun
+#: (m^3/s^2) and the parsec, independently of astropy
+G_KPC = 1.3271244e20 / 3.0856775814913673e19 / 1e6 * 1e10
 
 MPC_CM = 3.085678e24
 KPC_CM = 3.085678e21
@@ -127,7 +133,7 @@ def test_single_file_arrays_and_metadata(single):
                               "sigma8": None, "n_s": None}
     assert snap.units == {"length": "Mpc/h", "velocity": "km/s (peculiar)",
                           "mass": "1e10 Msun/h"}
-    assert snap.G == pytest.approx(43.0091)
+    assert snap.G == pytest.approx(G_KPC / 1e3, rel=1e-9)
     info = snap.gadget_info
     assert info.files == (str(path),) and info.cosmological
     assert info.velocity_factor == pytest.approx(math.sqrt(0.5))
@@ -217,7 +223,7 @@ def test_non_cosmological_run(tmp_path):
     snap = from_gadget_hdf5(path)
     assert snap.box_size is None and snap.scale_factor is None and snap.cosmology is None
     assert snap.units == {"length": "kpc/h", "velocity": "km/s", "mass": "1e10 Msun/h"}
-    assert snap.G == pytest.approx(43009.1)
+    assert snap.G == pytest.approx(G_KPC, rel=1e-9)
     np.testing.assert_array_equal(snap.pos.compute(), p["Coordinates"])
     np.testing.assert_array_equal(snap.vel.compute(), p["Velocities"])
     assert not snap.gadget_info.cosmological and snap.gadget_info.velocity_factor == 1.0
@@ -242,19 +248,63 @@ def test_units(tmp_path):
     none = {"UnitLength_in_cm": None, "UnitMass_in_g": None, "UnitVelocity_in_cm_per_s": None}
     write_gadget_file(path, {1: p}, mass_table=[0, 1, 0, 0, 0, 0], header=none)
     snap = from_gadget_hdf5(path)
-    assert snap.units == DEFAULT_UNITS and snap.G == pytest.approx(43009.1)
+    assert snap.units == DEFAULT_UNITS and snap.G == pytest.approx(G_KPC, rel=1e-9)
     snap = from_gadget_hdf5(path, units={"length": "Mpc/h"})
-    assert snap.units["length"] == "Mpc/h" and snap.G == pytest.approx(43.0091)
+    assert snap.units["length"] == "Mpc/h" and snap.G == pytest.approx(G_KPC / 1e3, rel=1e-9)
+    # any physical units: G from the unit system; pc against 1e10 Msun/h needs h
     snap = from_gadget_hdf5(path, units={"length": "pc"})
+    assert snap.G == pytest.approx(G_KPC * 1e3 / snap.cosmology["h"], rel=1e-9)
+    snap = from_gadget_hdf5(path, units={"length": "N-body length"})
     assert snap.G is None
     write_gadget_file(path, {1: p}, mass_table=[0, 1, 0, 0, 0, 0],
                       header={"UnitLength_in_cm": 3.0e22})
     snap = from_gadget_hdf5(path)
-    assert snap.units["length"] == "3e+22 cm/h" and snap.G is None
+    assert snap.units["length"] == "3e+22 cm/h"
+    assert snap.G == pytest.approx(G_KPC * 3.0856775814913673e21 / 3.0e22, rel=1e-9)
     assert gravitational_constant({"length": "kpc/h", "velocity": "km/s",
-                                   "mass": "1e10 Msun/h"}) == 43009.1
+                                   "mass": "1e10 Msun/h"}) == pytest.approx(G_KPC, rel=1e-9)
     with pytest.raises(ParameterError, match="unknown key"):
         from_gadget_hdf5(path, units={"time": "Gyr"})
+
+
+def test_units_from_parameters_group(tmp_path):
+    """Gadget-4 / AREPO keep units, h and the comoving flag in Parameters only."""
+    rng = np.random.default_rng(13)
+    p = make_parts(rng, 6)
+    path = tmp_path / "g4.hdf5"
+    only_in_parameters = {"UnitLength_in_cm": MPC_CM, "UnitMass_in_g": MSUN10_G,
+                          "UnitVelocity_in_cm_per_s": 1e5, "HubbleParam": 0.6774,
+                          "ComovingIntegrationOn": np.int32(1)}
+    write_gadget_file(path, {1: p}, mass_table=[0, 1, 0, 0, 0, 0],
+                      header=dict.fromkeys(only_in_parameters), parameters=only_in_parameters)
+    snap = from_gadget_hdf5(path)
+    assert snap.units == {"length": "Mpc/h", "velocity": "km/s (peculiar)",
+                          "mass": "1e10 Msun/h"}
+    assert snap.G == pytest.approx(G_KPC / 1e3, rel=1e-9) and snap.cosmology["h"] == 0.6774
+    assert snap.gadget_info.cosmological_rule == "Parameters/ComovingIntegrationOn = 1"
+    np.testing.assert_array_equal(snap.pos.compute(), p["Coordinates"])
+    np.testing.assert_array_equal(snap.vel.compute(), scaled(p["Velocities"], 0.5))
+    # in both groups, equal to a relative 1e-6: accepted
+    write_gadget_file(path, {1: p}, mass_table=[0, 1, 0, 0, 0, 0],
+                      parameters={"UnitLength_in_cm": MPC_CM * (1 + 1e-8), "HubbleParam": 0.7})
+    snap = from_gadget_hdf5(path)
+    assert snap.units["length"] == "Mpc/h" and snap.cosmology["h"] == 0.7
+
+
+@pytest.mark.parametrize("key,in_header,in_parameters", [
+    ("UnitLength_in_cm", MPC_CM, KPC_CM),
+    ("HubbleParam", 0.7, 0.6774),
+    ("UnitVelocity_in_cm_per_s", 1e5, 1e5 * (1 + 1e-5)),
+])
+def test_units_header_and_parameters_disagree(tmp_path, key, in_header, in_parameters):
+    rng = np.random.default_rng(14)
+    path = tmp_path / "g4.hdf5"
+    write_gadget_file(path, {1: make_parts(rng, 3)}, mass_table=[0, 1, 0, 0, 0, 0],
+                      header={key: in_header}, parameters={key: in_parameters})
+    message = (f"{path}: Header/{key} is {in_header!r} but Parameters/{key} is "
+               f"{in_parameters!r}")
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        from_gadget_hdf5(path)
 
 
 def test_computes_on_distributed_cluster(multi):

@@ -53,7 +53,7 @@ def test_counts_and_density_match_histogram():
     np.testing.assert_allclose(ds["dn_dlnM"].values, ref / vol / dlnm, rtol=1e-12)
     np.testing.assert_allclose(ds["dn_dlnM_error"].values, np.sqrt(ref) / vol / dlnm, rtol=1e-12)
     assert ds.attrs["volume"] == pytest.approx(vol)
-    assert ds["dn_dlnM"].attrs["units"] == "(Mpc/h)^-3"
+    assert ds["dn_dlnM"].attrs["units"] == "h3 / Mpc3"
     assert ds["mass"].attrs["units"] == "1e10 Msun/h"
 
 

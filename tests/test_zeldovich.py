@@ -167,9 +167,13 @@ def test_metadata_and_coordinates(zel):
     assert set(snap.cosmology) == set(PLANCK)
     assert snap.units == {"length": "Mpc/h", "velocity": "km/s (peculiar)",
                           "mass": "1e10 Msun/h"}
-    assert snap.particle_mass == pytest.approx(0.3111 * 27.7536627 * (BOX / N_SIDE) ** 3,
+    # rho_crit = 3 H0^2 / (8 pi G), G from the IAU solar mass parameter (independent of
+    # astropy): GM_sun [m^3/s^2] / (m per Mpc) / (m^2/s^2 per (km/s)^2) * 1e10
+    g_mpc = 1.3271244e20 / 3.0856775814913673e22 / 1e6 * 1e10
+    rho_crit = 3 * 100.0**2 / (8 * np.pi * g_mpc)
+    assert snap.particle_mass == pytest.approx(0.3111 * rho_crit * (BOX / N_SIDE) ** 3,
                                                rel=1e-12)
-    assert snap.G == pytest.approx(43.0091)
+    assert snap.G == pytest.approx(g_mpc, rel=1e-9)
     assert snap.mass is None
     np.testing.assert_array_equal(ids, np.arange(N_SIDE**3))
     assert np.all(pos >= 0) and np.all(pos < BOX)

@@ -1,5 +1,5 @@
-"""Analysis of snapshots and meshes: power spectrum and multipoles."""
+"""Analysis of snapshots and meshes: power spectrum and multipoles, linear theory."""
 
-from .power import plot_power_spectrum, power_spectrum
+from .power import linear_power, plot_power_spectrum, power_spectrum
 
-__all__ = ["plot_power_spectrum", "power_spectrum"]
+__all__ = ["linear_power", "plot_power_spectrum", "power_spectrum"]

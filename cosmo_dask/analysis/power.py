@@ -54,9 +54,11 @@ from ..density.paint import (
     tree_sum,
 )
 from ..errors import ParameterError
+from ..product_units import product_units
 from ..progress import compute
+from ..units import factor
 
-__all__ = ["power_spectrum", "plot_power_spectrum"]
+__all__ = ["linear_power", "power_spectrum", "plot_power_spectrum"]
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -179,7 +181,7 @@ def _fourier_power(mesh0, mesh1, *, box, scheme, edges, los, poles, slab=16):
 
 def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", interlace=True,
                    k_bins=None, los=None, poles=(0,), mass=None, precision="float64",
-                   split_every=None) -> xr.Dataset:
+                   split_every=None, length_unit=None) -> xr.Dataset:
     """Power spectrum of a periodic particle set or of a mesh, binned in ``|k|``.
 
     Parameters
@@ -213,6 +215,11 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         Dtype of the painted meshes (the FFT is float64/complex128 always).
     split_every : int, optional
         Tree-reduction fan-in of the painting.
+    length_unit : str, optional
+        Unit of positions and box (default: the snapshot's ``units["length"]``,
+        else the label ``"input length"``): ``k`` is in its inverse (``"h / Mpc"``
+        for ``Mpc/h``), ``power`` in its cube (``"Mpc3 / h3"``), as
+        :func:`cosmo_dask.product_units.product_units` spells them.
 
     Returns
     -------
@@ -223,7 +230,8 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         k-space count), ``shot_noise`` (scalar; NaN for a mesh input), and, when
         ``poles`` is not ``(0,)``, ``multipoles`` ``(ell, k)``. Attributes:
         ``box_size``, ``n_mesh``, ``scheme``, ``interlace``, ``n_particles``,
-        ``shot_noise_subtracted = 0``, ``los``. No shot noise is subtracted.
+        ``shot_noise_subtracted = 0``, ``los``, ``length_unit``. No shot noise is
+        subtracted. Every variable and coordinate has a ``units`` attribute.
 
     Raises
     ------
@@ -238,6 +246,10 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
     from ..snapshot import Snapshot
 
     what = "power_spectrum"
+    if length_unit is None and isinstance(snap_or_mesh, Snapshot):
+        length_unit = (snap_or_mesh.units or {}).get("length")
+    pu = product_units({"length": length_unit} if length_unit else None)
+    length_unit = pu["length"]
     los_v, poles = _check_los(los, poles)
     if scheme is not None:
         scheme = _check_scheme(scheme, what)
@@ -313,20 +325,26 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         pole_p = np.stack([(2 * ell + 1) * volume * res[2 + j] / n_modes
                            for j, ell in enumerate(poles)])
     pole_p[:, n_modes == 0] = np.nan
-    coords = {"k": ("k", kmean), "k_min": ("k", edges[:-1]), "k_max": ("k", edges[1:])}
+    k_unit, p_unit = pu["inverse_length"], pu["volume"]
+    coords = {"k": ("k", kmean, {"units": k_unit, "long_name": "mean |k| of the bin's modes"}),
+              "k_min": ("k", edges[:-1], {"units": k_unit}),
+              "k_max": ("k", edges[1:], {"units": k_unit})}
     mono = pole_p[poles.index(0)]
     data = {
         "power": ("k", mono, {"long_name": "P_0(k), shot noise not subtracted",
-                              "units": "box length^3"}),
+                              "units": p_unit}),
         "n_modes": ("k", np.rint(n_modes).astype(np.int64),
-                    {"long_name": "modes in the bin (k and -k counted separately)"}),
-        "shot_noise": ((), shot, {"long_name": "V sum m^2 / (sum m)^2 (V/N, equal masses)"}),
+                    {"long_name": "modes in the bin (k and -k counted separately)",
+                     "units": "1"}),
+        "shot_noise": ((), shot, {"long_name": "V sum m^2 / (sum m)^2 (V/N, equal masses)",
+                                  "units": p_unit}),
     }
     if tuple(req) != (0,):
         data["multipoles"] = (("ell", "k"), pole_p[[poles.index(ell) for ell in req]],
-                              {"long_name": "P_ell(k)"})
-        coords["ell"] = ("ell", np.asarray(req, dtype=np.int64))
-    attrs = {"box_size": box, "n_mesh": n, "scheme": scheme if scheme else "none",
+                              {"long_name": "P_ell(k)", "units": p_unit})
+        coords["ell"] = ("ell", np.asarray(req, dtype=np.int64), {"units": "1"})
+    attrs = {"box_size": box, "length_unit": length_unit, "n_mesh": n,
+             "scheme": scheme if scheme else "none",
              "interlace": int(mesh1 is not None), "shot_noise_subtracted": 0,
              "n_particles": -1 if n_part is None else int(n_part),
              "k_fundamental": 2 * np.pi / box, "k_nyquist": np.pi * n / box,
@@ -380,12 +398,37 @@ def plot_power_spectrum(ds, path=None, *, ax=None, reference=None, label=None):
     if np.isfinite(sn):
         ax.axhline(sn, color="0.5", ls=":", label="shot noise")
     if reference is not None:
-        ax.loglog(k[good], reference(k[good]), color="k", lw=0.8, label="reference")
+        ax.loglog(k[good], reference(k[good]), color="k", lw=0.8,
+                  label=getattr(reference, "label", "reference"))
     ax.axvline(float(ds.attrs["k_nyquist"]), color="0.7", lw=0.8)
-    ax.set_xlabel("k [1 / length unit]  (h/Mpc for a box in Mpc/h)")
-    ax.set_ylabel("P(k) [length unit³]")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap
+    ax.set_xlabel(f"k [{ds['k'].attrs.get('units', '1 / box length')}]")
+    ax.set_ylabel(f"P(k) [{ds['power'].attrs.get('units', 'box length^3')}]")
     ax.legend(frameon=False)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+def linear_power(cosmology, scale_factor: float, length_unit: str = "Mpc/h"):
+    """Linear-theory ``P(k)`` at ``scale_factor`` as a function of ``k`` in the inverse of
+    ``length_unit``, giving ``P`` in its cube (the reference curve of
+    :func:`plot_power_spectrum` in the data's own units).
+
+    ``cosmology`` is a :class:`~cosmo_dask.models.cosmology.Cosmology` (EH98 no-wiggle,
+    normalised to its ``sigma8``, which is defined in Mpc/h); the conversion from
+    h/Mpc and (Mpc/h)^3 uses :mod:`cosmo_dask.units` (and ``h`` where ``length_unit``
+    has no ``/h``).
+    """
+    to_mpc = factor(length_unit, "Mpc/h", "length", h=cosmology.h)  # data length -> Mpc/h
+    growth2 = float(cosmology.growth_factor(scale_factor)) ** 2
+
+    def reference(k):
+        k = np.asarray(k, dtype=np.float64)
+        return cosmology.power_spectrum(k / to_mpc) * growth2 / to_mpc**3
+
+    reference.label = f"linear theory (z = {1 / scale_factor - 1:.3g})"
+    return reference

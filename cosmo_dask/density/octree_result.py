@@ -22,10 +22,16 @@ subgroup per level present)::
     OUT.zarr/
       zarr.json        attrs: format="cosmo_dask.density_octree", format_version=1,
                        root_lo [3], root_size, patch_size, box_size (null: isolated),
-                       levels [present levels], n_leaves, attrs (provenance dict)
-      level_{l}/       attrs: level, n_leaves, leaf_size, cell_size
-        origin   (n_l, 3)        int64, the integer node indices at level l
-        density  (n_l, p, p, p)  float64, chunks (1, p, p, p)
+                       levels [present levels], n_leaves, attrs (provenance dict),
+                       units {length, velocity, mass} (the snapshot's), root_lo_units,
+                       root_size_units, box_size_units, density_units
+      level_{l}/       attrs: level, n_leaves, leaf_size, cell_size, leaf_size_units,
+                       cell_size_units
+        origin   (n_l, 3)        int64, the integer node indices at level l (units "1")
+        density  (n_l, p, p, p)  float64, chunks (1, p, p, p) (units: mass / length^3)
+
+Units (attribute ``units`` of each array, ``*_units`` of each attribute) come
+from :func:`~cosmo_dask.product_units.product_units` of the tree's ``units``.
 
 Leaves are stored grouped by level (in their order within a level), so a tree
 re-opened with :func:`open_density_octree` lists its leaves level by level.
@@ -37,7 +43,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import dask
@@ -48,7 +54,9 @@ import zarr
 from ..atomic import atomic_directory, local_path
 from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
+from ..product_units import product_units, store_units
 from ..progress import compute
+from ..units import QUANTITIES
 from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays
 
@@ -108,6 +116,11 @@ class DensityOctree:
         an isolated region.
     attrs : dict, optional
         Provenance (strategy, counts, ...), written by :meth:`to_zarr`.
+    units : mapping, optional
+        The units ``{length, velocity, mass}`` of the snapshot the density came
+        from: lengths (``root_lo``, sizes, sample points) in its length unit,
+        densities in its mass / length^3 (see :attr:`unit_strings`). None: the
+        "input length" / "input mass" labels.
 
     Raises
     ------
@@ -118,7 +131,7 @@ class DensityOctree:
     """
 
     def __init__(self, root_lo, root_size, patch_size, level, origin, patches, *,
-                 box_size=None, attrs=None):
+                 box_size=None, attrs=None, units: Mapping[str, str] | None = None):
         root_lo = np.asarray(root_lo, dtype=np.float64)
         if root_lo.shape != (3,) or not np.all(np.isfinite(root_lo)):
             raise ParameterError(f"DensityOctree: root_lo must be 3 finite numbers, "
@@ -184,6 +197,8 @@ class DensityOctree:
         self.patches = patches
         self.box_size = box_size
         self.attrs = dict(attrs or {})
+        self.units = None if units is None else {q: str(units[q]) for q in QUANTITIES
+                                                 if q in units}
         self._log2p = log2p
         self._index = self._build_index()
         self._check_tiling()
@@ -235,6 +250,12 @@ class DensityOctree:
                 "they must tile the root exactly (gaps found)")
 
     # ------------------------------------------------------------------ properties
+    @property
+    def unit_strings(self) -> dict[str, str]:
+        """Unit strings of the tree's quantities (``length``, ``density``, ...):
+        :func:`~cosmo_dask.product_units.product_units` of :attr:`units`."""
+        return product_units(self.units)
+
     @property
     def n_leaves(self) -> int:
         """Number of leaves ``L``."""
@@ -331,7 +352,8 @@ class DensityOctree:
 
     # ------------------------------------------------------------------ products
     def total_mass(self) -> float:
-        """Total mass: sum of density times cell volume over all leaves (one dask compute)."""
+        """Total mass: sum of density times cell volume over all leaves (one dask compute),
+        in ``unit_strings["mass"]``."""
         sums = self.patches.sum(axis=(1, 2, 3))
         if array_module(sums) is not np:
             sums = sums.map_blocks(host, dtype=np.float64, meta=np.empty((0,), np.float64))
@@ -350,8 +372,9 @@ class DensityOctree:
         Returns
         -------
         numpy.ndarray, shape (n,)
-            float64 density; NaN for points outside the root (or non-finite).
-            Only the patches containing a point are computed.
+            float64 density (in ``unit_strings["density"]``); NaN for points
+            outside the root (or non-finite). Only the patches containing a
+            point are computed.
         """
         if dask.is_dask_collection(points):
             (points,) = compute(points, label="octree sample points")
@@ -410,7 +433,8 @@ class DensityOctree:
         -------
         xarray.DataArray
             ``density`` (x, y, z), float64, NumPy-backed dask array, with
-            cell-centre coordinates.
+            cell-centre coordinates; attribute ``units`` the tree's density
+            unit, the coordinates' ``units`` its length unit.
         """
         import xarray as xr
 
@@ -456,13 +480,15 @@ class DensityOctree:
             nested.append(plane)
         data = da.block(nested)
         h = self.root_size / n
-        coords = {name: self.root_lo[d] + (np.arange(n) + 0.5) * h
-                  for d, name in enumerate("xyz")}
-        attrs = {"units": "mass / length^3 in the octree's units (mass-conserving average "
-                          "of the octree density over each uniform cell)",
+        pu = self.unit_strings
+        coords = {name: (name, self.root_lo[d] + (np.arange(n) + 0.5) * h,
+                         {"units": pu["length"]}) for d, name in enumerate("xyz")}
+        attrs = {"units": pu["density"],
+                 "long_name": "mass-conserving average of the octree density over each "
+                              "uniform cell",
                  "n": n, "cell_size": h, "root_lo": self.root_lo.tolist(),
                  "root_size": self.root_size, "coordinates": "cell centres",
-                 "source": FORMAT}
+                 "length_units": pu["length"], "source": FORMAT}
         if self.box_size is not None:
             attrs["box_size"] = self.box_size
         return xr.DataArray(data, dims=("x", "y", "z"), coords=coords, attrs=attrs,
@@ -483,10 +509,13 @@ class DensityOctree:
                                  f"({exc})") from exc
         levels = sorted(self._index)
         p = self.patch_size
+        pu = self.unit_strings
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "root_lo": self.root_lo.tolist(), "root_size": self.root_size,
                 "patch_size": p, "box_size": self.box_size, "levels": levels,
-                "n_leaves": self.n_leaves, "attrs": provenance}
+                "n_leaves": self.n_leaves, "attrs": provenance, "units": self.units,
+                "root_lo_units": pu["length"], "root_size_units": pu["length"],
+                "box_size_units": pu["length"], "density_units": pu["density"]}
         with atomic_directory(path, overwrite=overwrite, what="density octree store",
                               fmt=FORMAT, inputs=(provenance.get("source"),)) as tmp:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
@@ -496,7 +525,8 @@ class DensityOctree:
                 size = self.root_size / 2.0**lev
                 group.create_group(f"level_{lev}", attributes={
                     "level": lev, "n_leaves": len(ids), "leaf_size": size,
-                    "cell_size": size / p})
+                    "cell_size": size / p, "leaf_size_units": pu["length"],
+                    "cell_size_units": pu["length"]})
                 rows = min(len(ids), 2**20)
                 sources[f"level_{lev}/origin"] = da.from_array(
                     self.origin[ids].astype(np.int64), chunks=(rows, 3))
@@ -508,6 +538,8 @@ class DensityOctree:
                 dims[f"level_{lev}/density"] = ("leaf", "x", "y", "z")
             store_arrays(group, sources, root=tmp, chunks=chunks, compressors="auto",
                          dims=dims, label=f"writing {path}")
+            store_units(group, {name: pu["density"] if name.endswith("/density") else "1"
+                                for name in sources})
         return str(local_path(path))
 
     # ------------------------------------------------------------------ plot
@@ -723,7 +755,7 @@ def open_density_octree(path: str | os.PathLike) -> DensityOctree:
         tree = DensityOctree(attrs["root_lo"], attrs["root_size"], int(attrs["patch_size"]),
                              np.concatenate(level), np.concatenate(origin),
                              da.concatenate(patches, axis=0), box_size=attrs.get("box_size"),
-                             attrs=dict(attrs.get("attrs") or {}))
+                             attrs=dict(attrs.get("attrs") or {}), units=attrs.get("units"))
     except (KeyError, TypeError, ValueError) as exc:  # ParameterError is a ValueError
         raise SnapshotError(f"{p}: malformed density octree store ({exc})") from exc
     return tree

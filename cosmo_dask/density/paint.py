@@ -256,8 +256,10 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     -------
     dask.array.Array
         ``(n_mesh, n_mesh, n_mesh)``, one chunk, mass per cell (sum = total mass
-        to rounding: ~1e-15 relative in float64). Divide by ``(L/n)^3`` for a
-        density; see :func:`density_contrast`.
+        to rounding: ~1e-15 relative in float64) in the snapshot's mass unit.
+        Divide by ``(L/n)^3`` for a density; see :func:`density_contrast`.
+        :func:`~cosmo_dask.density.mesh_store.write_mesh` with ``units=snap.units``
+        stores it with its units.
 
     Raises
     ------

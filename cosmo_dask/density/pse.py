@@ -163,5 +163,5 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
              "block": cols.blocks.block, "max_level": max_level,
              "max_tets_per_node": max_tets, "lagrangian_shape": list(shape)}
     return DensityOctree(root_lo, root_size, p, layout.level, layout.origin, patches,
-                         box_size=box, attrs=attrs)
+                         box_size=box, attrs=attrs, units=snap.units)
 

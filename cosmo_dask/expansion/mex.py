@@ -58,6 +58,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, host, resolve_precision
 from ..errors import ParameterError
+from ..product_units import input_units
 from ..progress import compute, persist
 from .particles import expansion_input
 
@@ -250,6 +251,16 @@ class MEX:
         Number of radial buckets (tasks of the sort, scan and evaluation);
         default: the number of input chunks.
 
+    Attributes
+    ----------
+    units_ : dict
+        After :meth:`fit`: the unit strings of the results
+        (:func:`~cosmo_dask.product_units.input_units` of the fitted input):
+        ``units_["acceleration"]`` (velocity^2 / length), ``units_["potential"]``
+        (velocity^2), ``units_["length"]`` (``center_``, ``softening``), ``G_``
+        in ``units_["gravitational_constant"]``; mass / length^2 and mass /
+        length marked "(G = 1)" when neither ``fit(G=)`` nor the snapshot gave G.
+
     Notes
     -----
     Particle ordering, self-interaction and the distributed algorithm are
@@ -403,6 +414,7 @@ class MEX:
         self.counts_ = counts
         self.center_ = inp.center
         self.G_ = inp.G
+        self.units_ = input_units(snap_or_pos, G)
         self.n_particles_ = n
         self._input_chunks = pos.chunks[0]
         self._starts = starts
@@ -483,14 +495,15 @@ class MEX:
         without self-interaction. With ``pos`` (array (M, 3), same frame as the
         fitted input): at those points (radius located by binary search in
         the bucket boundaries, then in the bucket's sorted radii).
-        O(N (lmax+1)^2).
+        O(N (lmax+1)^2). Unit: ``units_["acceleration"]``.
         """
         self._check()
         res = self._at_particles() if pos is None else self._at_points(pos)
         return res[:, :3]
 
     def potential(self, pos=None) -> da.Array:
-        """Potential (dask, (N,)); see :meth:`accelerations` for the points used."""
+        """Potential (dask, (N,), in ``units_["potential"]``); see :meth:`accelerations`
+        for the points used."""
         self._check()
         res = self._at_particles() if pos is None else self._at_points(pos)
         return res[:, 3]

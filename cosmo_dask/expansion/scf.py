@@ -31,6 +31,7 @@ import numpy as np
 
 from ..backend import array_module, as_dask_rows, host, resolve_precision
 from ..errors import ParameterError
+from ..product_units import input_units
 from ..progress import compute
 from .particles import _shift, expansion_input
 
@@ -39,6 +40,10 @@ __all__ = ["SCF", "fit_series", "NMAX_LIMIT", "LMAX_LIMIT"]
 NMAX_LIMIT = 64
 LMAX_LIMIT = 32
 FORMAT = "cosmo_dask.scf"
+#: coefficient attrs ``{name}_units`` and the product_units quantity each is in
+UNIT_ATTRS = {"scale_radius": "length", "center": "length", "mass": "mass",
+              "G": "gravitational_constant", "potential": "potential",
+              "acceleration": "acceleration", "density": "density"}
 
 
 def _check_int(name, value, limit):
@@ -98,9 +103,19 @@ class SCF:
         Dims ``(n, l, m, part)`` with ``part = ["cos", "sin"]`` (gala's ``Snlm``,
         ``Tnlm``); attrs ``scale_radius``, ``center`` (box frame), ``G``,
         ``mass`` (total), ``n_particles``, ``nmax``, ``lmax``, ``precision``.
+        The coefficients are dimensionless (``units="1"``): the potential is
+        ``G mass / scale_radius`` times their sum over the basis. The units of
+        the rest are attrs too (:func:`~cosmo_dask.product_units.product_units`
+        of the fitted snapshot's units): ``scale_radius_units``,
+        ``center_units``, ``mass_units``, ``G_units``, and those of what
+        :meth:`potential` (``potential_units``, velocity^2),
+        :meth:`accelerations` (``acceleration_units``, velocity^2 / length)
+        and :meth:`density` (``density_units``) return; mass / length and
+        mass / length^2 marked "(G = 1)" when neither ``fit(G=)`` nor the
+        snapshot gave G.
     variance : xarray.DataArray
         Same layout: ``sum_k a_k^2 - A^2 / N`` for ``A = sum_k a_k`` over
-        particles (the sampling variance of each coefficient).
+        particles (the sampling variance of each coefficient; ``units="1"``).
 
     Notes
     -----
@@ -193,11 +208,13 @@ class SCF:
         coef = np.stack([sums[0], sums[1]], axis=-1) / msum
         sq = np.stack([sums[2], sums[3]], axis=-1) / msum**2
         var = np.maximum(sq - coef**2 / count, 0.0)
+        pu = input_units(snap_or_pos, G)
         attrs = {
             "scale_radius": rs, "center": [float(v) for v in inp.center], "G": inp.G,
             "mass": msum, "n_particles": int(count), "nmax": nmax, "lmax": lmax,
             "precision": self.dtype.name, "convention": "gala SCFPotential(m=mass, r_s, "
             "Snlm=part cos, Tnlm=part sin); Hernquist & Ostriker (1992) basis",
+            **{f"{name}_units": pu[q] for name, q in UNIT_ATTRS.items()},
         }
         if inp.source:
             attrs["source"] = str(inp.source)
@@ -212,10 +229,11 @@ class SCF:
         dims = ("n", "l", "m", "part")
         coords = {"n": np.arange(self.nmax + 1), "l": np.arange(self.lmax + 1),
                   "m": np.arange(self.lmax + 1), "part": ["cos", "sin"]}
-        self.coefficients = xr.DataArray(coef, dims=dims, coords=coords, attrs=dict(attrs),
-                                         name="coefficients")
-        self.variance = xr.DataArray(var, dims=dims, coords=coords, attrs=dict(attrs),
-                                     name="variance")
+        attrs = {k: v for k, v in attrs.items() if k != "units"}
+        self.coefficients = xr.DataArray(coef, dims=dims, coords=coords,
+                                         attrs=dict(attrs, units="1"), name="coefficients")
+        self.variance = xr.DataArray(var, dims=dims, coords=coords,
+                                     attrs=dict(attrs, units="1"), name="variance")
 
     def _zero_noise(self, k: float):
         keep = np.abs(self.coefficients.values) >= k * np.sqrt(self.variance.values)
@@ -294,17 +312,20 @@ class SCF:
         Accepts NumPy, CuPy or dask arrays or a Snapshot; returns a dask array
         (N, 3) chunked like the input rows, in the working precision. Maps over
         chunks with the coefficients (``2 (nmax+1)(lmax+1)^2`` float64, 8.6 kB
-        for 10, 6) in every task. Cost ``O(N (nmax+1)(lmax+1)^2)``.
+        for 10, 6) in every task. Cost ``O(N (nmax+1)(lmax+1)^2)``. Unit:
+        ``coefficients.attrs["acceleration_units"]``.
         """
         return self._eval(pos, "acceleration")
 
     def potential(self, pos) -> da.Array:
-        """Potential at ``pos`` (N,), same conventions as :meth:`accelerations`."""
+        """Potential at ``pos`` (N,), same conventions as :meth:`accelerations`; unit
+        ``coefficients.attrs["potential_units"]``."""
         return self._eval(pos, "potential")
 
     def density(self, pos) -> da.Array:
-        """Density at ``pos`` (N,) (mass / length^3); ``+-inf`` exactly at the centre
-        when the ``l = 0`` sum is non-zero (the basis has the Hernquist ``1/r`` cusp)."""
+        """Density at ``pos`` (N,) (mass / length^3: ``coefficients.attrs["density_units"]``);
+        ``+-inf`` exactly at the centre when the ``l = 0`` sum is non-zero (the basis
+        has the Hernquist ``1/r`` cusp)."""
         return self._eval(pos, "density")
 
     # ------------------------------------------------------------------ storage
@@ -312,8 +333,9 @@ class SCF:
         """Write coefficients, variances and parameters to a Zarr v3 store, atomically.
 
         Layout: an xarray dataset (``coefficients``, ``variance`` over
-        ``n, l, m, part``) whose attrs hold ``format="cosmo_dask.scf"``,
-        ``format_version=1`` and the fit parameters.
+        ``n, l, m, part``, each with ``units="1"``) whose attrs hold
+        ``format="cosmo_dask.scf"``, ``format_version=1`` and the fit parameters
+        with their units (``scale_radius_units``, ...).
         """
         import xarray as xr
 
@@ -323,10 +345,11 @@ class SCF:
         self._require_fit()
         ds = xr.Dataset({"coefficients": self.coefficients, "variance": self.variance})
         ds = ds.drop_vars("part")  # parts are ["cos", "sin"] (no string arrays in the store)
-        ds.attrs = {**_jsonable(self.coefficients.attrs), "format": FORMAT,
-                    "format_version": 1, "split_every": self.split_every}
+        ds.attrs = {**_jsonable({k: v for k, v in self.coefficients.attrs.items()
+                                 if k != "units"}),
+                    "format": FORMAT, "format_version": 1, "split_every": self.split_every}
         for name in ds.data_vars:
-            ds[name].attrs = {}
+            ds[name].attrs = {"units": "1"}
         with atomic_directory(path, overwrite=overwrite, what="SCF store", fmt=FORMAT) as tmp:
             store_dataset(ds, tmp, label=f"writing {path}")
         return str(path)
@@ -417,6 +440,8 @@ def fit_series(paths, nmax: int = 10, lmax: int = 6, *, scale_radius: float = 1.
         store has one, else the index 0, 1, ... (``attrs["time_from"]`` says
         which); coordinates ``source`` (path), ``center_x``, ``center_y``,
         ``center_z`` (over time) and ``variance`` (same dims as the coefficients).
+        Dimensionless (``units="1"``); the ``*_units`` attrs are the first
+        snapshot's (as in :attr:`SCF.coefficients`).
 
     Notes
     -----
@@ -459,6 +484,7 @@ def fit_series(paths, nmax: int = 10, lmax: int = 6, *, scale_radius: float = 1.
                   "precision": a["precision"], "time_from": kind,
                   "G": [f.coefficients.attrs["G"] for f in fits],
                   "mass": [f.coefficients.attrs["mass"] for f in fits],
-                  "convention": a["convention"]}
+                  "convention": a["convention"], "units": "1",
+                  **{k: v for k, v in a.items() if k.endswith("_units")}}
     coef.name = "coefficients"
     return coef

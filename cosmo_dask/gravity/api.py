@@ -32,6 +32,7 @@ import numpy as np
 from ..backend import device_of, particle_rows, resolve_precision, to_device
 from ..errors import ParameterError
 from ..models._blocks import check_positive, check_positive_int
+from ..product_units import input_units, product_units
 from ..progress import compute
 
 __all__ = ["accelerations", "check_parameters", "prepare", "GravityInput", "METHODS", "KERNELS",
@@ -87,6 +88,9 @@ class GravityInput:
         ``r_split``, ``r_cut``, ``max_leaf``, ``max_group``.
     source : str or None
         Path of the snapshot the particles came from.
+    units : dict
+        Unit strings of the results (:func:`~cosmo_dask.product_units.input_units`
+        of the input): ``units["acceleration"]``, ``units["potential"]``, ...
     """
 
     pos: da.Array
@@ -94,6 +98,7 @@ class GravityInput:
     n: int
     params: dict = field(default_factory=dict)
     source: str | None = None
+    units: dict = field(default_factory=product_units)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -248,9 +253,9 @@ def prepare(snap_or_pos, mass=None, *, G=None, box_size=None, check: bool = True
     and ``box_size``. With ``check=True`` the particle values are checked by one
     reduction over the input (see :func:`accelerations`).
     """
-    pos, mass, G, box, source = _resolve_particles(snap_or_pos, mass, G, box_size)  # noqa: N806
+    pos, mass, g, box, source = _resolve_particles(snap_or_pos, mass, G, box_size)
     pos, mass, n = particle_rows(pos, mass, "accelerations")
-    params = check_parameters(n, G=G, box_size=box, **kwargs)
+    params = check_parameters(n, G=g, box_size=box, **kwargs)
     if isinstance(mass, float):
         mass = check_positive(mass, "mass")
     elif device_of(mass) != device_of(pos):
@@ -258,7 +263,7 @@ def prepare(snap_or_pos, mass=None, *, G=None, box_size=None, check: bool = True
     _implementation(params["method"])  # a missing method fails before any data is read
     if check:
         _check_values(pos, mass, params["box_size"])
-    return GravityInput(pos, mass, n, params, source)
+    return GravityInput(pos, mass, n, params, source, input_units(snap_or_pos, G))
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -397,10 +402,13 @@ def accelerations(
     -------
     acc : dask.array.Array
         (N, 3) accelerations in length / time^2 of the input units (with
-        ``G`` in length^3 / (mass time^2)), input particle order and row chunks,
-        dtype ``precision``, NumPy or CuPy chunks like the input.
+        ``G`` in length^3 / (mass time^2)): velocity^2 / length of a snapshot's
+        units, input particle order and row chunks, dtype ``precision``, NumPy
+        or CuPy chunks like the input. With ``out``, the store's ``acc`` says
+        its unit (attribute ``units``; :func:`~cosmo_dask.gravity.open_gravity`
+        shows it on the Dataset's variables).
     pot : dask.array.Array or None
-        (N,) potentials, or None with ``potential=False``.
+        (N,) potentials (velocity^2), or None with ``potential=False``.
 
     Raises
     ------
@@ -427,6 +435,6 @@ def accelerations(
     from .output import open_gravity, to_zarr
 
     attrs = dict(inp.params, n_particles=inp.n, source=inp.source)
-    to_zarr(acc, pot, out, attrs=attrs, overwrite=overwrite)
+    to_zarr(acc, pot, out, attrs=attrs, overwrite=overwrite, units=inp.units)
     ds = open_gravity(out)
     return ds["acc"].data, (ds["pot"].data if "pot" in ds else None)

@@ -7,9 +7,17 @@ interrupted write leaves nothing at the path and an existing store untouched)::
       zarr.json   attrs: format="cosmo_dask.gravity", format_version=1, n_particles,
                   created_by, and the parameters of the computation: method, G,
                   box_size, theta, softening, softening_kernel, precision, n_mesh,
-                  r_split, r_cut, max_leaf, max_group (those that apply), source
-      acc  (N, 3) float32|float64   chunks (C, 3), dims (particle, axis)
-      pot  (N,)   float32|float64   chunks (C,), dims (particle,); absent when not computed
+                  r_split, r_cut, max_leaf, max_group (those that apply), source;
+                  units {length, velocity, mass}, length_units (box_size, softening,
+                  r_split, r_cut), G_units
+      acc  (N, 3) float32|float64   chunks (C, 3), dims (particle, axis);
+                                    attr units: velocity^2 / length
+      pot  (N,)   float32|float64   chunks (C,), dims (particle,); absent when not computed;
+                                    attr units: velocity^2
+
+Units come from :func:`~cosmo_dask.product_units.product_units` of the
+snapshot's units (mass / length^2 and mass / length, marked "(G = 1)", for raw
+arrays computed with the default G = 1).
 
 Rows are in the snapshot's particle order and chunked like its arrays, so
 ``acc`` sits next to the snapshot's ``pos`` row for row.
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 import dask.array as da
 import numpy as np
@@ -27,6 +36,8 @@ import zarr
 from .. import __version__
 from ..atomic import atomic_directory, local_path
 from ..errors import ParameterError, SnapshotError
+from ..product_units import FORCE_ARRAYS, product_units, store_units
+from ..units import QUANTITIES
 from ..zarr_read import open_product_group
 from ..zarr_write import codecs_for, plain_attrs, store_arrays
 
@@ -54,6 +65,7 @@ def to_zarr(
     overwrite: bool = False,
     compressor: str | None = None,
     progress: bool | None = None,
+    units: Mapping[str, str] | None = None,
 ) -> str:
     """Write accelerations (and potentials) to a Zarr v3 gravity store, atomically.
 
@@ -76,6 +88,12 @@ def to_zarr(
         Chunk compression (default none).
     progress : bool, optional
         Show progress (default: dask config ``cosmo_dask.progress``).
+    units : mapping, optional
+        The snapshot's ``units`` or their
+        :func:`~cosmo_dask.product_units.product_units` (what
+        :func:`~cosmo_dask.product_units.input_units` gives, with the "(G = 1)"
+        variant): ``acc`` is stored in its ``acceleration``, ``pot`` in its
+        ``potential`` unit. None: the "input ..." labels.
 
     Returns
     -------
@@ -103,9 +121,12 @@ def to_zarr(
     for name, arr in arrays.items():
         if arr.dtype not in (np.float32, np.float64):
             raise ParameterError(f"to_zarr: {name} must be float32 or float64, got {arr.dtype}")
+    pu = product_units(units)
     meta = plain_attrs(dict(attrs or {}))
     meta.update({"format": FORMAT, "format_version": FORMAT_VERSION, "n_particles": n,
-                 "created_by": f"cosmo_dask {__version__}"})
+                 "created_by": f"cosmo_dask {__version__}",
+                 "units": {q: pu[q] for q in QUANTITIES}, "length_units": pu["length"],
+                 "G_units": pu["gravitational_constant"]})
     try:
         json.dumps(meta)
     except (TypeError, ValueError) as exc:
@@ -116,6 +137,7 @@ def to_zarr(
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=meta)
         store_arrays(group, arrays, root=tmp, compressors=compressors,
                      label=f"writing {path}", show=progress)
+        store_units(group, {name: pu[FORCE_ARRAYS[name]] for name in arrays})
     return str(local_path(path))
 
 
@@ -126,8 +148,9 @@ def open_gravity(path: str | os.PathLike):
     -------
     xarray.Dataset
         ``acc`` over dims (``particle``, ``axis``) and, when stored, ``pot``
-        over ``particle``: dask arrays reading the store chunk by chunk; the
-        store's attributes (parameters included) in ``attrs``.
+        over ``particle``: dask arrays reading the store chunk by chunk, each
+        with its stored ``units`` attribute; the store's attributes
+        (parameters included) in ``attrs``.
 
     Raises
     ------
@@ -143,7 +166,8 @@ def open_gravity(path: str | os.PathLike):
     keys = set(group.array_keys())
     if "acc" not in keys:
         raise SnapshotError(f"{p}: malformed gravity store (no 'acc' array)")
-    data = {"acc": (("particle", "axis"), da.from_zarr(group["acc"]))}
-    if "pot" in keys:
-        data["pot"] = (("particle",), da.from_zarr(group["pot"]))
+    data = {name: (dims, da.from_zarr(group[name]),
+                   {k: v for k, v in group[name].attrs.items() if k == "units"})
+            for name, dims in (("acc", ("particle", "axis")), ("pot", ("particle",)))
+            if name in keys}
     return xr.Dataset(data, coords={"axis": ["x", "y", "z"]}, attrs=attrs)

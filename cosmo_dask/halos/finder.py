@@ -10,12 +10,21 @@ import xarray as xr
 from dask.base import tokenize
 
 from ..errors import ParameterError
+from ..product_units import product_units
 from ..progress import compute
 from . import catalog as cat
 from .fof import run_fof
 from .result import HaloResult
 
 CENTERS = ("mbp", "mbp_grid", "mcp")
+#: the quantity of :func:`~cosmo_dask.product_units.product_units` each catalog
+#: variable is in (its ``units`` attribute)
+VARIABLE_QUANTITIES = {
+    "n_members": "dimensionless", "mass": "mass", "center_of_mass": "length",
+    "r_max": "length", "first_member_id": "dimensionless", "velocity": "velocity",
+    "mcp_index": "dimensionless", "mcp_position": "length", "mcp_friends": "dimensionless",
+    "mbp_index": "dimensionless", "mbp_position": "length", "mbp_potential": "potential",
+}
 
 
 def _check_centers(centers) -> tuple[str, ...]:
@@ -82,6 +91,12 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
     Returns
     -------
     HaloResult
+        Every catalog variable carries a ``units`` attribute derived from the
+        snapshot's units (:func:`~cosmo_dask.product_units.product_units`):
+        masses in its mass unit, positions and ``r_max`` in its length unit,
+        ``velocity`` in its velocity unit, ``mbp_potential`` in velocity^2 (mass
+        / length marked "(G = 1)" when the snapshot has no ``G``), counts,
+        indices and ids ``"1"``.
     """
     check_parameters(snap, linking_length, absolute=absolute, min_members=min_members,
                      min_friends=min_friends, centers=centers,
@@ -154,10 +169,13 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
         data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])
 
     units = snap.units or {}
+    mass_unit = units.get("mass", "particle masses" if snap.particle_mass is None else None)
+    pu = product_units({**units, **({"mass": mass_unit} if mass_unit else {})},
+                       g_one=snap.G is None)
+    data = {k: (*v, {"units": pu[VARIABLE_QUANTITIES[k]]}) for k, v in data.items()}
     catalog = xr.Dataset(data, coords={"halo": np.arange(n_halos), "axis": ["x", "y", "z"]})
     catalog.attrs = {"linking_length": res.linking_length, "box_size": box,
-                     "length_unit": units.get("length"), "mass_unit": units.get(
-                         "mass", "particle masses" if snap.particle_mass is None else None),
+                     "length_unit": units.get("length"), "mass_unit": mass_unit,
                      "potential_softening": soft, "G": G, "centers": list(centers)}
     catalog.attrs = {k: v for k, v in catalog.attrs.items() if v is not None}
     params = dict(res.parameters, centers=list(centers), potential_softening=soft,

@@ -22,7 +22,8 @@ Theory
     * Watson et al. (2013, MNRAS 433, 1230), FoF "universal" fit:
       ``f = A [(beta / sigma)^alpha + 1] exp(-gamma / sigma^2)``.
 
-Units: masses in 1e10 Msun/h, lengths in Mpc/h, number densities in (Mpc/h)^-3.
+Units: the fits take masses in 1e10 Msun/h and give number densities in (Mpc/h)^-3
+(``"h3 / Mpc3"``); measured mass functions are in the catalog's own units.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ from scipy import integrate
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology, tophat_window
 from ..models.zeldovich import RHO_CRIT_1E10
+from ..product_units import product_units
+from ..units import factor
 
+#: units of masses and lengths when neither the catalog nor the caller states them
 MASS_UNITS = "1e10 Msun/h"
-DENSITY_UNITS = "(Mpc/h)^-3"
+LENGTH_UNITS = "Mpc/h"
+#: the units of the fitting functions (theory_mass_function, sigma_of_mass)
+DENSITY_UNITS = "h3 / Mpc3"
 
 #: Warren et al. (2006) parameters of ``f = A (sigma^-a + b) exp(-c / sigma^2)``
 WARREN2006 = {"A": 0.7234, "a": 1.625, "b": 0.2538, "c": 1.1982}
@@ -83,7 +89,7 @@ def _catalog_masses(masses: Any) -> np.ndarray:
         raise ParameterError("mass_function: masses must be finite (found NaN or inf)")
     if m.size and m.min() <= 0:
         raise ParameterError(
-            f"mass_function: masses must be > 0 (1e10 Msun/h), smallest is {m.min():g}"
+            f"mass_function: masses must be > 0, smallest is {m.min():g}"
         )
     return m
 
@@ -126,37 +132,45 @@ def mass_function(
     box_size: float | None,
     *,
     volume: float | None = None,
+    mass_unit: str | None = None,
+    length_unit: str | None = None,
 ) -> xr.Dataset:
     """Measured halo mass function ``dn/dlnM`` with Poisson errors.
 
     Parameters
     ----------
     masses : array-like or xarray.Dataset
-        Halo masses in 1e10 Msun/h (all > 0), or a halo catalog Dataset with a
-        ``mass`` variable.
+        Halo masses (all > 0), or a halo catalog Dataset with a ``mass``
+        variable (its ``mass_unit``, ``length_unit`` and ``box_size`` attributes
+        are used).
     bins : int or array-like
         Number of bins, log-spaced from the smallest to the largest mass (both
-        included), or the bin edges in 1e10 Msun/h (> 0, strictly increasing;
+        included), or the bin edges in the mass unit (> 0, strictly increasing;
         halos outside them are not counted, the count is in
         ``attrs["n_outside_bins"]``). With an int and no halos, one nominal
-        decade 1..10 (1e10 Msun/h) is binned; with a single distinct mass, the
-        decade centred on it.
+        decade 1..10 is binned; with a single distinct mass, the decade centred
+        on it.
     box_size : float or None
-        Side of the periodic box in Mpc/h; the volume is ``box_size**3``. May be
-        None when ``volume`` is given, or when ``masses`` is a Dataset with a
-        ``box_size`` attribute.
+        Side of the periodic box in the length unit; the volume is
+        ``box_size**3``. May be None when ``volume`` is given, or when
+        ``masses`` is a Dataset with a ``box_size`` attribute.
     volume : float, optional
-        Survey volume in (Mpc/h)^3; overrides ``box_size``.
+        Survey volume in the length unit cubed; overrides ``box_size``.
+    mass_unit, length_unit : str, optional
+        Units of the masses and of the box (default: the catalog's, else
+        1e10 Msun/h and Mpc/h). The result is in these units: the same halos in
+        kpc/h give ``dn_dlnM`` in ``"h3 / kpc3"``, 1e-9 times the Mpc/h values.
 
     Returns
     -------
     xarray.Dataset
         Over dimension ``mass_bin``, with coordinates ``mass`` (geometric bin
-        centre), ``mass_lo``, ``mass_hi`` (1e10 Msun/h) and variables ``counts``
+        centre), ``mass_lo``, ``mass_hi`` (mass unit) and variables ``counts``
         (int64), ``dn_dlnM`` = counts / (V dlnM) and ``dn_dlnM_error`` =
-        sqrt(counts) / (V dlnM), both in (Mpc/h)^-3, where
-        ``dlnM = ln(mass_hi / mass_lo)``. Attributes hold the volume, box size,
-        halo totals and units.
+        sqrt(counts) / (V dlnM), both per length unit cubed, where
+        ``dlnM = ln(mass_hi / mass_lo)``. Every variable has a ``units``
+        attribute; the dataset's attributes hold the volume, box size, halo
+        totals and the units (``mass_unit``, ``length_unit``).
 
     Raises
     ------
@@ -164,14 +178,20 @@ def mass_function(
         For non-positive or non-finite masses, box size or volume, ``bins < 1``,
         bad edges, or a Dataset without a ``mass`` variable.
     """
-    if box_size is None and volume is None and isinstance(masses, xr.Dataset):
-        box_size = masses.attrs.get("box_size")
+    if isinstance(masses, xr.Dataset):
+        if box_size is None and volume is None:
+            box_size = masses.attrs.get("box_size")
+        mass_unit = mass_unit or masses.attrs.get("mass_unit")
+        length_unit = length_unit or masses.attrs.get("length_unit")
+    mass_unit, length_unit = str(mass_unit or MASS_UNITS), str(length_unit or LENGTH_UNITS)
+    pu = product_units({"length": length_unit, "mass": mass_unit})
     m = _catalog_masses(masses)
     if volume is not None:
         vol = _positive(volume, "volume")
         box = None if box_size is None else _positive(box_size, "box_size")
     elif box_size is None:
-        raise ParameterError("mass_function: give box_size (Mpc/h) or volume ((Mpc/h)^3)")
+        raise ParameterError(f"mass_function: give box_size ({length_unit}) or volume "
+                             f"({pu['volume']})")
     else:
         box = _positive(box_size, "box_size")
         vol = box**3
@@ -182,17 +202,18 @@ def mass_function(
     dlnm = np.log(hi / lo)
     dn = counts / (vol * dlnm)
     err = np.sqrt(counts) / (vol * dlnm)
-    mass_attrs = {"units": MASS_UNITS}
+    mass_attrs = {"units": mass_unit}
+    density = pu["number_density"]  # "h3 / Mpc3" for Mpc/h
     ds = xr.Dataset(
         {
-            "counts": ("mass_bin", counts, {"long_name": "halos per bin"}),
+            "counts": ("mass_bin", counts, {"long_name": "halos per bin", "units": "1"}),
             "dn_dlnM": (
-                "mass_bin", dn, {"units": DENSITY_UNITS, "long_name": "dn/dlnM"}
+                "mass_bin", dn, {"units": density, "long_name": "dn/dlnM"}
             ),
             "dn_dlnM_error": (
                 "mass_bin",
                 err,
-                {"units": DENSITY_UNITS, "long_name": "Poisson error sqrt(N)/(V dlnM)"},
+                {"units": density, "long_name": "Poisson error sqrt(N)/(V dlnM)"},
             ),
         },
         coords={
@@ -202,10 +223,12 @@ def mass_function(
         },
         attrs={
             "volume": vol,
-            "volume_units": "(Mpc/h)^3",
+            "volume_units": pu["volume"],
             "box_size": box if box is not None else float("nan"),
-            "box_size_units": "Mpc/h",
-            "mass_units": MASS_UNITS,
+            "box_size_units": length_unit,
+            "mass_units": mass_unit,
+            "mass_unit": mass_unit,
+            "length_unit": length_unit,
             "n_halos": int(m.size),
             "n_outside_bins": int(m.size - counts.sum()),
         },
@@ -475,7 +498,11 @@ def plot_mass_function(
     fits : sequence of str
         Models of :func:`theory_mass_function` to overplot (may be empty).
     cosmology : Cosmology, dict or None
-        Cosmology of the fits.
+        Cosmology of the fits (None: the defaults of
+        :class:`~cosmo_dask.models.cosmology.Cosmology`); its ``h`` converts
+        between units with and without ``/h``. Pass ``fits=()`` when there is
+        none (e.g. a Gadget snapshot without sigma8: see
+        :meth:`Cosmology.for_theory`).
     redshift : float
         Redshift of the fits.
     ax : matplotlib.axes.Axes, optional
@@ -487,7 +514,8 @@ def plot_mass_function(
     Returns
     -------
     matplotlib.axes.Axes
-        Log-log axes of ``dn/dlnM`` in (Mpc/h)^-3 against M in 1e10 Msun/h.
+        Log-log axes of ``dn/dlnM`` against M, in the units of ``ds`` (the fits
+        converted into them).
     """
     import matplotlib  # a core dependency
     missing = [v for v in ("dn_dlnM", "dn_dlnM_error", "mass", "mass_lo", "mass_hi")
@@ -536,18 +564,22 @@ def plot_mass_function(
             capsize=2,
             label=f"measured ({int(ds['counts'].sum()) if 'counts' in ds else '?'} halos)",
         )
+    mass_unit = ds.attrs.get("mass_unit", ds["mass"].attrs.get("units", MASS_UNITS))
+    length_unit = ds.attrs.get("length_unit", LENGTH_UNITS)
     if fits and lo.size:
+        cosmo = Cosmology.coerce(cosmology)
+        # the fits are in 1e10 Msun/h and (Mpc/h)^-3: drawn in the data's units
+        to_fit_mass = factor(mass_unit, MASS_UNITS, "mass", h=cosmo.h)
+        to_mpc = factor(length_unit, LENGTH_UNITS, "length", h=cosmo.h)
         m_grid = np.geomspace(lo.min(), hi.max(), 200)
         for fit in fits:
-            ax.plot(
-                m_grid,
-                theory_mass_function(m_grid, model=fit, cosmology=cosmology, redshift=redshift),
-                label=_FIT_LABELS.get(fit, fit),
-            )
+            dn_fit = theory_mass_function(m_grid * to_fit_mass, model=fit, cosmology=cosmo,
+                                          redshift=redshift)
+            ax.plot(m_grid, dn_fit * to_mpc**3, label=_FIT_LABELS.get(fit, fit))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(r"$M$ [$10^{10}\,M_\odot/h$]")
-    ax.set_ylabel(r"$dn/d\ln M$ [$(h/\mathrm{Mpc})^3$]")
+    ax.set_xlabel(f"M [{mass_unit}]")
+    ax.set_ylabel(f"dn/dlnM [{ds['dn_dlnM'].attrs.get('units', DENSITY_UNITS)}]")
     ax.set_title(f"halo mass function (z = {float(redshift):g})")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(frameon=False)

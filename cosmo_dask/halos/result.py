@@ -3,10 +3,11 @@
 Store layout (Zarr v3 group)::
 
     halos.zarr/
-      zarr.json      attrs: format="cosmo_dask.halos", format_version=1, parameters,
-                     snapshot (source path), box_size, units
+      zarr.json      attrs: format="cosmo_dask.halos", format_version=1, parameters
+                     (the snapshot's source path among them)
       labels  (N,)   int64, chunks like the snapshot
-      catalog/       the catalog Dataset (xarray's Zarr layout, dims halo and axis)
+      catalog/       the catalog Dataset (xarray's Zarr layout, dims halo and axis;
+                     every variable's attributes, ``units`` among them, kept)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import xarray as xr
 import zarr
 
 from ..atomic import atomic_directory, local_path
+from ..product_units import store_units
 from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
@@ -40,7 +42,8 @@ class HaloResult:
         Over dim ``halo`` (and ``axis``): ``n_members``, ``mass``,
         ``center_of_mass``, ``velocity``, ``r_max``, ``first_member_id`` and,
         when asked for, ``mbp_index``/``mbp_position``/``mbp_potential`` and
-        ``mcp_index``/``mcp_position``/``mcp_friends``.
+        ``mcp_index``/``mcp_position``/``mcp_friends``; each with a ``units``
+        attribute (``"1"`` for counts, indices and ids), kept by the store.
     parameters : dict
         Everything the result depends on.
     """
@@ -57,6 +60,19 @@ class HaloResult:
         """(length unit, mass unit) of the catalog (its attrs), None where unknown."""
         attrs = self.catalog.attrs
         return attrs.get("length_unit"), attrs.get("mass_unit")
+
+    def variable_units(self) -> dict[str, str]:
+        """The unit of each catalog variable: its ``units`` attribute, or for catalogs
+        written before variables carried one, the catalog's length and mass units."""
+        length, mass = self._units()
+        fallback = {"mass": mass, "center_of_mass": length, "r_max": length,
+                    "mbp_position": length, "mcp_position": length}
+        out = {}
+        for name, var in self.catalog.data_vars.items():
+            unit = var.attrs.get("units") or fallback.get(name)
+            if unit:
+                out[name] = str(unit)
+        return out
 
     def _linking_text(self, digits: int) -> str:
         from ..snapshot import _sig, _with_unit
@@ -92,6 +108,7 @@ class HaloResult:
 
         digits = 6
         length, mass = self._units()
+        units = self.variable_units()
         cat, p = self.catalog, self.parameters
         rows = [("halos", f"{self.n_halos:,}")]
         if self.n_halos:
@@ -122,8 +139,8 @@ class HaloResult:
         if self.n_halos:
             shown = min(self.n_halos, 5)
             cols = [c for c in ("n_members", "mass", "center_of_mass", "r_max") if c in cat]
-            units = {"mass": mass, "center_of_mass": length, "r_max": length}
-            header = ["halo"] + [f"{c} [{units[c]}]" if units.get(c) else c for c in cols]
+            header = ["halo"] + [f"{c} [{units[c]}]" if units.get(c, "1") != "1" else c
+                                 for c in cols]
             table = []
             for h in range(shown):
                 cells = [h]
@@ -134,8 +151,6 @@ class HaloResult:
                 table.append(cells)
             out += [f"<b>largest halos</b> ({shown} of {self.n_halos:,})",
                     _html_table(table, header)]
-        units = {"mass": mass, "center_of_mass": length, "r_max": length,
-                 "mbp_position": length, "mcp_position": length}
         columns = [(name, f"({', '.join(map(str, var.dims))})", str(var.dtype),
                     units.get(name) or "") for name, var in cat.data_vars.items()]
         out += ["<b>catalog</b> (xarray.Dataset <code>.catalog</code>)",
@@ -156,6 +171,7 @@ class HaloResult:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
             store_arrays(group, {"labels": self.labels.astype(np.int64)}, root=tmp,
                          fill_value=-1, label=f"writing {path}")
+            store_units(group, {"labels": "1"})
             ds = self.catalog.drop_vars("axis", errors="ignore")  # strings: no stable v3 dtype
             ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
             store_dataset(ds, tmp / "catalog", label=f"writing {path}: catalog")

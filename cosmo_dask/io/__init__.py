@@ -1,5 +1,6 @@
 """Importers of foreign snapshot formats into :class:`cosmo_dask.snapshot.Snapshot`."""
 
 from .gadget import GadgetInfo, find_gadget_files, from_gadget_hdf5
+from .gadget_binary import from_gadget_binary
 
-__all__ = ["GadgetInfo", "find_gadget_files", "from_gadget_hdf5"]
+__all__ = ["GadgetInfo", "find_gadget_files", "from_gadget_binary", "from_gadget_hdf5"]

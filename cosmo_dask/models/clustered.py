@@ -107,7 +107,7 @@ def halo_blobs(n: int, *, box_size: float, n_halos: int = 400, halo_fraction: fl
     box's mean density, so friends-of-friends with b = 0.2 recovers most halos
     with at least a few tens of members. Velocities: a random bulk velocity per
     halo (300 km/s rms per axis) plus isotropic Plummer equilibrium velocities
-    (in ``G = 43.0091``, Mpc/h, km/s, 1e10 Msun/h); background particles are at rest.
+    (in ``G = 43.00917``, Mpc/h, km/s, 1e10 Msun/h); background particles are at rest.
     Centres are uniform in the box, so some halos straddle its faces.
 
     This is a synthetic clustered set for analyses and benchmarks, not a
@@ -142,7 +142,7 @@ def halo_blobs(n: int, *, box_size: float, n_halos: int = 400, halo_fraction: fl
     -------
     Snapshot
         ``pos`` in Mpc/h in ``[0, box_size)``, ``vel`` in km/s, ``ids = arange(n)``,
-        ``particle_mass`` in 1e10 Msun/h, ``G = 43.0091``.
+        ``particle_mass`` in 1e10 Msun/h, ``G = 43.00917``.
     """
     from ..snapshot import Snapshot
 

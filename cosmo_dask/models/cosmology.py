@@ -29,6 +29,8 @@ from ..errors import ParameterError
 
 #: keys of the ``cosmology`` attribute written on snapshots
 SNAPSHOT_KEYS = ("Omega_m", "Omega_b", "Omega_L", "h", "sigma8", "n_s")
+#: what a theory curve (linear P(k), sigma(M), mass-function fits) needs
+THEORY_KEYS = ("Omega_m", "Omega_b", "h", "sigma8", "n_s")
 #: tolerance on |Omega_m + Omega_L - 1| (the model is flat)
 FLATNESS_TOL = 1e-4
 
@@ -124,6 +126,20 @@ class Cosmology:
                 f"cosmology: unknown key(s) {unknown}; valid keys are {allowed}"
             )
         return cls(**dict(cosmology))
+
+    @classmethod
+    def for_theory(cls, cosmology: Mapping[str, Any] | None,
+                   overrides: Mapping[str, Any] | None = None) -> tuple[Cosmology | None, list]:
+        """``(Cosmology, [])`` from a snapshot's ``cosmology`` dict with ``overrides``
+        (e.g. the CLI's ``--sigma8``) on top, or ``(None, missing)`` naming the
+        parameters a theory curve needs and neither gives (a Gadget header has no
+        ``sigma8`` or ``n_s``). ``Omega_L`` may be missing (flat: ``1 - Omega_m``)."""
+        merged = {k: v for k, v in dict(cosmology or {}).items() if v is not None}
+        merged.update({k: v for k, v in dict(overrides or {}).items() if v is not None})
+        missing = [k for k in THEORY_KEYS if k not in merged]
+        if missing:
+            return None, missing
+        return cls.coerce(merged), []
 
     def as_dict(self) -> dict[str, float]:
         """The six parameters stored on snapshots (``T_cmb`` is left out)."""

@@ -14,6 +14,7 @@ from dask.base import tokenize
 
 from ..backend import resolve_precision
 from ..errors import ParameterError
+from ..units import gravitational_constant
 from ._blocks import (
     GEN_BLOCK,
     TAGS,
@@ -27,11 +28,13 @@ from ._blocks import (
 from .cosmology import Cosmology
 from .lattice import lattice_sites
 
-#: critical density today in 1e10 Msun/h per (Mpc/h)^3
-RHO_CRIT_1E10 = 27.7536627
-#: G in (Mpc/h) (km/s)^2 / (1e10 Msun/h)
-G_COSMO = 43.0091
 ZELDOVICH_UNITS = {"length": "Mpc/h", "velocity": "km/s (peculiar)", "mass": "1e10 Msun/h"}
+#: G in (Mpc/h) (km/s)^2 / (1e10 Msun/h), from the unit system (astropy's CODATA G):
+#: 43.00917
+G_COSMO = gravitational_constant(ZELDOVICH_UNITS)
+#: critical density today, 3 H0^2 / (8 pi G), in 1e10 Msun/h per (Mpc/h)^3 (H0 = 100 h
+#: km/s/Mpc): 27.75366
+RHO_CRIT_1E10 = 3 * 100.0**2 / (8 * math.pi * G_COSMO)
 
 
 def white_noise(n_side: int, seed: int) -> np.ndarray:
@@ -147,7 +150,7 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
         Lagrangian grid ``id = (i*n_side + j)*n_side + k`` (int64),
         ``lagrangian_shape = (n_side,)*3``, ``box_size``, ``scale_factor``,
         ``cosmology``, ``particle_mass = Omega_m * 27.7536627 * (box_size/n_side)^3``
-        in 1e10 Msun/h, ``G = 43.0091`` (Mpc/h) (km/s)^2 / (1e10 Msun/h).
+        in 1e10 Msun/h, ``G = 43.00917`` (Mpc/h) (km/s)^2 / (1e10 Msun/h).
     """
     from ..snapshot import Snapshot
 
