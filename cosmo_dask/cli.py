@@ -400,6 +400,8 @@ def snapshot_info(snap, *, full: bool = True) -> dict:
         "bytes": snap.nbytes,
     }
     info.update({k: v for k, v in snap.attrs.items() if v is not None})
+    if snap.ptype is not None:
+        info["species"] = {str(t): n for t, n in snap.species().items()}
     report = snap.validate(full=full, raise_errors=False)
     info["validation"] = {"ok": report.ok, "summary": report.summary(), **report.figures}
     return info
@@ -420,6 +422,8 @@ def cmd_info(args) -> int:
         _say(f"snapshot      {info['path']}")
         _say(f"particles     {info['n_particles']}")
         _say(f"box           {'isolated' if box is None else box}")
+        if "species" in info:
+            _say("species       " + ", ".join(f"type {t}: {n}" for t, n in info["species"].items()))
         for key in ("scale_factor", "redshift", "particle_mass", "G", "lagrangian_shape"):
             if key in info:
                 _say(f"{key:<13} {info[key]}")

@@ -190,6 +190,7 @@ class Snapshot:
         units=None,
         G=None,
         chunks=None,
+        ptype=None,
     ) -> Snapshot:
         """Build a snapshot from in-memory (NumPy/CuPy) or dask arrays.
 
@@ -218,10 +219,15 @@ class Snapshot:
         chunks : int, optional
             Particles per chunk (default: dask config ``cosmo_dask.chunk_size``);
             dask inputs keep their chunking unless this is given.
+        ptype : array_like, optional
+            (N,) integer particle types (Gadget/SWIFT ``PartType`` numbers) of a
+            snapshot holding several species; analyses use every particle
+            (friends-of-friends links all types together).
         """
         rows = None if chunks is None else _row_chunks(chunks)
         arrays = {}
-        for name, x in (("pos", pos), ("vel", vel), ("ids", ids), ("mass", mass)):
+        for name, x in (("pos", pos), ("vel", vel), ("ids", ids), ("mass", mass),
+                        ("ptype", ptype)):
             if x is None:
                 continue
             if not hasattr(x, "shape"):
@@ -286,8 +292,24 @@ class Snapshot:
         return self._arrays.get("mass")
 
     @property
+    def ptype(self) -> da.Array | None:
+        """(N,) particle types of a multi-species snapshot, or None (one species)."""
+        return self._arrays.get("ptype")
+
+    def species(self) -> dict[int, int] | None:
+        """Particles per type (``{1: 16777216, 4: 20315}``; computed from ``ptype``), or
+        None for a single-species snapshot."""
+        if self.ptype is None:
+            return None
+        from .progress import compute
+
+        (counts,) = compute(da.bincount(self.ptype.astype(np.int64), minlength=6),
+                            label=None, show=False)
+        return {t: int(c) for t, c in enumerate(np.asarray(counts)) if c}
+
+    @property
     def arrays(self) -> dict[str, da.Array]:
-        """The present particle arrays by name (pos, vel, ids, mass)."""
+        """The present particle arrays by name (pos, vel, ids, mass, ptype)."""
         return {k: self._arrays[k] for k in ARRAY_NAMES if k in self._arrays}
 
     def particle_masses(self) -> da.Array:

@@ -39,6 +39,7 @@ ARRAY_SCHEMA: dict[str, tuple[tuple[int, ...], str, str]] = {
     "vel": ((3,), "f", "(N, 3) float32 or float64 velocities"),
     "ids": ((), "iu", "(N,) integer particle ids (int64 or uint64)"),
     "mass": ((), "f", "(N,) float32 or float64 masses"),
+    "ptype": ((), "iu", "(N,) integer particle types (Gadget/SWIFT PartType numbers 0..5)"),
 }
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -58,7 +59,7 @@ def check_array_meta(name: str, shape: tuple[int, ...], dtype: np.dtype, source=
         raise SnapshotError(f"{where(source, name)} has shape {tuple(shape)}; expected {desc}")
     if dtype.kind not in kinds or (kinds == "f" and dtype not in FLOAT_DTYPES):
         raise SnapshotError(f"{where(source, name)} has dtype {dtype}; expected {desc}")
-    if kinds == "iu" and dtype.itemsize < 4:
+    if name == "ids" and dtype.itemsize < 4:
         raise SnapshotError(f"{where(source, name)} has dtype {dtype}; expected {desc}")
 
 

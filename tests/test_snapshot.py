@@ -155,3 +155,23 @@ def test_rechunk_and_repr(rng):
 def test_public_api_names():
     for name in ("connect", "open_snapshot", "Snapshot", "SnapshotError"):
         assert hasattr(cosmo_dask, name)
+
+
+def test_particle_types_survive_the_store_and_are_counted(tmp_path, capsys):
+    from cosmo_dask.cli import main
+
+    rng = np.random.default_rng(4)
+    types = np.repeat(np.array([0, 1, 4], dtype=np.uint8), [300, 600, 100])
+    snap = Snapshot.from_arrays(rng.random((1000, 3)) * 10, mass=rng.random(1000) + 0.5,
+                                ptype=types, box_size=10.0, chunks=256)
+    assert snap.species() == {0: 300, 1: 600, 4: 100}
+    for other in (snap.rechunk(100), snap.persist(), snap.to_device("cpu")):
+        np.testing.assert_array_equal(other.ptype.compute(), types)
+    snap.to_zarr(tmp_path / "s.zarr")
+    back = open_snapshot(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(back.ptype.compute(), types)
+    assert back.ptype.dtype == np.uint8 and back.species() == {0: 300, 1: 600, 4: 100}
+    assert main(["info", str(tmp_path / "s.zarr")]) == 0
+    assert "species       type 0: 300, type 1: 600, type 4: 100" in capsys.readouterr().out
+    with pytest.raises(SnapshotError, match="array 'ptype' has shape"):
+        Snapshot.from_arrays(rng.random((10, 3)), ptype=np.zeros((10, 2), np.uint8))
