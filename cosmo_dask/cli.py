@@ -185,6 +185,10 @@ class _OneLineLog(logging.Filter):
     """Log records with the exception's type and message instead of its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "distributed.batched" and record.levelno < logging.WARNING:
+            # "Batched Comm Closed": logged the moment the scheduler goes, before main
+            # judges the exception (it reports a lost connection itself)
+            return False
         if record.exc_info or record.exc_text:
             exc = record.exc_info[1] if record.exc_info else None
             if isinstance(exc, _CANCELLED):  # cancelled by a failure main reports itself
