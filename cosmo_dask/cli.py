@@ -448,7 +448,8 @@ def cmd_info(args) -> int:
 
 # --------------------------------------------------------------------------- convert
 #: convert's formats -> the reader (cosmo_dask.io)
-CONVERT_FORMATS = {"gadget": "from_gadget_hdf5", "gadget-binary": "from_gadget_binary"}
+CONVERT_FORMATS = {"gadget": "from_gadget_hdf5", "gadget-binary": "from_gadget_binary",
+                   "swift": "from_swift"}
 
 
 def _unit_triple(text: str) -> dict[str, str]:
@@ -820,10 +821,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = subparser("convert", help="convert a foreign snapshot to a cosmo_dask store")
     c.add_argument("format", choices=tuple(CONVERT_FORMATS),
-                   help="gadget: Gadget/AREPO HDF5; gadget-binary: Gadget format 1 or 2")
+                   help="gadget: Gadget/AREPO HDF5; gadget-binary: Gadget format 1 or 2; "
+                   "swift: SWIFT HDF5 (single, distributed or virtual file)")
     c.add_argument("input", metavar="IN", help="file, first file of a set, base name or glob")
     c.add_argument("out", metavar="OUT.zarr")
-    c.add_argument("--part-type", type=int, default=1, help="Gadget particle type 0..5")
+    c.add_argument("--part-type", type=int, default=1,
+                   help="particle type (Gadget 0..5, SWIFT 0..6; 1: dark matter)")
     c.add_argument("--units", type=_unit_triple, default=None, metavar="LENGTH,VELOCITY,MASS",
                    help="convert to these units while writing, e.g. 'Mpc/h,,1e10 Msun/h' "
                    "(an empty entry keeps that unit)")

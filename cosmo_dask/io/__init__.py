@@ -2,5 +2,7 @@
 
 from .gadget import GadgetInfo, find_gadget_files, from_gadget_hdf5
 from .gadget_binary import from_gadget_binary
+from .swift import from_swift
 
-__all__ = ["GadgetInfo", "find_gadget_files", "from_gadget_binary", "from_gadget_hdf5"]
+__all__ = ["GadgetInfo", "find_gadget_files", "from_gadget_binary", "from_gadget_hdf5",
+           "from_swift"]

@@ -2,10 +2,12 @@
 
 The file lookup (:func:`_find_files`), the checks and conventions below and the
 assembly of a lazy Snapshot from the headers (:func:`_assemble`) are shared with
-the format-1/2 binary reader, :mod:`cosmo_dask.io.gadget_binary`: a reader only
-describes its format (:class:`_Format`), reads each file's header into a
-:class:`_FileMeta` and supplies the dask task that reads rows of one field of
-one file.
+the format-1/2 binary reader, :mod:`cosmo_dask.io.gadget_binary`, and the SWIFT
+reader, :mod:`cosmo_dask.io.swift`: a reader only describes its format
+(:class:`_Format`), reads each file's header into a :class:`_FileMeta`,
+supplies the dask task that reads rows of one field of one file and, where its
+conventions differ from Gadget's (SWIFT), the function that applies them
+(:class:`_Conventions`).
 
 At call time :func:`from_gadget_hdf5` reads only the ``Header`` attributes and the
 shapes and dtypes of the ``PartType{n}`` datasets of every file. Particle data
@@ -23,6 +25,8 @@ Conventions applied while reading (see ``docs/gadget.md``):
   peculiar km/s), ``Time`` becomes the scale factor and the Omega/h values the
   cosmology; otherwise velocities are returned as stored and the snapshot has
   no scale factor and no cosmology.
+* **Box.** ``BoxSize`` is a number, or three equal sides (SWIFT writes a
+  3-vector); unequal sides are an error, 0 means isolated.
 * **Positions on the box edge.** In periodic snapshots (``BoxSize > 0``) each
   read task maps ``x >= BoxSize`` to ``x - BoxSize`` and ``x < 0`` to
   ``x + BoxSize`` (one box at most), so coordinates written as exactly
@@ -40,6 +44,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +57,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import default_chunk_size
 from ..errors import ParameterError, SnapshotError
-from ..units import gravitational_constant
+from ..units import QUANTITIES, gravitational_constant
 from ..validation import check_array_meta
 
 logger = logging.getLogger(__name__)
@@ -64,6 +69,9 @@ GADGET_FIELDS: dict[str, str] = {
     "ids": "ParticleIDs",
     "mass": "Masses",
 }
+
+#: Gadget particle types 0..5
+GADGET_TYPES = ("gas", "dark matter", "disk", "bulge", "stars", "black holes")
 
 #: units assumed when the header has no ``Unit*`` attributes (Gadget defaults)
 DEFAULT_UNITS: dict[str, str] = {
@@ -80,7 +88,6 @@ _VELOCITY_UNITS = {1e5: "km/s"}
 
 _SUBFILE = re.compile(r"^(?P<base>.+)\.(?P<num>\d+)\.(?P<ext>hdf5|h5)$")
 _EXTENSIONS = ("hdf5", "h5")
-_N_TYPES = 6
 
 #: settings read from ``Header`` or from the ``Parameters`` group (both must agree)
 _PARAMETER_KEYS = ("UnitLength_in_cm", "UnitMass_in_g", "UnitVelocity_in_cm_per_s",
@@ -90,8 +97,8 @@ _PARAMETER_KEYS = ("UnitLength_in_cm", "UnitMass_in_g", "UnitVelocity_in_cm_per_
 
 @dataclass(frozen=True)
 class GadgetInfo:
-    """What :func:`from_gadget_hdf5` or ``from_gadget_binary`` found and applied
-    (``snapshot.gadget_info``).
+    """What :func:`from_gadget_hdf5`, ``from_gadget_binary`` or ``from_swift`` found and
+    applied (``snapshot.gadget_info``).
 
     Attributes
     ----------
@@ -111,10 +118,13 @@ class GadgetInfo:
     cosmological_rule : str
         Which rule decided ``cosmological``, with the values it used.
     velocity_factor : float
-        Factor applied to the stored velocities (``sqrt(Time)`` or 1.0).
+        Factor applied to the stored velocities (Gadget: ``sqrt(Time)`` or 1.0; SWIFT:
+        ``a`` to the power of the ``a-scale exponent`` of ``Velocities``).
     format : str
         File format of the first file: ``"hdf5"``, ``"binary-1"`` or ``"binary-2"``
-        (Gadget SnapFormat 1 or 2).
+        (Gadget SnapFormat 1 or 2), ``"swift"`` (:func:`~cosmo_dask.io.from_swift`).
+    velocity_rule : str
+        How ``velocity_factor`` was found, with the values used.
     """
 
     files: tuple[str, ...]
@@ -126,11 +136,13 @@ class GadgetInfo:
     cosmological_rule: str
     velocity_factor: float
     format: str = "hdf5"
+    velocity_rule: str = ""
 
 
 @dataclass(frozen=True)
 class _Format:
-    """What differs between the HDF5 and the binary reader; the rest is shared.
+    """What differs between the readers (Gadget HDF5, Gadget binary, SWIFT); the rest
+    is shared. The fields after ``no_masses`` default to Gadget's.
 
     Attributes
     ----------
@@ -154,6 +166,18 @@ class _Format:
         Field -> its name in messages, ``{t}`` standing for the particle type.
     no_masses : str
         Message part for a type without per-particle masses, with ``{t}``.
+    family : str
+        The code family in messages (``"Gadget"``, ``"SWIFT"``).
+    types : tuple of str
+        Names of the particle types 0, 1, ...: ``part_type`` must index it.
+    conventions : callable, optional
+        ``conventions(metas, fmt)``: the :class:`_Conventions` of the set (box, cosmological
+        rule, scale factor, velocity factor, cosmology, units); default
+        :func:`_gadget_conventions`.
+    mass_table : bool
+        Whether ``Header/MassTable`` stands in for missing per-particle masses.
+    not_hdf5, no_header : str
+        HDF5 formats: message tails for a file that is not HDF5 / has no ``Header``.
     """
 
     kind: str
@@ -165,9 +189,37 @@ class _Format:
     read_rows: Callable[[str, Any, int, int], np.ndarray]
     labels: Mapping[str, str]
     no_masses: str
+    family: str = "Gadget"
+    types: tuple[str, ...] = GADGET_TYPES
+    conventions: Callable[[list[_FileMeta], _Format], _Conventions] | None = None
+    mass_table: bool = True
+    not_hdf5: str = ("from_gadget_hdf5 reads Gadget/AREPO HDF5 snapshots (use "
+                     "from_gadget_binary for Gadget format-1/2 binary files)")
+    no_header: str = ("not a Gadget/AREPO HDF5 snapshot (expected groups Header and "
+                      "PartType0..PartType5)")
 
     def label(self, name: str, part_type: int) -> str:
         return self.labels[name].format(t=part_type)
+
+
+@dataclass(frozen=True)
+class _Conventions:
+    """What a format's metadata say about the run, as :func:`_assemble` applies it.
+
+    ``units`` holds the units the files state (any of length, velocity, mass may be
+    missing: then ``no_units`` says why, and ``units=`` must supply them);
+    ``velocity_rule`` says how ``velocity_factor`` was found.
+    """
+
+    box_size: float | None
+    cosmological: bool
+    rule: str
+    scale_factor: float | None
+    velocity_factor: float
+    cosmology: dict[str, Any] | None
+    units: dict[str, str]
+    velocity_rule: str
+    no_units: str = ""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -218,12 +270,9 @@ def _file_number(path: str, fmt: _Format) -> int:
     return int(digits[-1]) if digits else -1
 
 
-def _check_hdf5(path: str) -> None:
+def _check_hdf5(path: str, fmt: _Format) -> None:
     if not h5py.is_hdf5(path):
-        raise SnapshotError(
-            f"{path}: not an HDF5 file; from_gadget_hdf5 reads Gadget/AREPO HDF5 snapshots "
-            "(use from_gadget_binary for Gadget format-1/2 binary files)"
-        )
+        raise SnapshotError(f"{path}: not an HDF5 file; {fmt.not_hdf5}")
 
 
 def _files_in_set(path: str, value: Any, what: str) -> int:
@@ -234,24 +283,19 @@ def _files_in_set(path: str, value: Any, what: str) -> int:
     return int(n)
 
 
-def _num_files(path: str) -> int:
-    """``Header/NumFilesPerSnapshot`` of one file (1 when absent)."""
-    _check_hdf5(path)
+def _num_files(path: str, fmt: _Format | None = None) -> int:
+    """``Header/NumFilesPerSnapshot`` of one HDF5 file (1 when absent); ``fmt`` words
+    the messages (default Gadget HDF5)."""
+    fmt = fmt or _HDF5
+    _check_hdf5(path, fmt)
     try:
         with h5py.File(path, "r") as f:
             if "Header" not in f:
-                raise SnapshotError(_no_header(path))
+                raise SnapshotError(f"{path}: no 'Header' group; {fmt.no_header}")
             value = _py(f["Header"].attrs.get("NumFilesPerSnapshot", 1))
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot be opened as HDF5 ({exc})") from None
     return _files_in_set(path, value, "Header/NumFilesPerSnapshot")
-
-
-def _no_header(path: str) -> str:
-    return (
-        f"{path}: no 'Header' group; not a Gadget/AREPO HDF5 snapshot "
-        "(expected groups Header and PartType0..PartType5)"
-    )
 
 
 def _subfile_set(path: str, fmt: _Format) -> list[str]:
@@ -342,7 +386,7 @@ def _find_files(path_or_pattern: str | os.PathLike, fmt: _Format) -> list[str]:
         if os.path.isfile(candidate):
             return _subfile_set(candidate, fmt)
     raise SnapshotError(
-        f"{path}: no such Gadget snapshot (tried {', '.join(singles + sets)}); give a "
+        f"{path}: no such {fmt.family} snapshot (tried {', '.join(singles + sets)}); give a "
         f"{fmt.kind} file, one file of a multi-file set, the base name or a glob pattern"
     )
 
@@ -358,6 +402,9 @@ class _FileMeta:
     returned. ``specs``: field -> what ``_Format.read_rows`` needs to find those
     rows (HDF5: the dataset name; binary: byte offset, on-disk dtype, row shape).
     ``parameters``: the ``_PARAMETER_KEYS`` found in a ``Parameters`` group.
+    ``sources``: further files the type's rows are read from (the source files of
+    HDF5 virtual datasets); their size and modification time enter the task keys.
+    ``extra``: what a format reads besides (SWIFT: units, cosmology, dataset attributes).
     """
 
     path: str
@@ -367,22 +414,30 @@ class _FileMeta:
     specs: dict[str, Any]
     parameters: dict[str, Any] = field(default_factory=dict)
     format: str = "hdf5"
+    sources: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _read_file_meta(path: str, part_type: int) -> _FileMeta:
-    """Header and Parameters attributes and dataset shapes/dtypes of one HDF5 file."""
-    _check_hdf5(path)
+def _read_file_meta(path: str, part_type: int, fmt: _Format | None = None,
+                    extra: Callable[[h5py.File, _FileMeta], None] | None = None) -> _FileMeta:
+    """Header and Parameters attributes and dataset shapes/dtypes of one HDF5 file.
+
+    ``fmt`` words the messages (default Gadget HDF5); ``extra(file, meta)``, called
+    while the file is open, reads what a format needs besides (SWIFT's groups).
+    """
+    fmt = fmt or _HDF5
+    _check_hdf5(path, fmt)
     group = f"PartType{part_type}"
     try:
         with h5py.File(path, "r") as f:
             if "Header" not in f:
-                raise SnapshotError(_no_header(path))
+                raise SnapshotError(f"{path}: no 'Header' group; {fmt.no_header}")
             header = {k: _py(v) for k, v in f["Header"].attrs.items()}
             parameters = {}
             if "Parameters" in f:
                 attrs = f["Parameters"].attrs
                 parameters = {k: _py(attrs[k]) for k in _PARAMETER_KEYS if k in attrs}
-            fields, specs = {}, {}
+            fields, specs, sources = {}, {}, []
             has_group = group in f
             if has_group:
                 g = f[group]
@@ -391,9 +446,41 @@ def _read_file_meta(path: str, part_type: int) -> _FileMeta:
                     if isinstance(obj, h5py.Dataset):
                         fields[name] = (tuple(obj.shape), obj.dtype)
                         specs[name] = f"{group}/{dsname}"
+                        sources += _virtual_sources(path, obj, fmt.label(name, part_type))
+            meta = _FileMeta(path, header, has_group, fields, specs, parameters,
+                             sources=tuple(dict.fromkeys(sources)))
+            if extra is not None:
+                extra(f, meta)
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot be opened as HDF5 ({exc})") from None
-    return _FileMeta(path, header, has_group, fields, specs, parameters)
+    return meta
+
+
+def _virtual_sources(path: str, dataset: h5py.Dataset, label: str) -> list[str]:
+    """The source files of an HDF5 virtual dataset (none for a regular one), each of
+    which must exist: HDF5 reads a missing source as fill values, without an error.
+    A relative name is looked up as HDF5 does: under ``HDF5_VDS_PREFIX`` when that is
+    set (``${ORIGIN}`` standing for the virtual file's folder), else beside the file."""
+    if not dataset.is_virtual:
+        return []
+    folder = os.path.dirname(path)
+    prefix = os.environ.get("HDF5_VDS_PREFIX")
+    found = []
+    for vmap in dataset.virtual_sources():
+        name = vmap.file_name
+        tried = [path] if name == "." else [os.path.join(folder, name)]
+        if prefix and name != ".":
+            tried.insert(0, os.path.join(prefix.replace("${ORIGIN}", folder), name))
+        source = next((p for p in tried if os.path.isfile(p)), None)
+        if source is None:
+            raise SnapshotError(
+                f"{path}: {label} is a virtual dataset over {name}, which is not at "
+                f"{' or '.join(tried)} (HDF5 would read its rows as fill values); keep the "
+                "files of a virtual snapshot beside it"
+            )
+        if source != path:
+            found.append(os.path.abspath(source))
+    return found
 
 
 def _types_present(metas: list[_FileMeta]) -> list[int]:
@@ -434,13 +521,16 @@ def _cosmological(meta: _FileMeta, hdr: str) -> tuple[bool, str]:
                     f"Omega0 = {omega0})")
 
 
-def _unit_name(value: float | None, table: Mapping[float, str], cgs: str) -> str | None:
+def _unit_name(value: float | None, table: Mapping[float, str], cgs: str, *,
+               rel_tol: float = 1e-3, digits: int = 6) -> str | None:
+    """The name in ``table`` {cgs value: name} of a unit given in cgs (to ``rel_tol``),
+    else the value with ``digits`` significant digits and ``cgs``; None for None."""
     if value is None:
         return None
     for ref, name in table.items():
-        if math.isclose(value, ref, rel_tol=1e-3):
+        if math.isclose(value, ref, rel_tol=rel_tol):
             return name
-    return f"{value:.6g} {cgs}"
+    return f"{value:.{digits}g} {cgs}"
 
 
 def _header_units(meta: _FileMeta, cosmological: bool) -> dict[str, str]:
@@ -457,6 +547,59 @@ def _header_units(meta: _FileMeta, cosmological: bool) -> dict[str, str]:
     elif not cosmological:
         units["velocity"] = "km/s"
     return units
+
+
+def _box_size(meta: _FileMeta, hdr: str) -> float | None:
+    """``BoxSize`` of a header: a number (Gadget) or a 3-vector of equal sides (SWIFT);
+    0 or absent means isolated (None). Unequal sides are an error, never "isolated"."""
+    value = meta.header.get("BoxSize")
+    if isinstance(value, list) and len(value) != 1:
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        if len(value) != 3 or not numeric:
+            raise SnapshotError(f"{meta.path}: {hdr}BoxSize is {value!r}; expected a number "
+                                "or the three sides of the box")
+        if not math.isclose(min(value), max(value), rel_tol=1e-9):
+            raise SnapshotError(
+                f"{meta.path}: {hdr}BoxSize has sides {value[0]!r}, {value[1]!r}, "
+                f"{value[2]!r}; non-cubic boxes are not supported yet"
+            )
+        value = value[0]
+    box = _scalar({"BoxSize": value}, "BoxSize")
+    return box if box is not None and box > 0 else None
+
+
+def _gadget_conventions(metas: list[_FileMeta], fmt: _Format) -> _Conventions:
+    """The Gadget conventions of the module docs, from the first file's header (and
+    ``Parameters`` group): box, cosmological rule, ``sqrt(Time)``, Omega/h, units."""
+    first = metas[0]
+    box_size = _box_size(first, fmt.header)
+    if str(first.header.get("Code", "")).strip() == "SWIFT":
+        warnings.warn(
+            f"{first.path}: Header/Code is 'SWIFT'; {fmt.kind} conventions read its box and "
+            "particles but not its Units group, Cosmology group or Scale-factor (units are "
+            "taken as the Gadget defaults); use cosmo_dask.io.from_swift", stacklevel=4)
+    cosmological, rule = _cosmological(first, fmt.header)
+    time = _scalar(first.header, "Time")
+    expanding = cosmological and time is not None and time > 0
+    cosmology = None
+    if cosmological:
+        cosmology = {
+            "Omega_m": _setting(first, "Omega0"),
+            "Omega_b": _setting(first, "OmegaBaryon"),
+            "Omega_L": _setting(first, "OmegaLambda"),
+            "h": _setting(first, "HubbleParam"),
+            "sigma8": None,
+            "n_s": None,
+        }
+    return _Conventions(
+        box_size=box_size, cosmological=cosmological, rule=rule,
+        scale_factor=time if expanding else None,
+        velocity_factor=math.sqrt(time) if expanding else 1.0, cosmology=cosmology,
+        units=_header_units(first, cosmological),
+        velocity_rule=(f"sqrt({fmt.header}Time) = sqrt({time})" if expanding else
+                       f"as stored ({fmt.header}Time = {time} is no scale factor)"
+                       if cosmological else "as stored (not a cosmological run)"),
+    )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -514,12 +657,13 @@ def _check_chunks(chunks: Any) -> int:
     return int(chunks)
 
 
-def _check_part_type(part_type: Any) -> int:
+def _check_part_type(part_type: Any, fmt: _Format) -> int:
     ok = isinstance(part_type, (int, np.integer)) and not isinstance(part_type, bool)
-    if not ok or not 0 <= part_type < _N_TYPES:
+    if not ok or not 0 <= part_type < len(fmt.types):
+        names = ", ".join(f"{t} {name}" for t, name in enumerate(fmt.types))
         raise ParameterError(
-            f"part_type must be a Gadget particle type 0..5 (0 gas, 1 dark matter, 2 disk, "
-            f"3 bulge, 4 stars, 5 black holes), got {part_type!r}"
+            f"part_type must be a {fmt.family} particle type 0..{len(fmt.types) - 1} "
+            f"({names}), got {part_type!r}"
         )
     return int(part_type)
 
@@ -626,15 +770,16 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
               units: Mapping[str, str] | None, fmt: _Format):
     """The lazy Snapshot of one particle type of a snapshot in format ``fmt``.
 
-    The body of both public readers: checks the arguments, finds the files
+    The body of the public readers: checks the arguments, finds the files
     (:func:`_find_files`), reads their metadata (``fmt.read_meta``), checks the
-    set (:func:`_scan`), applies the conventions of the module docs (box,
-    cosmological rule and velocity factor, units and G, MassTable or
-    per-particle masses), cuts every file's rows into pieces of at most
-    ``chunks`` (never across files) and builds one ``gadget-read-<token>`` task
-    per piece and field, each calling ``fmt.read_rows`` (:func:`_read_piece`).
+    set (:func:`_scan`), applies the format's conventions (``fmt.conventions``,
+    by default those of the module docs: box, cosmological rule and velocity
+    factor, units; then G, MassTable or per-particle masses), cuts every file's
+    rows into pieces of at most ``chunks`` (never across files) and builds one
+    ``gadget-read-<token>`` task per piece and field, each calling
+    ``fmt.read_rows`` (:func:`_read_piece`).
     """
-    part_type = _check_part_type(part_type)
+    part_type = _check_part_type(part_type, fmt)
     rows = _check_chunks(chunks)
     source = os.fspath(path_or_pattern)
     metas = [fmt.read_meta(p, part_type) for p in _find_files(path_or_pattern, fmt)]
@@ -642,27 +787,22 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
     first = metas[0]
     header = first.header
 
-    box = _scalar(header, "BoxSize")
-    box_size = box if box is not None and box > 0 else None
-    cosmological, rule = _cosmological(first, fmt.header)
-    time = _scalar(header, "Time")
-    vel_factor = math.sqrt(time) if cosmological and time is not None and time > 0 else 1.0
-    scale_factor = time if cosmological and time is not None and time > 0 else None
-    cosmology = None
-    if cosmological:
-        cosmology = {
-            "Omega_m": _setting(first, "Omega0"),
-            "Omega_b": _setting(first, "OmegaBaryon"),
-            "Omega_L": _setting(first, "OmegaLambda"),
-            "h": _setting(first, "HubbleParam"),
-            "sigma8": None,
-            "n_s": None,
-        }
-    final_units = _merge_units(_header_units(first, cosmological), units)
+    conv = (fmt.conventions or _gadget_conventions)(metas, fmt)
+    final_units = _merge_units(conv.units, units)
+    missing = [q for q in QUANTITIES if q not in final_units]
+    if missing:
+        raise SnapshotError(
+            f"{first.path}: {conv.no_units}; give the {' and '.join(missing)} unit(s) with "
+            "units={'length': ..., 'velocity': ..., 'mass': ...}"
+        )
+    cosmology = conv.cosmology
     G = gravitational_constant(final_units, h=cosmology and cosmology["h"])  # noqa: N806
 
     particle_mass = None
     if "mass" not in layout:
+        if not fmt.mass_table:
+            raise SnapshotError(f"{source}: {fmt.no_masses.format(t=part_type)}; particle "
+                                "masses are unknown")
         table = _per_type(header, "MassTable", part_type)
         if table is None or float(table) <= 0:
             raise SnapshotError(
@@ -678,10 +818,11 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
             pieces.append((m, start, min(start + rows, n)))
     stamps = []
     for m, n in zip(metas, counts, strict=True):
-        if n:
-            st = os.stat(m.path)
-            stamps.append((m.path, st.st_size, st.st_mtime_ns))
+        for path in (m.path, *m.sources) if n else ():
+            st = os.stat(path)
+            stamps.append((path, st.st_size, st.st_mtime_ns))
 
+    vel_factor, box_size = conv.velocity_factor, conv.box_size
     arrays = {}
     for name, (trailing, dtype) in layout.items():
         scale = vel_factor if name == "vel" and vel_factor != 1.0 else None
@@ -692,18 +833,20 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
 
     info = GadgetInfo(
         files=tuple(m.path for m in metas), part_type=part_type, n_particles=sum(counts),
-        n_per_file=tuple(counts), header=header, cosmological=cosmological,
-        cosmological_rule=rule, velocity_factor=vel_factor, format=first.format,
+        n_per_file=tuple(counts), header=header, cosmological=conv.cosmological,
+        cosmological_rule=conv.rule, velocity_factor=vel_factor, format=first.format,
+        velocity_rule=conv.velocity_rule,
     )
-    logger.info("gadget import %s (%s): %d particles of type %d from %d file(s); "
-                "cosmological=%s (%s); velocities x %g", source, info.format, info.n_particles,
-                part_type, len(metas), cosmological, rule, vel_factor)
+    logger.info("%s import %s (%s): %d particles of type %d from %d file(s); "
+                "cosmological=%s (%s); velocities x %g", fmt.family, source, info.format,
+                info.n_particles, part_type, len(metas), conv.cosmological, conv.rule,
+                vel_factor)
 
     from ..snapshot import Snapshot
 
     snap = Snapshot.from_arrays(
         arrays["pos"], arrays.get("vel"), arrays.get("ids"), arrays.get("mass"),
-        box_size=box_size, particle_mass=particle_mass, scale_factor=scale_factor,
+        box_size=box_size, particle_mass=particle_mass, scale_factor=conv.scale_factor,
         cosmology=cosmology, units=final_units, G=G,
     )
     snap.gadget_info = info
@@ -753,11 +896,11 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         ``vel`` (``Velocities`` times ``sqrt(a)`` for cosmological runs: peculiar
         km/s), ``ids`` (``ParticleIDs``), ``mass`` (``Masses``) or
         ``particle_mass`` (``Header/MassTable[part_type]``). ``box_size`` is
-        ``Header/BoxSize`` (0 means isolated: None). For cosmological runs
-        ``scale_factor`` is ``Header/Time`` and ``cosmology`` holds Omega_m
-        (Omega0), Omega_b (OmegaBaryon or None), Omega_L (OmegaLambda), h
-        (HubbleParam), sigma8 and n_s (None). The returned object also has a
-        ``gadget_info`` attribute (:class:`GadgetInfo`).
+        ``Header/BoxSize`` (a number or three equal sides; 0 means isolated: None).
+        For cosmological runs ``scale_factor`` is ``Header/Time`` and
+        ``cosmology`` holds Omega_m (Omega0), Omega_b (OmegaBaryon or None),
+        Omega_L (OmegaLambda), h (HubbleParam), sigma8 and n_s (None). The
+        returned object also has a ``gadget_info`` attribute (:class:`GadgetInfo`).
 
     Raises
     ------
@@ -770,6 +913,14 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         lengths not matching ``NumPart_ThisFile``; ``NumPart_Total`` not the sum
         of ``NumPart_ThisFile``; no ``Masses`` dataset and no MassTable entry;
         ``Header`` and ``Parameters`` holding different units, ``HubbleParam``
-        or ``ComovingIntegrationOn``.
+        or ``ComovingIntegrationOn``; a non-cubic ``BoxSize``; a virtual dataset
+        whose source file is missing.
+
+    Warns
+    -----
+    UserWarning
+        On a SWIFT file (``Header/Code`` 'SWIFT'): its box and particles are read,
+        but not its units, cosmology or scale factor; use
+        :func:`~cosmo_dask.io.from_swift`.
     """
     return _assemble(path_or_pattern, part_type, chunks, units, _HDF5)
