@@ -6,7 +6,7 @@
 
     generate {plummer,hernquist,ferrers,lattice,zeldovich} OUT.zarr [options]
     info SNAP [--quick] [--json]
-    convert gadget IN OUT.zarr [--part-type 1]
+    convert gadget|gadget-binary|swift IN OUT.zarr [--part-type 1|0,1,4|all] [--units L,V,M]
     gravity SNAP OUT.zarr [--method tree|direct|pm|treepm] [--theta 0.5] [--softening EPS]
     demo [--dir DIR] [--n-side 64]
 
@@ -428,6 +428,12 @@ def cmd_info(args) -> int:
         _say(f"box           {'isolated' if box is None else box}")
         if "species" in info:
             _say("species       " + ", ".join(f"type {t}: {n}" for t, n in info["species"].items()))
+        if "provenance" in info:
+            src = info["provenance"]
+            files = src.get("files") or ["?"]
+            more = f" (+{len(files) - 1} more file(s))" if len(files) > 1 else ""
+            _say(f"imported from {files[0]}{more}, format {src.get('format')}, part types "
+                 + ", ".join(map(str, src.get("part_types") or [])))
         for key in ("scale_factor", "redshift", "particle_mass", "G", "lagrangian_shape"):
             if key in info:
                 _say(f"{key:<13} {info[key]}")
@@ -462,18 +468,34 @@ def _unit_triple(text: str) -> dict[str, str]:
     return {q: t for q, t in zip(("length", "velocity", "mass"), parts, strict=True) if t}
 
 
+def _part_types(text: str) -> int | list[int] | str:
+    """``--part-type``: ``1`` -> 1, ``0,1,4`` -> [0, 1, 4], ``all`` -> "all" (the reader
+    checks the numbers against its format's types)."""
+    text = text.strip()
+    if text == "all":
+        return text
+    try:
+        values = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a particle type (1), a comma list of types (0,1,4) or 'all', got "
+            f"{text!r}") from None
+    return values if "," in text else values[0]
+
+
 def cmd_convert(args) -> int:
     from . import io
 
     snap = getattr(io, CONVERT_FORMATS[args.format])(args.input, part_type=args.part_type)
+    counts = snap.gadget_info.n_per_type
     if args.units:
         snap = snap.to_units(**args.units)  # lazy: converted as the store is written
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
     units = ", ".join(f"{k} {v}" for k, v in (snap.units or {}).items())
-    _say(f"converted {args.input} (PartType{args.part_type}, N={snap.n_particles}; {units}) "
-         f"-> {path}")
+    types = ", ".join(f"PartType{t}: {n}" for t, n in counts.items())
+    _say(f"converted {args.input} ({types}; N={snap.n_particles}; {units}) -> {path}")
     return 0
 
 
@@ -825,8 +847,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "swift: SWIFT HDF5 (single, distributed or virtual file)")
     c.add_argument("input", metavar="IN", help="file, first file of a set, base name or glob")
     c.add_argument("out", metavar="OUT.zarr")
-    c.add_argument("--part-type", type=int, default=1,
-                   help="particle type (Gadget 0..5, SWIFT 0..6; 1: dark matter)")
+    c.add_argument("--part-type", type=_part_types, default=1, metavar="TYPE[,TYPE...]|all",
+                   help="particle type (Gadget 0..5, SWIFT 0..6; 1: dark matter), a comma "
+                   "list (0,1,4) or 'all': several types give one snapshot with a ptype array "
+                   "and per-particle masses")
     c.add_argument("--units", type=_unit_triple, default=None, metavar="LENGTH,VELOCITY,MASS",
                    help="convert to these units while writing, e.g. 'Mpc/h,,1e10 Msun/h' "
                    "(an empty entry keeps that unit)")

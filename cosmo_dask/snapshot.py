@@ -5,11 +5,12 @@ Layout (see ``docs/format.md``)::
     snapshot.zarr/
       zarr.json   attrs: format="cosmo_dask.snapshot", format_version=1, box_size,
                   scale_factor, redshift, cosmology, units, particle_mass,
-                  lagrangian_shape, G, n_particles
-      pos  (N, 3) float32|float64     chunks (C, 3)
-      vel  (N, 3) float32|float64     optional
-      ids  (N,)   int64|uint64        optional
-      mass (N,)   float32|float64     optional
+                  lagrangian_shape, G, n_particles, provenance (imports only)
+      pos   (N, 3) float32|float64     chunks (C, 3)
+      vel   (N, 3) float32|float64     optional
+      ids   (N,)   int64|uint64        optional
+      mass  (N,)   float32|float64     optional
+      ptype (N,)   integer             optional (particle types of a multi-species snapshot)
 
 Opening reads only ``zarr.json`` files; particle data are read by the dask
 tasks that need them.
@@ -58,6 +59,7 @@ ATTR_NAMES = (
     "particle_mass",
     "lagrangian_shape",
     "G",
+    "provenance",  # where an import read the snapshot from (written only when known)
 )
 
 
@@ -387,6 +389,14 @@ class Snapshot:
         return self._attrs["G"]
 
     @property
+    def provenance(self) -> dict | None:
+        """What the snapshot was imported from (``from_gadget_hdf5``, ``from_gadget_binary``,
+        ``from_swift``): ``{files, format, part_types, n_per_type, header}``; kept by every
+        transform and stored by :meth:`to_zarr`. None for other snapshots."""
+        p = self._attrs["provenance"]
+        return None if p is None else json.loads(json.dumps(p))
+
+    @property
     def chunks(self) -> tuple[int, ...]:
         """Particles per chunk (the chunking of axis 0 shared by all arrays)."""
         return self._arrays["pos"].chunks[0]
@@ -458,10 +468,12 @@ class Snapshot:
                     _html_table([(k, _sig(v, digits)) for k, v in self.cosmology.items()])]
         info = getattr(self, "gadget_info", None)
         if info is not None:
+            several = isinstance(info.part_type, tuple)
             out += ["<b>Gadget import</b>", _html_table([
-                ("files", f"{len(info.files)} ({os.path.basename(info.files[0])}"
+                ("files", f"{len(info.files)} {info.format} ({os.path.basename(info.files[0])}"
                           f"{' ...' if len(info.files) > 1 else ''})"),
-                ("particle type", info.part_type),
+                ("particle types" if several else "particle type",
+                 ", ".join(f"{t} ({n:,} particles)" for t, n in info.n_per_type.items())),
                 ("cosmological", f"{info.cosmological} ({info.cosmological_rule})"),
                 ("velocity factor", _sig(info.velocity_factor, digits))])]
         out.append("</div>")
@@ -616,6 +628,8 @@ class Snapshot:
         """The attributes written to ``zarr.json`` (format header included)."""
         attrs = {"format": FORMAT, "format_version": FORMAT_VERSION}
         attrs.update(_jsonable(self._attrs))
+        if attrs["provenance"] is None:  # stores of other snapshots stay as they were
+            del attrs["provenance"]
         attrs["n_particles"] = self._n
         attrs["created_by"] = f"cosmo_dask {__version__}"
         return attrs
@@ -783,6 +797,10 @@ def open_snapshot(
         where = f"{src}/{bad}/zarr.json" if bad else src
         raise SnapshotError(f"{where}: unreadable array metadata ({type(exc).__name__}: "
                             f"{exc}); restore the file or re-create the store") from None
+    provenance = attrs.get("provenance")
+    if provenance is not None and not isinstance(provenance, Mapping):
+        raise SnapshotError(f"{src}: attribute 'provenance' must be a mapping or absent, got "
+                            f"{type(provenance).__name__}")
     members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     check_metadata(shapes, attrs, src)

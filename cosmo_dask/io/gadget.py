@@ -14,6 +14,11 @@ shapes and dtypes of the ``PartType{n}`` datasets of every file. Particle data
 are read by dask tasks, one per piece of at most ``chunks`` rows of one file;
 each task opens its file with h5py, reads its row slice and closes the file, so
 the graph holds only paths and dataset names and runs on distributed workers.
+``part_type`` is one type, or a list of types or ``"all"``: each type is read as
+one type is, and the types are joined into one snapshot with a ``ptype`` array
+and per-particle masses (:func:`_joint_arrays`; ``docs/gadget.md``, "Several
+particle types"). Every snapshot carries ``provenance`` (files, format, types,
+header), which ``to_zarr`` stores.
 
 Conventions applied while reading (see ``docs/gadget.md``):
 
@@ -45,7 +50,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,12 +109,14 @@ class GadgetInfo:
     ----------
     files : tuple of str
         Absolute paths of all files of the set, in file-number order.
-    part_type : int
-        The Gadget particle type read (0 gas, 1 dark matter, ...).
+    part_type : int or tuple of int
+        The particle type read (0 gas, 1 dark matter, ...) when ``part_type`` was
+        one int; the types read, ascending, when it was a list or ``"all"``.
     n_particles : int
-        Number of particles of that type over all files.
+        Number of particles read over all files (all types read).
     n_per_file : tuple of int
-        ``NumPart_ThisFile[part_type]`` of each file (0 for skipped files).
+        Particles read from each file: ``NumPart_ThisFile[part_type]`` (0 for skipped
+        files), summed over the types read.
     header : dict
         ``Header`` attributes of the first file as plain Python values (for
         binary files the 256-byte header, under the HDF5 attribute names).
@@ -125,10 +132,15 @@ class GadgetInfo:
         (Gadget SnapFormat 1 or 2), ``"swift"`` (:func:`~cosmo_dask.io.from_swift`).
     velocity_rule : str
         How ``velocity_factor`` was found, with the values used.
+    n_per_type : dict
+        ``{type: particles over all files}`` of the types read.
+    dropped : dict
+        Several types only: ``{field: types without it}`` of the fields (``"vel"``,
+        ``"ids"``) left out of the joint snapshot because some type read lacks them.
     """
 
     files: tuple[str, ...]
-    part_type: int
+    part_type: int | tuple[int, ...]
     n_particles: int
     n_per_file: tuple[int, ...]
     header: dict[str, Any] = field(repr=False)
@@ -137,6 +149,17 @@ class GadgetInfo:
     velocity_factor: float
     format: str = "hdf5"
     velocity_rule: str = ""
+    n_per_type: dict[int, int] = field(default_factory=dict)
+    dropped: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def provenance(self) -> dict[str, Any]:
+        """What a snapshot store records of this import (its ``provenance`` attribute):
+        the source ``files``, their ``format``, the ``part_types`` read, ``n_per_type``
+        and the first file's ``header``, as JSON values."""
+        types = self.part_type if isinstance(self.part_type, tuple) else (self.part_type,)
+        return {"files": list(self.files), "format": self.format, "part_types": list(types),
+                "n_per_type": {str(t): n for t, n in self.n_per_type.items()},
+                "header": _jsonable(self.header)}
 
 
 @dataclass(frozen=True)
@@ -233,6 +256,19 @@ def _py(value: Any) -> Any:
         return [_py(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         return value.item()
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """Header values as JSON values: mappings, lists and finite numbers kept, non-finite
+    floats (not JSON) written as strings ("nan", "inf")."""
+    value = _py(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     return value
 
 
@@ -657,15 +693,41 @@ def _check_chunks(chunks: Any) -> int:
     return int(chunks)
 
 
-def _check_part_type(part_type: Any, fmt: _Format) -> int:
-    ok = isinstance(part_type, (int, np.integer)) and not isinstance(part_type, bool)
-    if not ok or not 0 <= part_type < len(fmt.types):
-        names = ", ".join(f"{t} {name}" for t, name in enumerate(fmt.types))
-        raise ParameterError(
-            f"part_type must be a {fmt.family} particle type 0..{len(fmt.types) - 1} "
-            f"({names}), got {part_type!r}"
+def _check_part_type(part_type: Any, fmt: _Format) -> tuple[int, ...] | None:
+    """The types asked for: ``(t,)`` for one int, the ascending types of a list or tuple,
+    None for ``"all"`` (the types with particles, found from the headers)."""
+    if isinstance(part_type, str) and part_type == "all":
+        return None
+    several = isinstance(part_type, (list, tuple))
+    values = list(part_type) if several else [part_type]
+    for value in values:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        if not ok or not 0 <= value < len(fmt.types):
+            names = ", ".join(f"{t} {name}" for t, name in enumerate(fmt.types))
+            got = f"{value!r} in {part_type!r}" if several else repr(part_type)
+            raise ParameterError(
+                f"part_type must be a {fmt.family} particle type 0..{len(fmt.types) - 1} "
+                f"({names}), got {got}; several types: a list of them or 'all'"
+            )
+    types = [int(v) for v in values]
+    if not types:
+        raise ParameterError(f"part_type is empty ({part_type!r}); give a {fmt.family} "
+                             "particle type, a list of them or 'all'")
+    if len(set(types)) != len(types):
+        raise ParameterError(f"part_type {part_type!r} names a type more than once; give "
+                             "each type once")
+    return tuple(sorted(types))
+
+
+def _all_types(metas: list[_FileMeta], source: str, fmt: _Format) -> tuple[int, ...]:
+    """``part_type="all"``: the types with particles in some file of the set."""
+    types = tuple(t for t in _types_present(metas) if t < len(fmt.types))
+    if not types:
+        raise SnapshotError(
+            f"{source}: no particles of any type ({fmt.header}NumPart_ThisFile is 0 in all "
+            f"{len(metas)} file(s)); part_type='all' needs at least one"
         )
-    return int(part_type)
+    return types
 
 
 def _merge_units(header_units: dict[str, str], units: Mapping[str, str] | None) -> dict[str, str]:
@@ -766,28 +828,136 @@ def _scan(metas: list[_FileMeta], part_type: int, source: str, fmt: _Format):
     return counts, layout
 
 
+def _table_mass(header: Mapping[str, Any], layout: Mapping[str, Any], part_type: int,
+                source: str, fmt: _Format) -> float | None:
+    """None when the type has per-particle masses, else its positive ``MassTable`` entry
+    (an error where the format has no MassTable or the entry is not positive)."""
+    if "mass" in layout:
+        return None
+    if not fmt.mass_table:
+        raise SnapshotError(f"{source}: {fmt.no_masses.format(t=part_type)}; particle "
+                            "masses are unknown")
+    table = _per_type(header, "MassTable", part_type)
+    if table is None or float(table) <= 0:
+        raise SnapshotError(
+            f"{source}: {fmt.no_masses.format(t=part_type)} and "
+            f"{fmt.header}MassTable[{part_type}] is {table}; particle masses are unknown "
+            "(a positive MassTable entry or per-particle masses are needed)"
+        )
+    return float(table)
+
+
+def _type_arrays(metas: list[_FileMeta], counts: list[int],
+                 layout: Mapping[str, tuple[tuple[int, ...], np.dtype]], rows: int,
+                 conv: _Conventions, fmt: _Format) -> dict[str, da.Array]:
+    """The lazy arrays of one particle type: every file's rows cut into pieces of at most
+    ``rows`` (never across files), one ``gadget-read-<token>`` task per piece and field."""
+    pieces = []
+    for m, n in zip(metas, counts, strict=True):
+        for start in range(0, n, rows):
+            pieces.append((m, start, min(start + rows, n)))
+    stamps = []
+    for m, n in zip(metas, counts, strict=True):
+        for path in (m.path, *m.sources) if n else ():
+            st = os.stat(path)
+            stamps.append((path, st.st_size, st.st_mtime_ns))
+    vel_factor, box_size = conv.velocity_factor, conv.box_size
+    arrays = {}
+    for name, (trailing, dtype) in layout.items():
+        scale = vel_factor if name == "vel" and vel_factor != 1.0 else None
+        wrap = box_size if name == "pos" else None
+        field_pieces = [(m.path, m.specs[name], start, stop) for m, start, stop in pieces]
+        arrays[name] = _lazy_field(field_pieces, fmt.read_rows, trailing, dtype, stamps,
+                                   scale, wrap)
+    return arrays
+
+
+def _common_dtype(name: str, dtypes: Mapping[int, np.dtype], source: str,
+                  fmt: _Format) -> np.dtype:
+    """numpy's promotion of one field's dtypes over the types read; ids must stay integers."""
+    common = np.result_type(*dtypes.values())
+    if name == "ids" and common.kind not in "iu":
+        have = ", ".join(f"{fmt.label(name, t)} {dt}" for t, dt in dtypes.items())
+        raise SnapshotError(
+            f"{source}: {have}: no integer dtype holds them all (numpy promotes them to "
+            f"{common}); read these types separately"
+        )
+    return common
+
+
+def _joint_arrays(per_type: Mapping[int, dict[str, da.Array]],
+                  table: Mapping[int, float | None], source: str,
+                  fmt: _Format) -> tuple[dict[str, da.Array], dict[str, tuple[int, ...]]]:
+    """The arrays of several types as one snapshot's, and the fields dropped.
+
+    Each field is the concatenation of the types' arrays in type order, in numpy's
+    promotion of their dtypes; a field that some type lacks is dropped (``{field:
+    types without it}``). ``mass`` is per particle: each type's masses, or its
+    MassTable entry broadcast, in the promotion of the positions' dtype and the
+    types' mass dtypes. ``ptype`` (uint8) holds each particle's type. Every type keeps
+    its chunks, so none spans two types.
+    """
+    types = list(per_type)
+    dropped = {name: tuple(t for t in types if name not in per_type[t])
+               for name in ("vel", "ids") if any(name in a for a in per_type.values())}
+    dropped = {name: lacking for name, lacking in dropped.items() if lacking}
+    joint = {}
+    for name in ("pos", "vel", "ids"):
+        if name in dropped or name not in per_type[types[0]]:
+            continue
+        dtype = _common_dtype(name, {t: per_type[t][name].dtype for t in types}, source, fmt)
+        joint[name] = da.concatenate([per_type[t][name].astype(dtype) for t in types])
+    mass_dtype = np.result_type(joint["pos"].dtype,
+                                *(a["mass"].dtype for a in per_type.values() if "mass" in a))
+    masses, ptypes = [], []
+    for t in types:
+        rows = (per_type[t]["pos"].chunks[0],)
+        n = per_type[t]["pos"].shape[0]
+        masses.append(per_type[t]["mass"].astype(mass_dtype) if table[t] is None
+                      else da.full((n,), table[t], dtype=mass_dtype, chunks=rows))
+        ptypes.append(da.full((n,), t, dtype=np.uint8, chunks=rows))
+    joint["mass"] = da.concatenate(masses)
+    joint["ptype"] = da.concatenate(ptypes)
+    return joint, dropped
+
+
 def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
               units: Mapping[str, str] | None, fmt: _Format):
-    """The lazy Snapshot of one particle type of a snapshot in format ``fmt``.
+    """The lazy Snapshot of one or several particle types of a snapshot in format ``fmt``.
 
     The body of the public readers: checks the arguments, finds the files
-    (:func:`_find_files`), reads their metadata (``fmt.read_meta``), checks the
-    set (:func:`_scan`), applies the format's conventions (``fmt.conventions``,
-    by default those of the module docs: box, cosmological rule and velocity
-    factor, units; then G, MassTable or per-particle masses), cuts every file's
-    rows into pieces of at most ``chunks`` (never across files) and builds one
+    (:func:`_find_files`), reads their metadata for each type asked for
+    (``fmt.read_meta``), checks the set per type (:func:`_scan`), applies the
+    format's conventions (``fmt.conventions``, by default those of the module
+    docs: box, cosmological rule and velocity factor, units; then G, MassTable or
+    per-particle masses), cuts every file's rows of each type into pieces of at
+    most ``chunks`` (never across files or types) and builds one
     ``gadget-read-<token>`` task per piece and field, each calling
-    ``fmt.read_rows`` (:func:`_read_piece`).
+    ``fmt.read_rows`` (:func:`_read_piece`). One int ``part_type`` gives that type's
+    snapshot; a list or ``"all"`` one snapshot of the types joined
+    (:func:`_joint_arrays`), with ``ptype`` and per-particle masses.
     """
-    part_type = _check_part_type(part_type, fmt)
+    requested = _check_part_type(part_type, fmt)
+    joint = not isinstance(part_type, (int, np.integer))
     rows = _check_chunks(chunks)
     source = os.fspath(path_or_pattern)
-    metas = [fmt.read_meta(p, part_type) for p in _find_files(path_or_pattern, fmt)]
-    counts, layout = _scan(metas, part_type, source, fmt)
+    files = _find_files(path_or_pattern, fmt)
+    first_type = 0 if requested is None else requested[0]
+    metas = [fmt.read_meta(p, first_type) for p in files]
+    types = requested or _all_types(metas, source, fmt)
+    metas_of = {t: metas if t == first_type else [fmt.read_meta(p, t) for p in files]
+                for t in types}
+    scans = {t: _scan(metas_of[t], t, source, fmt) for t in types}
     first = metas[0]
     header = first.header
 
-    conv = (fmt.conventions or _gadget_conventions)(metas, fmt)
+    convs = {}
+    for i, t in enumerate(types):
+        with warnings.catch_warnings():
+            if i:  # the set's warnings were given for the first type
+                warnings.simplefilter("ignore")
+            convs[t] = (fmt.conventions or _gadget_conventions)(metas_of[t], fmt)
+    conv = convs[types[0]]
     final_units = _merge_units(conv.units, units)
     missing = [q for q in QUANTITIES if q not in final_units]
     if missing:
@@ -798,57 +968,46 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
     cosmology = conv.cosmology
     G = gravitational_constant(final_units, h=cosmology and cosmology["h"])  # noqa: N806
 
-    particle_mass = None
-    if "mass" not in layout:
-        if not fmt.mass_table:
-            raise SnapshotError(f"{source}: {fmt.no_masses.format(t=part_type)}; particle "
-                                "masses are unknown")
-        table = _per_type(header, "MassTable", part_type)
-        if table is None or float(table) <= 0:
-            raise SnapshotError(
-                f"{source}: {fmt.no_masses.format(t=part_type)} and "
-                f"{fmt.header}MassTable[{part_type}] is {table}; particle masses are unknown "
-                "(a positive MassTable entry or per-particle masses are needed)"
-            )
-        particle_mass = float(table)
+    table = {t: _table_mass(header, scans[t][1], t, source, fmt) for t in types}
+    per_type = {t: _type_arrays(metas_of[t], *scans[t], rows, convs[t], fmt) for t in types}
+    dropped: dict[str, tuple[int, ...]] = {}
+    if joint:
+        arrays, dropped = _joint_arrays(per_type, table, source, fmt)
+        factors = {t: convs[t].velocity_factor for t in types}
+        if "vel" in arrays and len(set(factors.values())) > 1:
+            rules = "; ".join(f"type {t}: {convs[t].velocity_rule}" for t in types)
+            raise SnapshotError(f"{source}: the velocity factor differs between the particle "
+                                f"types ({rules}); read these types separately")
+    else:
+        arrays = per_type[types[0]]
 
-    pieces = []
-    for m, n in zip(metas, counts, strict=True):
-        for start in range(0, n, rows):
-            pieces.append((m, start, min(start + rows, n)))
-    stamps = []
-    for m, n in zip(metas, counts, strict=True):
-        for path in (m.path, *m.sources) if n else ():
-            st = os.stat(path)
-            stamps.append((path, st.st_size, st.st_mtime_ns))
-
-    vel_factor, box_size = conv.velocity_factor, conv.box_size
-    arrays = {}
-    for name, (trailing, dtype) in layout.items():
-        scale = vel_factor if name == "vel" and vel_factor != 1.0 else None
-        wrap = box_size if name == "pos" else None
-        field_pieces = [(m.path, m.specs[name], start, stop) for m, start, stop in pieces]
-        arrays[name] = _lazy_field(field_pieces, fmt.read_rows, trailing, dtype, stamps,
-                                   scale, wrap)
-
+    n_per_type = {t: sum(scans[t][0]) for t in types}
     info = GadgetInfo(
-        files=tuple(m.path for m in metas), part_type=part_type, n_particles=sum(counts),
-        n_per_file=tuple(counts), header=header, cosmological=conv.cosmological,
-        cosmological_rule=conv.rule, velocity_factor=vel_factor, format=first.format,
-        velocity_rule=conv.velocity_rule,
+        files=tuple(m.path for m in metas), part_type=types if joint else types[0],
+        n_particles=sum(n_per_type.values()),
+        n_per_file=tuple(sum(scans[t][0][i] for t in types) for i in range(len(metas))),
+        header=header, cosmological=conv.cosmological, cosmological_rule=conv.rule,
+        velocity_factor=conv.velocity_factor, format=first.format,
+        velocity_rule=conv.velocity_rule, n_per_type=n_per_type, dropped=dropped,
     )
-    logger.info("%s import %s (%s): %d particles of type %d from %d file(s); "
-                "cosmological=%s (%s); velocities x %g", fmt.family, source, info.format,
-                info.n_particles, part_type, len(metas), conv.cosmological, conv.rule,
-                vel_factor)
+    logger.info("%s import %s (%s): %s from %d file(s); cosmological=%s (%s); velocities x %g",
+                fmt.family, source, info.format,
+                ", ".join(f"{n} particles of type {t}" for t, n in n_per_type.items()),
+                len(metas), conv.cosmological, conv.rule, conv.velocity_factor)
+    for name, lacking in dropped.items():
+        logger.warning("%s import %s: '%s' is left out of the joint snapshot: %s missing; a "
+                       "field is kept only when every type read has it", fmt.family, source,
+                       name, ", ".join(fmt.label(name, t) for t in lacking))
 
     from ..snapshot import Snapshot
 
     snap = Snapshot.from_arrays(
         arrays["pos"], arrays.get("vel"), arrays.get("ids"), arrays.get("mass"),
-        box_size=box_size, particle_mass=particle_mass, scale_factor=conv.scale_factor,
-        cosmology=cosmology, units=final_units, G=G,
+        box_size=conv.box_size, particle_mass=None if joint else table[types[0]],
+        scale_factor=conv.scale_factor, cosmology=cosmology, units=final_units, G=G,
+        ptype=arrays.get("ptype"),
     )
+    snap = Snapshot(snap.arrays, {**snap.attrs, "provenance": info.provenance()})
     snap.gadget_info = info
     return snap
 
@@ -861,9 +1020,10 @@ _HDF5 = _Format(
 )
 
 
-def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
-                     chunks: int | None = None, units: Mapping[str, str] | None = None):
-    """Open one particle type of a Gadget/AREPO HDF5 snapshot as a lazy Snapshot.
+def from_gadget_hdf5(path_or_pattern: str | os.PathLike,
+                     part_type: int | Sequence[int] | str = 1, *, chunks: int | None = None,
+                     units: Mapping[str, str] | None = None):
+    """Open one or several particle types of a Gadget/AREPO HDF5 snapshot as a lazy Snapshot.
 
     Only headers and dataset shapes are read here; the particle data are read
     by dask tasks (``gadget-read-<token>``) that each open one file, read a
@@ -877,11 +1037,15 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         ``snap_000.N.hdf5`` (the whole set, per ``Header/NumFilesPerSnapshot``,
         is read); the base name ``snap_000``; or a glob pattern. Files are
         ordered by their number; paths are made absolute.
-    part_type : int
-        Gadget particle type 0..5 (default 1, dark matter).
+    part_type : int, list of int or "all"
+        Gadget particle type 0..5 (default 1, dark matter); or a list or tuple of
+        types (``[0, 1, 4]``), or ``"all"`` (every type with particles), read as
+        one snapshot: the types' rows concatenated in type order, a ``ptype``
+        array (uint8) and per-particle ``mass`` (see ``docs/gadget.md``,
+        "Several particle types").
     chunks : int, optional
         Maximum particles per dask chunk (default: dask config
-        ``cosmo_dask.chunk_size``). Chunks never span two files.
+        ``cosmo_dask.chunk_size``). Chunks never span two files or two types.
     units : dict, optional
         ``{length, velocity, mass}`` strings overriding those derived from
         ``UnitLength_in_cm``, ``UnitMass_in_g``, ``UnitVelocity_in_cm_per_s``
@@ -900,12 +1064,15 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         For cosmological runs ``scale_factor`` is ``Header/Time`` and
         ``cosmology`` holds Omega_m (Omega0), Omega_b (OmegaBaryon or None),
         Omega_L (OmegaLambda), h (HubbleParam), sigma8 and n_s (None). The
-        returned object also has a ``gadget_info`` attribute (:class:`GadgetInfo`).
+        returned object also has a ``gadget_info`` attribute (:class:`GadgetInfo`),
+        and ``provenance`` (files, format, types, header) is kept by transforms and
+        written by ``to_zarr``.
 
     Raises
     ------
     ParameterError
-        ``part_type`` outside 0..5, bad ``chunks`` or ``units``.
+        ``part_type`` outside 0..5 (or a list naming one, empty or naming a type
+        twice), bad ``chunks`` or ``units``.
     SnapshotError
         Nothing matches the path or pattern; a file is not HDF5 or has no
         Header; missing files of a multi-file set; no ``PartType{n}`` group in
@@ -914,7 +1081,9 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         of ``NumPart_ThisFile``; no ``Masses`` dataset and no MassTable entry;
         ``Header`` and ``Parameters`` holding different units, ``HubbleParam``
         or ``ComovingIntegrationOn``; a non-cubic ``BoxSize``; a virtual dataset
-        whose source file is missing.
+        whose source file is missing. Several types: a requested type without
+        particles (naming the types present); ``ParticleIDs`` dtypes without a
+        common integer dtype.
 
     Warns
     -----

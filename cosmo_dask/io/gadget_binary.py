@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -251,9 +251,11 @@ _BINARY = _Format(
 )
 
 
-def from_gadget_binary(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
-                       chunks: int | None = None, units: Mapping[str, str] | None = None):
-    """Open one particle type of a Gadget format-1 or format-2 binary snapshot, lazily.
+def from_gadget_binary(path_or_pattern: str | os.PathLike,
+                       part_type: int | Sequence[int] | str = 1, *, chunks: int | None = None,
+                       units: Mapping[str, str] | None = None):
+    """Open one or several particle types of a Gadget format-1 or format-2 binary
+    snapshot, lazily.
 
     The binary counterpart of :func:`cosmo_dask.io.from_gadget_hdf5`, with the
     same conventions and errors: only the headers and record markers are read
@@ -270,7 +272,8 @@ def from_gadget_binary(path_or_pattern: str | os.PathLike, part_type: int = 1, *
         pattern. Files are ordered by their number; paths are made absolute.
     part_type, chunks
         As for :func:`~cosmo_dask.io.from_gadget_hdf5`: the Gadget type 0..5
-        (default 1, dark matter) and the most particles in a dask chunk.
+        (default 1, dark matter), a list of types or ``"all"`` (one snapshot with
+        ``ptype`` and per-particle masses), and the most particles in a dask chunk.
     units : dict, optional
         ``{length, velocity, mass}`` strings replacing the Gadget defaults
         (kpc/h, km/s, 1e10 Msun/h: binary headers state no units). ``G`` is set
@@ -300,6 +303,7 @@ def from_gadget_binary(path_or_pattern: str | os.PathLike, part_type: int = 1, *
         markers that disagree, a missing block or one whose size does not
         match the header's particle counts (naming the file and the block);
         ``NumPart_Total`` (+ HighWord * 2^32) not the sum of the files' counts;
-        ``MassTable`` differing between files; no particles of ``part_type``.
+        ``MassTable`` differing between files; no particles of ``part_type`` (or
+        of a type of the list, naming the types present).
     """
     return _assemble(path_or_pattern, part_type, chunks, units, _BINARY)

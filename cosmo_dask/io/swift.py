@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -230,9 +230,9 @@ _SWIFT = _Format(
 )
 
 
-def from_swift(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
-               chunks: int | None = None, units: Mapping[str, str] | None = None):
-    """Open one particle type of a SWIFT HDF5 snapshot as a lazy Snapshot.
+def from_swift(path_or_pattern: str | os.PathLike, part_type: int | Sequence[int] | str = 1,
+               *, chunks: int | None = None, units: Mapping[str, str] | None = None):
+    """Open one or several particle types of a SWIFT HDF5 snapshot as a lazy Snapshot.
 
     Only metadata (``Header``, ``Units``, ``Cosmology``, the datasets' shapes,
     dtypes and unit exponents) are read here; particle data are read by dask
@@ -248,8 +248,10 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         ``snap_0000.N.hdf5`` (the whole set, per ``Header/NumFilesPerSnapshot``);
         the base name ``snap_0000`` (the single or virtual file first, else the
         set); or a glob pattern.
-    part_type : int
-        SWIFT particle type 0..6 (default 1, dark matter; 4 stars, 6 neutrinos).
+    part_type : int, list of int or "all"
+        SWIFT particle type 0..6 (default 1, dark matter; 4 stars, 6 neutrinos); a
+        list of types or ``"all"`` give one snapshot of those types, with a ``ptype``
+        array, as for :func:`~cosmo_dask.io.from_gadget_hdf5`.
     chunks : int, optional
         Maximum particles per dask chunk (default: dask config
         ``cosmo_dask.chunk_size``). Chunks never span two files.
@@ -273,7 +275,7 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
     Raises
     ------
     ParameterError
-        ``part_type`` outside 0..6, bad ``chunks`` or ``units``.
+        ``part_type`` outside 0..6 (or a list naming one), bad ``chunks`` or ``units``.
     SnapshotError
         As :func:`~cosmo_dask.io.from_gadget_hdf5` (files, set and dataset
         checks), and: a file is not a SWIFT snapshot (no ``Header/Code`` 'SWIFT'
@@ -281,6 +283,7 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int = 1, *,
         group and no ``units=``; no ``Masses``; an ``h-scale exponent`` other
         than 0, positions not comoving in a cosmological run, or a velocity
         ``a-scale exponent`` differing between files; a virtual dataset whose
-        source file is missing; ``Header/Dimension`` other than 3.
+        source file is missing; ``Header/Dimension`` other than 3; several types
+        whose velocity factors (``a-scale exponent``) differ.
     """
     return _assemble(path_or_pattern, part_type, chunks, units, _SWIFT)
