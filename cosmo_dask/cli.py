@@ -400,6 +400,9 @@ def snapshot_info(snap, *, full: bool = True) -> dict:
         "arrays": {
             k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in snap.arrays.items()
         },
+        "fields": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in snap.fields.items()
+        },
         "chunks": {"n_chunks": len(snap.chunks), "particles_per_chunk": max(snap.chunks)},
         "bytes": snap.nbytes,
     }
@@ -442,6 +445,10 @@ def cmd_info(args) -> int:
                 _say(f"{key:<13} " + ", ".join(f"{k}={v}" for k, v in info[key].items()))
         for name, a in info["arrays"].items():
             _say(f"array {name:<7} {tuple(a['shape'])} {a['dtype']}")
+        if info["fields"]:  # one line; the particle axis written N: (N,), (N, 9)
+            _say("fields        " + ", ".join(
+                f"{name} {('N', *a['shape'][1:])} {a['dtype']}".replace("'N'", "N")
+                for name, a in info["fields"].items()))
         _say(
             f"chunks        {info['chunks']['n_chunks']} x <= "
             f"{info['chunks']['particles_per_chunk']} particles"

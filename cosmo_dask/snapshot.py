@@ -11,6 +11,7 @@ Layout (see ``docs/format.md``)::
       ids   (N,)   int64|uint64        optional
       mass  (N,)   float32|float64     optional
       ptype (N,)   integer             optional (particle types of a multi-species snapshot)
+      fields/<name> (N,) | (N, k) numeric  optional extra per-particle fields (InternalEnergy, ...)
 
 Opening reads only ``zarr.json`` files; particle data are read by the dask
 tasks that need them.
@@ -37,11 +38,13 @@ from .chunk_manifest import check_chunks, checksum_problems
 from .errors import ParameterError, SnapshotError
 from .validation import (
     ARRAY_SCHEMA,
+    FIELDS_GROUP,
     FORMAT,
     FORMAT_VERSION,
     SUPPORTED_VERSIONS,
     ValidationReport,
     check_array_meta,
+    check_field_meta,
     check_metadata,
     checked_array,
     full_report,
@@ -156,6 +159,10 @@ class Snapshot:
         (N,) integer ids; on a Lagrangian grid ``id = (i*ny + j)*nz + k``.
     mass : dask.array.Array or None
         (N,) masses; None when all particles share ``particle_mass``.
+    fields : dict of str to dask.array.Array
+        Extra per-particle arrays (``InternalEnergy``, ``Density``, ...), chunked like
+        ``pos``; kept by every transform and by the store, their values unchecked and
+        their units unknown (:meth:`to_units` leaves them as they are).
     """
 
     def __init__(
@@ -165,15 +172,18 @@ class Snapshot:
         *,
         source: str | None = None,
         unchecked: Mapping[str, da.Array] | None = None,
+        fields: Mapping[str, da.Array] | None = None,
     ):
         self._arrays = {k: v for k, v in arrays.items() if v is not None}
+        self._fields = dict(fields or {})
         self._attrs = {k: attrs.get(k) for k in ATTR_NAMES}
         self._source = source
         # arrays read without per-chunk value checks (stores only): full
         # validation counts every problem instead of stopping at the first
         self._unchecked = dict(unchecked) if unchecked is not None else None
         shapes = {k: (v.shape, v.dtype) for k, v in self._arrays.items()}
-        self._n = check_metadata(shapes, self._attrs, source)
+        field_shapes = {k: (v.shape, v.dtype) for k, v in self._fields.items()}
+        self._n = check_metadata(shapes, self._attrs, source, field_shapes)
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -193,6 +203,7 @@ class Snapshot:
         G=None,
         chunks=None,
         ptype=None,
+        fields: Mapping[str, Any] | None = None,
     ) -> Snapshot:
         """Build a snapshot from in-memory (NumPy/CuPy) or dask arrays.
 
@@ -225,36 +236,50 @@ class Snapshot:
             (N,) integer particle types (Gadget/SWIFT ``PartType`` numbers) of a
             snapshot holding several species; analyses use every particle
             (friends-of-friends links all types together).
+        fields : mapping of str to array_like, optional
+            Extra per-particle arrays by name (``{"InternalEnergy": u}``): a name of
+            letters, digits and ``_`` other than the arrays above, shape (N,) or (N, k),
+            any float, integer or bool dtype; chunked like ``pos``. Their values are
+            not checked and their units are not known.
         """
         rows = None if chunks is None else _row_chunks(chunks)
-        arrays = {}
-        for name, x in (("pos", pos), ("vel", vel), ("ids", ids), ("mass", mass),
-                        ("ptype", ptype)):
-            if x is None:
-                continue
-            if not hasattr(x, "shape"):
-                x = np.asarray(x)
-            check_array_meta(name, tuple(x.shape), x.dtype)
-            arrays[name] = x
+        if fields is not None and not isinstance(fields, Mapping):
+            raise SnapshotError(f"snapshot: 'fields' must be a mapping of names to arrays, "
+                                f"got {type(fields).__name__}")
+        core = (("pos", pos), ("vel", vel), ("ids", ids), ("mass", mass), ("ptype", ptype))
+        arrays, extra = {}, {}
+        for kind, items in (("array", core), ("field", (fields or {}).items())):
+            for name, x in items:
+                if x is None:
+                    continue
+                if not hasattr(x, "shape"):
+                    x = np.asarray(x)
+                check = check_array_meta if kind == "array" else check_field_meta
+                check(name, tuple(x.shape), x.dtype)
+                (arrays if kind == "array" else extra)[name] = x
         if "pos" not in arrays:
             raise SnapshotError("snapshot: 'pos' is required: (N, 3) positions")
         n = arrays["pos"].shape[0]
-        for name, x in arrays.items():
+        for name, x in [*arrays.items(), *extra.items()]:
             if x.shape[0] != n:
+                what = f"array '{name}'" if name in arrays else f"field '{name}'"
                 raise SnapshotError(
-                    f"snapshot: array '{name}' has {x.shape[0]} rows but 'pos' has {n}; "
+                    f"snapshot: {what} has {x.shape[0]} rows but 'pos' has {n}; "
                     "all particle arrays must have the same length"
                 )
         if rows is None and not isinstance(arrays["pos"], da.Array):
             rows = default_chunk_size()
         pos_d = as_dask_rows(arrays["pos"], rows, "pos")
         rows = rows or pos_d.chunks[0][0]
-        darrays = {k: (pos_d if k == "pos" else as_dask_rows(v, rows, k))
-                   for k, v in arrays.items()}
-        # all arrays share pos's chunking along axis 0
-        for k, v in darrays.items():
-            if v.chunks[0] != pos_d.chunks[0]:
-                darrays[k] = v.rechunk((pos_d.chunks[0],) + v.chunks[1:])
+
+        def on_pos_rows(name: str, x) -> da.Array:
+            """``x`` as a dask array sharing pos's chunking along axis 0."""
+            x = pos_d if name == "pos" else as_dask_rows(x, rows, name)
+            same = x.chunks[0] == pos_d.chunks[0]
+            return x if same else x.rechunk((pos_d.chunks[0],) + x.chunks[1:])
+
+        darrays = {k: on_pos_rows(k, v) for k, v in arrays.items()}
+        dfields = {k: on_pos_rows(k, v) for k, v in extra.items()}
         a = _number(scale_factor)
         mappings = {"cosmology": cosmology, "units": units}
         for key, value in mappings.items():
@@ -270,7 +295,7 @@ class Snapshot:
             "lagrangian_shape": None if lagrangian_shape is None else _jsonable(lagrangian_shape),
             "G": _number(G),
         }
-        return cls(darrays, attrs)  # checks the attributes
+        return cls(darrays, attrs, fields=dfields)  # checks the attributes
 
     # ---------------------------------------------------------------- arrays
     @property
@@ -313,6 +338,20 @@ class Snapshot:
     def arrays(self) -> dict[str, da.Array]:
         """The present particle arrays by name (pos, vel, ids, mass, ptype)."""
         return {k: self._arrays[k] for k in ARRAY_NAMES if k in self._arrays}
+
+    @property
+    def fields(self) -> dict[str, da.Array]:
+        """The extra per-particle fields by name (``InternalEnergy``, ...; empty when none):
+        (N,) or (N, k) dask arrays chunked like ``pos``, values unchecked, units unknown."""
+        return dict(self._fields)
+
+    def field(self, name: str) -> da.Array:
+        """The extra per-particle field ``name`` (a SnapshotError listing them when absent)."""
+        if name not in self._fields:
+            have = ", ".join(self._fields) or "none"
+            raise SnapshotError(f"{self._source or 'snapshot'}: no field {name!r}; its "
+                                f"fields: {have}")
+        return self._fields[name]
 
     def particle_masses(self) -> da.Array:
         """(N,) masses as a dask array: the ``mass`` array or ``particle_mass`` broadcast.
@@ -408,7 +447,7 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self._arrays.values()))
+        return int(sum(a.nbytes for a in [*self._arrays.values(), *self._fields.values()]))
 
     def _unit(self, quantity: str) -> str | None:
         return (self.units or {}).get(quantity)
@@ -416,6 +455,8 @@ class Snapshot:
     def __repr__(self) -> str:
         """One line, numbers to 4 significant digits with the snapshot's units."""
         arrays = ", ".join(f"{k}{tuple(v.shape)} {v.dtype}" for k, v in self._arrays.items())
+        if self._fields:
+            arrays += f"; fields {', '.join(self._fields)}"
         parts = ["isolated" if self.box_size is None
                  else f"box {_with_unit(self.box_size, self._unit('length'))}"]
         if self.redshift is not None:
@@ -458,6 +499,7 @@ class Snapshot:
             rows.append(("source", self._source))
         units = {"pos": length, "vel": self._unit("velocity"), "mass": mass}
         arrays = [_array_row(k, v, units.get(k)) for k, v in self.arrays.items()]
+        arrays += [_array_row(f"fields/{k}", v, "unknown") for k, v in self._fields.items()]
         out = ["<div class='cosmo-dask-snapshot'>",
                "<b>cosmo_dask.Snapshot</b>", _html_table(rows),
                "<b>arrays</b>",
@@ -481,7 +523,7 @@ class Snapshot:
 
     # ---------------------------------------------------------------- transforms
     def _map(self, fn) -> Snapshot:
-        """The same snapshot with ``fn(array)`` applied to every array (lazy)."""
+        """The same snapshot with ``fn(array)`` applied to every array and field (lazy)."""
         unchecked = None
         if self._unchecked is not None:
             unchecked = {k: fn(v) for k, v in self._unchecked.items()}
@@ -490,6 +532,7 @@ class Snapshot:
             self._attrs,
             source=self._source,
             unchecked=unchecked,
+            fields={k: fn(v) for k, v in self._fields.items()},
         )
 
     def persist(self) -> Snapshot:
@@ -499,10 +542,12 @@ class Snapshot:
         recomputed (read again) by the scheduler."""
         import dask
 
-        names = list(self._arrays)
-        held = dask.persist(*(self._arrays[k] for k in names))
-        return Snapshot(dict(zip(names, held, strict=True)), self._attrs, source=self._source,
-                        unchecked=self._unchecked)
+        names, fields = list(self._arrays), list(self._fields)
+        held = dask.persist(*(self._arrays[k] for k in names),
+                            *(self._fields[k] for k in fields))
+        return Snapshot(dict(zip(names, held[:len(names)], strict=True)), self._attrs,
+                        source=self._source, unchecked=self._unchecked,
+                        fields=dict(zip(fields, held[len(names):], strict=True)))
 
     def to_units(self, *, length: str | None = None, velocity: str | None = None,
                  mass: str | None = None) -> Snapshot:
@@ -515,7 +560,8 @@ class Snapshot:
         ``/h`` convention): ``to_units(length="Mpc/h")`` on a kpc/h Gadget import,
         ``to_units(mass="Msun/h")``. Converting between ``/h`` and plain units
         (``"kpc/h"`` to ``"kpc"``) uses the cosmology's ``h``. A note such as
-        ``(peculiar)`` is kept. Arrays keep their dtype.
+        ``(peculiar)`` is kept. Arrays keep their dtype. The extra per-particle
+        :attr:`fields` are kept **unconverted**: their units are not known.
 
         Raises
         ------
@@ -561,7 +607,7 @@ class Snapshot:
             attrs["G"] = attrs["G"] * f["length"] * f["velocity"] ** 2 / f["mass"]
         else:
             attrs["G"] = gravitational_constant(new, h=h)
-        return Snapshot(arrays, attrs, source=self._source)
+        return Snapshot(arrays, attrs, source=self._source, fields=self._fields)
 
     def to_device(self, device: str) -> Snapshot:
         """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
@@ -608,6 +654,7 @@ class Snapshot:
         try:
             group = zarr.open_group(src, mode="r")
             stored = {n: a for n, a in group.arrays() if n in ARRAY_NAMES}
+            stored.update(_stored_fields(group))
         except Exception:  # not a group any more: opening it again says why
             return []
         return checksum_problems(stored, src)
@@ -670,6 +717,8 @@ class Snapshot:
         compressors = codecs_for(compressor)
         sources = {name: checked_array(to_device(arr, "cpu"), name, self.box_size, self._source)
                    for name, arr in self._arrays.items()}
+        fields = {f"{FIELDS_GROUP}/{k}": to_device(v, "cpu") for k, v in self._fields.items()}
+        dims = {k: ("particle", "component")[:v.ndim] for k, v in fields.items()}
         # onto its own source is allowed (a rechunk in place): every read ends before the
         # new store is renamed in
         with atomic_directory(path, overwrite=overwrite, what="snapshot store",
@@ -677,8 +726,10 @@ class Snapshot:
             group = zarr.open_group(
                 str(tmp), mode="w", zarr_format=3, attributes=self.store_attrs()
             )
-            store_arrays(group, sources, root=tmp, compressors=compressors,
-                         label=f"writing {path}", show=progress)
+            if fields:  # fields/<name>: written and recorded in the manifest like pos
+                group.create_group(FIELDS_GROUP)
+            store_arrays(group, {**sources, **fields}, root=tmp, dims=dims,
+                         compressors=compressors, label=f"writing {path}", show=progress)
         return str(local_path(path))
 
 
@@ -698,6 +749,15 @@ def _check_store_path(path) -> None:
         raise SnapshotError(
             f"{p}: not a cosmo_dask snapshot store (no zarr.json: not a Zarr v3 group)"
         )
+
+
+def _stored_fields(group) -> dict[str, Any]:
+    """``{"fields/<name>": zarr array}`` of a store's ``fields`` subgroup (empty without
+    one; stores written before fields existed have none), by name."""
+    sub = group.get(FIELDS_GROUP) if FIELDS_GROUP in group else None
+    if not isinstance(sub, zarr.Group):  # absent, or a foreign member: ignored
+        return {}
+    return {f"{FIELDS_GROUP}/{n}": a for n, a in sorted(sub.arrays())}
 
 
 def _json_ok(path: Path) -> bool:
@@ -730,6 +790,10 @@ def open_snapshot(
     allow_missing_chunks: bool = False,
 ) -> Snapshot:
     """Open a snapshot store lazily (reads metadata only).
+
+    The extra per-particle fields of the store's ``fields`` subgroup, if any, come
+    back as :attr:`Snapshot.fields`, read lazily and chunk-checked like the core
+    arrays (their values are not checked).
 
     Parameters
     ----------
@@ -791,8 +855,11 @@ def open_snapshot(
         )
     try:
         found = dict(group.arrays())
+        stored_fields = _stored_fields(group)
     except Exception as exc:  # an array's zarr.json that zarr cannot parse
-        bad = next((n for n in ARRAY_NAMES if (Path(src) / n / "zarr.json").is_file()
+        names = [*ARRAY_NAMES, *(f"{FIELDS_GROUP}/{m.parent.name}" for m in
+                                 sorted((Path(src) / FIELDS_GROUP).glob("*/zarr.json")))]
+        bad = next((n for n in names if (Path(src) / n / "zarr.json").is_file()
                     and not _json_ok(Path(src) / n / "zarr.json")), None)
         where = f"{src}/{bad}/zarr.json" if bad else src
         raise SnapshotError(f"{where}: unreadable array metadata ({type(exc).__name__}: "
@@ -803,8 +870,10 @@ def open_snapshot(
                             f"{type(provenance).__name__}")
     members = {name: found[name] for name in ARRAY_NAMES if name in found}
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
-    check_metadata(shapes, attrs, src)
-    for name, arr in members.items():
+    field_shapes = {k.partition("/")[2]: (tuple(a.shape), a.dtype)
+                    for k, a in stored_fields.items()}
+    check_metadata(shapes, attrs, src, field_shapes)
+    for name, arr in {**members, **stored_fields}.items():
         check_chunks(arr, name, src, allow_missing=allow_missing_chunks)
     box = attrs.get("box_size")
     check_box = None if wrap else box  # with wrap=True: check finiteness, then wrap
@@ -820,7 +889,8 @@ def open_snapshot(
         arrays["pos"] = wrapped_positions(arrays["pos"], float(box))
         if unchecked is not None:
             unchecked["pos"] = wrapped_positions(unchecked["pos"], float(box))
-    snap = Snapshot(arrays, attrs, source=src, unchecked=unchecked)
+    fields = {k.partition("/")[2]: read_array(a, k, src, rows) for k, a in stored_fields.items()}
+    snap = Snapshot(arrays, attrs, source=src, unchecked=unchecked, fields=fields)
     return snap.to_device(device) if device == "gpu" else snap
 
 

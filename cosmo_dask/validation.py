@@ -2,7 +2,8 @@
 
 Three levels, from cheap to expensive:
 
-* :func:`check_metadata` -- shapes, dtypes, lengths and attributes; reads no
+* :func:`check_metadata` -- shapes, dtypes, lengths and attributes (of the core
+  arrays and of the extra per-particle fields, :func:`check_field_meta`); reads no
   particle data (run at open and at construction);
 * :func:`checked_array` -- wraps a dask array so each chunk is checked when it
   is computed (finite, inside the periodic box, positive masses), naming the
@@ -17,6 +18,7 @@ All failures raise :class:`~cosmo_dask.errors.SnapshotError`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,13 @@ ARRAY_SCHEMA: dict[str, tuple[tuple[int, ...], str, str]] = {
     "ptype": ((), "iu", "(N,) integer particle types (Gadget/SWIFT PartType numbers 0..5)"),
 }
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: subgroup of a store holding the extra per-particle fields (``fields/<name>``)
+FIELDS_GROUP = "fields"
+#: a field's name: a Zarr member name of letters, digits and ``_`` (``__`` starts
+#: names Zarr reserves)
+FIELD_NAME = re.compile(r"(?!__)[A-Za-z0-9_]+")
+#: dtype kinds of a field: float, signed and unsigned integer, bool
+FIELD_KINDS = "fiub"
 
 
 def where(source: str | None, name: str | None = None) -> str:
@@ -63,17 +72,37 @@ def check_array_meta(name: str, shape: tuple[int, ...], dtype: np.dtype, source=
         raise SnapshotError(f"{where(source, name)} has dtype {dtype}; expected {desc}")
 
 
+def check_field_meta(name: str, shape: tuple[int, ...], dtype: np.dtype,
+                     source=None) -> None:
+    """Check an extra per-particle field's name, shape ((N,) or (N, k)) and dtype (numeric)."""
+    if not isinstance(name, str) or not FIELD_NAME.fullmatch(name) or name in ARRAY_SCHEMA:
+        raise SnapshotError(
+            f"{where(source)}: field name {name!r} is not valid; a field is named with "
+            f"letters, digits and '_' (not starting '__') and not {', '.join(ARRAY_SCHEMA)}"
+        )
+    dtype = np.dtype(dtype)
+    what = f"{where(source)}: field '{name}'"
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] < 1):
+        raise SnapshotError(f"{what} has shape {tuple(shape)}; expected (N,) or (N, k)")
+    if dtype.kind not in FIELD_KINDS:
+        raise SnapshotError(f"{what} has dtype {dtype}; expected a float, integer or bool dtype")
+
+
 def check_metadata(
-    shapes: dict[str, tuple[tuple[int, ...], np.dtype]], attrs: dict[str, Any], source=None
+    shapes: dict[str, tuple[tuple[int, ...], np.dtype]], attrs: dict[str, Any], source=None,
+    fields: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None,
 ) -> int:
     """Check array shapes/dtypes/lengths and the attributes; return N.
 
-    ``shapes`` maps present array names to ``(shape, dtype)``.
+    ``shapes`` maps present array names to ``(shape, dtype)``, ``fields`` the extra
+    per-particle fields' names to theirs (:func:`check_field_meta`).
     """
     if "pos" not in shapes:
         raise SnapshotError(f"{where(source)}: no 'pos' array; a snapshot needs (N, 3) positions")
     for name, (shape, dtype) in shapes.items():
         check_array_meta(name, shape, dtype, source)
+    for name, (shape, dtype) in (fields or {}).items():
+        check_field_meta(name, shape, dtype, source)
     n = shapes["pos"][0][0]
     for name, (shape, _) in shapes.items():
         if shape[0] != n:
@@ -81,6 +110,10 @@ def check_metadata(
                 f"{where(source, name)} has {shape[0]} rows but 'pos' has {n}; "
                 "all particle arrays must have the same length"
             )
+    for name, (shape, _) in (fields or {}).items():
+        if shape[0] != n:
+            raise SnapshotError(f"{where(source)}: field '{name}' has {shape[0]} rows but "
+                                f"'pos' has {n}; every field has one row per particle")
     check_attrs(attrs, n, has_mass=("mass" in shapes), source=source)
     return n
 

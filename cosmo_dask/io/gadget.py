@@ -18,7 +18,11 @@ the graph holds only paths and dataset names and runs on distributed workers.
 one type is, and the types are joined into one snapshot with a ``ptype`` array
 and per-particle masses (:func:`_joint_arrays`; ``docs/gadget.md``, "Several
 particle types"). Every snapshot carries ``provenance`` (files, format, types,
-header), which ``to_zarr`` stores.
+header), which ``to_zarr`` stores. Every other dataset of a ``PartType{n}`` group
+(``InternalEnergy``, ``Density``, ...; the binary reader's gas blocks) becomes an
+extra per-particle field of the snapshot, read by the same tasks (``fields=``
+selects them; :func:`_select_fields`); with several types a field that some types
+lack is NaN for their particles.
 
 Conventions applied while reading (see ``docs/gadget.md``):
 
@@ -51,7 +55,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask.array as da
@@ -63,7 +67,13 @@ from dask.highlevelgraph import HighLevelGraph
 from ..backend import default_chunk_size
 from ..errors import ParameterError, SnapshotError
 from ..units import QUANTITIES, gravitational_constant
-from ..validation import check_array_meta
+from ..validation import (
+    ARRAY_SCHEMA,
+    FIELD_KINDS,
+    FIELD_NAME,
+    check_array_meta,
+    check_field_meta,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +211,9 @@ class _Format:
         Whether ``Header/MassTable`` stands in for missing per-particle masses.
     not_hdf5, no_header : str
         HDF5 formats: message tails for a file that is not HDF5 / has no ``Header``.
+    field_label : str
+        How messages name an extra field without an entry in ``labels``, with ``{t}``
+        and ``{name}`` (its dataset name).
     """
 
     kind: str
@@ -220,9 +233,11 @@ class _Format:
                      "from_gadget_binary for Gadget format-1/2 binary files)")
     no_header: str = ("not a Gadget/AREPO HDF5 snapshot (expected groups Header and "
                       "PartType0..PartType5)")
+    field_label: str = "'PartType{t}/{name}'"
 
     def label(self, name: str, part_type: int) -> str:
-        return self.labels[name].format(t=part_type)
+        """How messages name field ``name`` (a core array or an extra dataset) of a type."""
+        return self.labels.get(name, self.field_label).format(t=part_type, name=name)
 
 
 @dataclass(frozen=True)
@@ -435,8 +450,10 @@ class _FileMeta:
     ``has_type``: the file has a place for the type's rows (HDF5: a
     ``PartType{n}`` group; binary files: always, their blocks hold every type).
     ``fields``: field -> (shape, dtype) of the type's rows as they will be
-    returned. ``specs``: field -> what ``_Format.read_rows`` needs to find those
-    rows (HDF5: the dataset name; binary: byte offset, on-disk dtype, row shape).
+    returned: the core fields ``pos``, ``vel``, ``ids``, ``mass``, then the extra
+    fields under their dataset names (``InternalEnergy``). ``specs``: field -> what
+    ``_Format.read_rows`` needs to find those rows (HDF5: the dataset name; binary:
+    byte offset, on-disk dtype, row shape).
     ``parameters``: the ``_PARAMETER_KEYS`` found in a ``Parameters`` group.
     ``sources``: further files the type's rows are read from (the source files of
     HDF5 virtual datasets); their size and modification time enter the task keys.
@@ -477,12 +494,17 @@ def _read_file_meta(path: str, part_type: int, fmt: _Format | None = None,
             has_group = group in f
             if has_group:
                 g = f[group]
-                for name, dsname in GADGET_FIELDS.items():
+                core = {dsname: name for name, dsname in GADGET_FIELDS.items()}
+                names = [*GADGET_FIELDS.values(), *(k for k in g if k not in core)]
+                for dsname in names:
                     obj = g.get(dsname)
-                    if isinstance(obj, h5py.Dataset):
-                        fields[name] = (tuple(obj.shape), obj.dtype)
-                        specs[name] = f"{group}/{dsname}"
-                        sources += _virtual_sources(path, obj, fmt.label(name, part_type))
+                    name = core.get(dsname, dsname)
+                    if not isinstance(obj, h5py.Dataset) or (dsname not in core
+                                                              and dsname in ARRAY_SCHEMA):
+                        continue  # subgroups and datasets named like a core array: not read
+                    fields[name] = (tuple(obj.shape), obj.dtype)
+                    specs[name] = f"{group}/{dsname}"
+                    sources += _virtual_sources(path, obj, fmt.label(name, part_type))
             meta = _FileMeta(path, header, has_group, fields, specs, parameters,
                              sources=tuple(dict.fromkeys(sources)))
             if extra is not None:
@@ -745,6 +767,63 @@ def _merge_units(header_units: dict[str, str], units: Mapping[str, str] | None) 
     return merged
 
 
+def _check_fields(fields: Any) -> tuple[str, ...] | None:
+    """The ``fields=`` argument: None (every extra dataset) or a tuple of names."""
+    several = isinstance(fields, (list, tuple, set, frozenset))
+    if fields is not None and not (several and all(isinstance(f, str) for f in fields)):
+        raise ParameterError(f"fields must be None (every extra dataset), () (none) or a list "
+                             f"of dataset names, got {fields!r}")
+    return None if fields is None else tuple(dict.fromkeys(fields))
+
+
+def _select_fields(metas_of: Mapping[int, list[_FileMeta]], wanted: tuple[str, ...] | None,
+                   source: str, fmt: _Format) -> dict[int, list[_FileMeta]]:
+    """Each type's file metadata keeping the core fields and the extra fields read.
+
+    ``wanted`` None: the extra datasets every file with particles of the type holds
+    as a numeric (N,) or (N, k) array of its N rows, named as a field may be (others
+    are left out and logged);
+    a tuple: those names, for the types that have them (each must exist for some
+    type read; :func:`_scan` then checks them like the core fields).
+    """
+    def usable(m: _FileMeta, t: int) -> set[str]:
+        n = _per_type(m.header, "NumPart_ThisFile", t) or 0
+        return {k for k, (shape, dtype) in m.fields.items() if k not in GADGET_FIELDS
+                and len(shape) in (1, 2) and shape[0] == n and dtype.kind in FIELD_KINDS
+                and FIELD_NAME.fullmatch(k)}
+
+    present = {t: {k for m in metas for k in m.fields if k not in GADGET_FIELDS}
+               for t, metas in metas_of.items()}
+    everywhere = {}
+    for t, metas in metas_of.items():
+        used = [m for m in metas if (_per_type(m.header, "NumPart_ThisFile", t) or 0) > 0]
+        everywhere[t] = set.intersection(*(usable(m, t) for m in used)) if used else set()
+    if wanted is None:
+        keep = everywhere
+        for t in metas_of:
+            if present[t] - keep[t]:
+                logger.warning("%s import %s: %s left out: not a numeric (N,) or (N, k) array "
+                               "in every file with particles of type %d, or not a field name "
+                               "(letters, digits, '_')", fmt.family, source,
+                               ", ".join(sorted(present[t] - keep[t])), t)
+    else:
+        available = sorted(set().union(*present.values()))
+        unknown = [name for name in wanted if name not in available]
+        if unknown:
+            types = ", ".join(map(str, metas_of))
+            raise SnapshotError(f"{source}: no field {', '.join(map(repr, unknown))} in "
+                                f"particle type(s) {types}; available: "
+                                f"{', '.join(available) or 'none'}")
+        keep = {t: set(wanted) & present[t] for t in metas_of}
+    out = {}
+    for t, metas in metas_of.items():
+        def kept(d: dict[str, Any], t: int = t) -> dict[str, Any]:
+            return {k: v for k, v in d.items() if k in GADGET_FIELDS or k in keep[t]}
+
+        out[t] = [replace(m, fields=kept(m.fields), specs=kept(m.specs)) for m in metas]
+    return out
+
+
 def _scan(metas: list[_FileMeta], part_type: int, source: str, fmt: _Format):
     """Check the set from its headers; return the per-file counts and the field layout."""
     first, hdr = metas[0], fmt.header
@@ -824,7 +903,8 @@ def _scan(metas: list[_FileMeta], part_type: int, source: str, fmt: _Format):
                     f"from {hdr}NumPart_ThisFile[{part_type}] = {n}"
                 )
     for name, (trailing, dtype) in layout.items():
-        check_array_meta(name, (total_sum,) + trailing, dtype, f"{ref.path}: {group}")
+        check = check_array_meta if name in GADGET_FIELDS else check_field_meta
+        check(name, (total_sum,) + trailing, dtype, f"{ref.path}: {group}")
     return counts, layout
 
 
@@ -894,8 +974,11 @@ def _joint_arrays(per_type: Mapping[int, dict[str, da.Array]],
     promotion of their dtypes; a field that some type lacks is dropped (``{field:
     types without it}``). ``mass`` is per particle: each type's masses, or its
     MassTable entry broadcast, in the promotion of the positions' dtype and the
-    types' mass dtypes. ``ptype`` (uint8) holds each particle's type. Every type keeps
-    its chunks, so none spans two types.
+    types' mass dtypes. ``ptype`` (uint8) holds each particle's type. An extra field
+    is kept when any type has it, in the promotion of its dtypes, NaN for the types
+    without it (lazily, ``da.full`` in the type's chunks; an integer or bool field
+    that needs NaN becomes float64). Every type keeps its chunks, so none spans two
+    types.
     """
     types = list(per_type)
     dropped = {name: tuple(t for t in types if name not in per_type[t])
@@ -909,20 +992,39 @@ def _joint_arrays(per_type: Mapping[int, dict[str, da.Array]],
         joint[name] = da.concatenate([per_type[t][name].astype(dtype) for t in types])
     mass_dtype = np.result_type(joint["pos"].dtype,
                                 *(a["mass"].dtype for a in per_type.values() if "mass" in a))
-    masses, ptypes = [], []
-    for t in types:
-        rows = (per_type[t]["pos"].chunks[0],)
-        n = per_type[t]["pos"].shape[0]
-        masses.append(per_type[t]["mass"].astype(mass_dtype) if table[t] is None
-                      else da.full((n,), table[t], dtype=mass_dtype, chunks=rows))
-        ptypes.append(da.full((n,), t, dtype=np.uint8, chunks=rows))
-    joint["mass"] = da.concatenate(masses)
-    joint["ptype"] = da.concatenate(ptypes)
+    rows = {t: per_type[t]["pos"].chunks[0] for t in types}
+
+    def full(t: int, value: Any, dtype: Any, trailing: tuple[int, ...] = ()) -> da.Array:
+        """A constant array of type ``t``'s rows, in its chunks."""
+        return da.full((sum(rows[t]),) + trailing, value, dtype=dtype,
+                       chunks=(rows[t],) + trailing)
+
+    joint["mass"] = da.concatenate([per_type[t]["mass"].astype(mass_dtype) if table[t] is None
+                                    else full(t, table[t], mass_dtype) for t in types])
+    joint["ptype"] = da.concatenate([full(t, t, np.uint8) for t in types])
+    for name in dict.fromkeys(k for t in types for k in per_type[t] if k not in GADGET_FIELDS):
+        have = {t: per_type[t][name] for t in types if name in per_type[t]}
+        trailing = {a.shape[1:] for a in have.values()}
+        if len(trailing) > 1:
+            shapes = ", ".join(f"{fmt.label(name, t)} {a.shape}" for t, a in have.items())
+            raise SnapshotError(f"{source}: {shapes}: a field's row shape must be the same in "
+                                "every type; read these types separately or leave it out with "
+                                "fields=")
+        dtype = np.result_type(*(a.dtype for a in have.values()))
+        lacking = [t for t in types if t not in have]
+        if lacking and dtype.kind != "f":
+            dtype = np.dtype(np.float64)  # NaN for the types without it
+        if lacking:
+            logger.info("%s import %s: field %s is NaN (%s) for type(s) %s, which lack it",
+                        fmt.family, source, name, dtype, ", ".join(map(str, lacking)))
+        (shape,) = trailing
+        joint[name] = da.concatenate([have[t].astype(dtype) if t in have
+                                      else full(t, np.nan, dtype, shape) for t in types])
     return joint, dropped
 
 
 def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
-              units: Mapping[str, str] | None, fmt: _Format):
+              units: Mapping[str, str] | None, fmt: _Format, fields: Any = None):
     """The lazy Snapshot of one or several particle types of a snapshot in format ``fmt``.
 
     The body of the public readers: checks the arguments, finds the files
@@ -935,11 +1037,13 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
     ``gadget-read-<token>`` task per piece and field, each calling
     ``fmt.read_rows`` (:func:`_read_piece`). One int ``part_type`` gives that type's
     snapshot; a list or ``"all"`` one snapshot of the types joined
-    (:func:`_joint_arrays`), with ``ptype`` and per-particle masses.
+    (:func:`_joint_arrays`), with ``ptype`` and per-particle masses. The extra
+    datasets ``fields`` selects (:func:`_select_fields`) become the snapshot's fields.
     """
     requested = _check_part_type(part_type, fmt)
     joint = not isinstance(part_type, (int, np.integer))
     rows = _check_chunks(chunks)
+    wanted = _check_fields(fields)
     source = os.fspath(path_or_pattern)
     files = _find_files(path_or_pattern, fmt)
     first_type = 0 if requested is None else requested[0]
@@ -947,6 +1051,7 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
     types = requested or _all_types(metas, source, fmt)
     metas_of = {t: metas if t == first_type else [fmt.read_meta(p, t) for p in files]
                 for t in types}
+    metas_of = _select_fields(metas_of, wanted, source, fmt)
     scans = {t: _scan(metas_of[t], t, source, fmt) for t in types}
     first = metas[0]
     header = first.header
@@ -1006,8 +1111,10 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
         box_size=conv.box_size, particle_mass=None if joint else table[types[0]],
         scale_factor=conv.scale_factor, cosmology=cosmology, units=final_units, G=G,
         ptype=arrays.get("ptype"),
+        fields={k: v for k, v in arrays.items() if k not in ARRAY_SCHEMA},
     )
-    snap = Snapshot(snap.arrays, {**snap.attrs, "provenance": info.provenance()})
+    snap = Snapshot(snap.arrays, {**snap.attrs, "provenance": info.provenance()},
+                    fields=snap.fields)
     snap.gadget_info = info
     return snap
 
@@ -1022,7 +1129,8 @@ _HDF5 = _Format(
 
 def from_gadget_hdf5(path_or_pattern: str | os.PathLike,
                      part_type: int | Sequence[int] | str = 1, *, chunks: int | None = None,
-                     units: Mapping[str, str] | None = None):
+                     units: Mapping[str, str] | None = None,
+                     fields: Sequence[str] | None = None):
     """Open one or several particle types of a Gadget/AREPO HDF5 snapshot as a lazy Snapshot.
 
     Only headers and dataset shapes are read here; the particle data are read
@@ -1052,6 +1160,12 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike,
         (attributes of ``Header`` or of the ``Parameters`` group; Gadget
         defaults kpc/h, km/s, 1e10 Msun/h when absent). ``G`` is set for (kpc/h or Mpc/h, km/s,
         1e10 Msun/h) and None otherwise.
+    fields : list of str, optional
+        The other datasets of ``PartType{n}`` read as extra per-particle fields
+        (``snap.fields``, under their dataset names): None (default) every one that
+        every file holds as a numeric (N,) or (N, k) array, ``()`` none, or a list
+        of names (each must exist for some type read). With several types a field
+        is NaN for the types without it (integer and bool fields become float64).
 
     Returns
     -------
@@ -1066,15 +1180,17 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike,
         Omega_L (OmegaLambda), h (HubbleParam), sigma8 and n_s (None). The
         returned object also has a ``gadget_info`` attribute (:class:`GadgetInfo`),
         and ``provenance`` (files, format, types, header) is kept by transforms and
-        written by ``to_zarr``.
+        written by ``to_zarr``. ``fields`` holds the extra datasets as stored (no
+        unit or velocity conversion).
 
     Raises
     ------
     ParameterError
         ``part_type`` outside 0..5 (or a list naming one, empty or naming a type
-        twice), bad ``chunks`` or ``units``.
+        twice), bad ``chunks``, ``units`` or ``fields``.
     SnapshotError
-        Nothing matches the path or pattern; a file is not HDF5 or has no
+        A name in ``fields`` that no type read has (listing those available);
+        nothing matches the path or pattern; a file is not HDF5 or has no
         Header; missing files of a multi-file set; no ``PartType{n}`` group in
         any file; datasets or dtypes inconsistent between files; dataset
         lengths not matching ``NumPart_ThisFile``; ``NumPart_Total`` not the sum
@@ -1092,4 +1208,4 @@ def from_gadget_hdf5(path_or_pattern: str | os.PathLike,
         but not its units, cosmology or scale factor; use
         :func:`~cosmo_dask.io.from_swift`.
     """
-    return _assemble(path_or_pattern, part_type, chunks, units, _HDF5)
+    return _assemble(path_or_pattern, part_type, chunks, units, _HDF5, fields)

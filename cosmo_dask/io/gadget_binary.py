@@ -10,15 +10,19 @@ is that of the first marker (256 for format 1, 8 for format 2).
 
 At call time :func:`from_gadget_binary` reads only each file's header and the
 markers of every record (8 bytes a record), checks them and computes the byte
-offset of the requested type's rows in each block. Particle data are read by
-dask tasks that each read their rows from their file with ``np.fromfile``, so
-the graph holds only paths, offsets and dtypes. Everything after that (the
-checks of the set, the conventions, the assembly of the Snapshot) is shared
-with :func:`cosmo_dask.io.from_gadget_hdf5` (see :mod:`cosmo_dask.io.gadget`).
+offset of the requested type's rows in each block. The gas blocks U, RHO and HSML
+(by label in format 2; in format 1, known only by position, U and RHO after MASS,
+while their sizes fit) become the fields ``InternalEnergy``, ``Density`` and
+``SmoothingLength`` of type 0.
+Particle data are read by dask tasks that each read their rows from their file
+with ``np.fromfile``, so the graph holds only paths, offsets and dtypes. Everything
+after that (the checks of the set, the conventions, the assembly of the Snapshot)
+is shared with :func:`cosmo_dask.io.from_gadget_hdf5` (see :mod:`cosmo_dask.io.gadget`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -29,6 +33,8 @@ import numpy as np
 
 from ..errors import SnapshotError
 from .gadget import _assemble, _FileMeta, _files_in_set, _Format, _py
+
+logger = logging.getLogger(__name__)
 
 #: the 256-byte header, its fields under the names of the HDF5 ``Header`` attributes
 #: (Gadget-2 names: npart, mass, time, redshift, flag_sfr, flag_feedback, npartTotal,
@@ -50,6 +56,17 @@ _BLOCKS: dict[str, tuple[str, tuple[int, ...], str]] = {
     "ids": ("ID", (), "u"),
     "mass": ("MASS", (), "f"),
 }
+#: gas blocks (type 0 only, one float a particle) read as extra fields, in the order of
+#: format-1 files (after MASS) -> (block label, row shape, dtype kind); the field names
+#: are those of the HDF5 datasets
+_GAS_BLOCKS: dict[str, tuple[str, tuple[int, ...], str]] = {
+    "InternalEnergy": ("U", (), "f"),
+    "Density": ("RHO", (), "f"),
+    "SmoothingLength": ("HSML", (), "f"),
+}
+
+#: the gas blocks a format-1 file is known to hold by position (see _format1_names)
+_FORMAT1_GAS = ("U", "RHO")
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -133,9 +150,14 @@ def _rows_per_type(header: Mapping[str, Any], name: str) -> list[int]:
 
 
 def _format1_names(header: Mapping[str, Any]) -> list[str]:
-    """Labels of the leading blocks of a format-1 file, in file order."""
+    """Labels of the leading blocks of a format-1 file, in file order (the gas blocks
+    where there is gas: :func:`_read_file_meta` reads them only while their sizes fit)."""
     with_mass = any(n > 0 for n in _rows_per_type(header, "mass"))
-    return ["HEAD", "POS", "VEL", "ID"] + (["MASS"] if with_mass else [])
+    # only U and RHO: every Gadget writes them first; what follows differs between codes
+    # and options (Gadget-2: HSML; Gadget-3 with cooling: NE, NH, then HSML), with blocks
+    # of equal size that no check could tell apart (format 2 names HSML by label)
+    gas = list(_FORMAT1_GAS) if header["NumPart_ThisFile"][0] > 0 else []
+    return ["HEAD", "POS", "VEL", "ID"] + (["MASS"] if with_mass else []) + gas
 
 
 def _read_layout(path: str) -> tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]:
@@ -194,13 +216,45 @@ def _block(path: str, blocks: Mapping[str, tuple[int, int]], name: str,
             f"{sum(per_type)} rows in it"
         )
     offset, n = blocks[label]
-    for size in (4, 8):
-        if n == values * size:
-            return offset, np.dtype(f"{order}{kind}{size}")
+    disk = _disk_dtype(n, values, order, kind)
+    if disk is not None:
+        return offset, disk
     raise SnapshotError(
         f"{path}: block {label} has {n} bytes but the header's npart {per_type} needs "
         f"{values} values of 4 or 8 bytes ({values * 4} or {values * 8} bytes)"
     )
+
+
+def _disk_dtype(n_bytes: int, values: int, order: str, kind: str) -> np.dtype | None:
+    """The on-disk dtype of a block of ``n_bytes`` holding ``values`` values of 4 or 8
+    bytes, or None when its size fits neither."""
+    for size in (4, 8):
+        if n_bytes == values * size:
+            return np.dtype(f"{order}{kind}{size}")
+    return None
+
+
+def _gas_fields(path: str, snap_format: int, order: str, n_gas: int,
+                blocks: Mapping[str, tuple[int, int]], fields: dict, specs: dict) -> None:
+    """Add the gas blocks U, RHO, HSML present with ``n_gas`` values of 4 or 8 bytes to
+    ``fields`` and ``specs`` (type 0). A block of another size is skipped and logged; in
+    format 1, where blocks are known only by position, so are the blocks after it."""
+    for name, (label, row, kind) in _GAS_BLOCKS.items():
+        if label not in blocks:
+            continue
+        offset, n = blocks[label]
+        disk = _disk_dtype(n, n_gas, order, kind)
+        if disk is None:
+            rest = list(_FORMAT1_GAS[_FORMAT1_GAS.index(label):]) if snap_format == 1 \
+                else [label]
+            logger.warning("%s: block %s has %d bytes, not %d gas values of 4 or 8 bytes; "
+                           "%s not read", path, label, n, n_gas,
+                           f"block{'s' * (len(rest) > 1)} {', '.join(rest)}")
+            if snap_format == 1:
+                return
+            continue
+        fields[name] = ((n_gas,) + row, disk.newbyteorder("="))
+        specs[name] = (offset, disk.str, row)
 
 
 def _read_file_meta(path: str, part_type: int) -> _FileMeta:
@@ -219,6 +273,8 @@ def _read_file_meta(path: str, part_type: int) -> _FileMeta:
             skip = sum(per_type[:part_type]) * math.prod(row) * disk.itemsize
             fields[name] = ((per_type[part_type],) + row, disk.newbyteorder("="))
             specs[name] = (offset + skip, disk.str, row)
+    if part_type == 0 and npart[0] > 0:
+        _gas_fields(path, snap_format, order, npart[0], blocks, fields, specs)
     return _FileMeta(path, header, True, fields, specs, format=f"binary-{snap_format}")
 
 
@@ -246,14 +302,16 @@ def _read_rows(path: str, spec: tuple[int, str, tuple[int, ...]], start: int,
 _BINARY = _Format(
     kind="Gadget binary", subfile=re.compile(r"^(?P<base>.+)\.(?P<num>\d+)(?P<ext>)$"),
     extensions=("",), num_files=_num_files, read_meta=_read_file_meta, header="header ",
-    read_rows=_read_rows, labels={name: f"block {b[0]}" for name, b in _BLOCKS.items()},
+    read_rows=_read_rows,
+    labels={name: f"block {b[0]}" for name, b in {**_BLOCKS, **_GAS_BLOCKS}.items()},
     no_masses="type {t} has no rows in a MASS block",
 )
 
 
 def from_gadget_binary(path_or_pattern: str | os.PathLike,
                        part_type: int | Sequence[int] | str = 1, *, chunks: int | None = None,
-                       units: Mapping[str, str] | None = None):
+                       units: Mapping[str, str] | None = None,
+                       fields: Sequence[str] | None = None):
     """Open one or several particle types of a Gadget format-1 or format-2 binary
     snapshot, lazily.
 
@@ -278,6 +336,12 @@ def from_gadget_binary(path_or_pattern: str | os.PathLike,
         ``{length, velocity, mass}`` strings replacing the Gadget defaults
         (kpc/h, km/s, 1e10 Msun/h: binary headers state no units). ``G`` is set
         for (kpc/h or Mpc/h, km/s, 1e10 Msun/h) and None otherwise.
+    fields : list of str, optional
+        The gas blocks read as extra fields of type 0: None (default) those present,
+        ``()`` none, or a list of ``InternalEnergy`` (block U), ``Density`` (RHO),
+        ``SmoothingLength`` (HSML). A block whose size is not one float of 4 or 8
+        bytes per gas particle is skipped and logged (in format 1 with the blocks
+        after it). Other blocks are not read.
 
     Returns
     -------
@@ -295,7 +359,7 @@ def from_gadget_binary(path_or_pattern: str | os.PathLike,
     Raises
     ------
     ParameterError
-        ``part_type`` outside 0..5, bad ``chunks`` or ``units``.
+        ``part_type`` outside 0..5, bad ``chunks``, ``units`` or ``fields``.
     SnapshotError
         Nothing matches the path or pattern; a file is not a Gadget binary
         snapshot (first record marker neither 256 nor 8 in either byte
@@ -306,4 +370,4 @@ def from_gadget_binary(path_or_pattern: str | os.PathLike,
         ``MassTable`` differing between files; no particles of ``part_type`` (or
         of a type of the list, naming the types present).
     """
-    return _assemble(path_or_pattern, part_type, chunks, units, _BINARY)
+    return _assemble(path_or_pattern, part_type, chunks, units, _BINARY, fields)

@@ -39,6 +39,7 @@ from .gadget import (
     _EXTENSIONS,
     _HDF5,
     _SUBFILE,
+    GADGET_FIELDS,
     _assemble,
     _box_size,
     _Conventions,
@@ -105,6 +106,8 @@ def _read_groups(f: h5py.File, meta: _FileMeta) -> None:
             units_cgs[key] = value
     exponents = {}
     for name, spec in meta.specs.items():
+        if name not in GADGET_FIELDS:  # extra fields are read as stored
+            continue
         given = f[spec].attrs
         exponents[name] = {k: _number(_py(given[k])) for k in (_A_EXPONENT, _H_EXPONENT)
                            if k in given}
@@ -231,7 +234,8 @@ _SWIFT = _Format(
 
 
 def from_swift(path_or_pattern: str | os.PathLike, part_type: int | Sequence[int] | str = 1,
-               *, chunks: int | None = None, units: Mapping[str, str] | None = None):
+               *, chunks: int | None = None, units: Mapping[str, str] | None = None,
+               fields: Sequence[str] | None = None):
     """Open one or several particle types of a SWIFT HDF5 snapshot as a lazy Snapshot.
 
     Only metadata (``Header``, ``Units``, ``Cosmology``, the datasets' shapes,
@@ -258,6 +262,11 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int | Sequence[int
     units : dict, optional
         ``{length, velocity, mass}`` strings replacing those of the ``Units``
         group; required (all three) when the file has no ``Units`` group.
+    fields : list of str, optional
+        The other datasets of ``PartType{n}`` read as extra per-particle fields, as
+        for :func:`~cosmo_dask.io.from_gadget_hdf5`: None (default) all, ``()``
+        none, or a list of names. They are read as stored (comoving values: their
+        ``a-scale exponent`` is not applied).
 
     Returns
     -------
@@ -275,7 +284,8 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int | Sequence[int
     Raises
     ------
     ParameterError
-        ``part_type`` outside 0..6 (or a list naming one), bad ``chunks`` or ``units``.
+        ``part_type`` outside 0..6 (or a list naming one), bad ``chunks``, ``units`` or
+        ``fields``.
     SnapshotError
         As :func:`~cosmo_dask.io.from_gadget_hdf5` (files, set and dataset
         checks), and: a file is not a SWIFT snapshot (no ``Header/Code`` 'SWIFT'
@@ -286,4 +296,4 @@ def from_swift(path_or_pattern: str | os.PathLike, part_type: int | Sequence[int
         source file is missing; ``Header/Dimension`` other than 3; several types
         whose velocity factors (``a-scale exponent``) differ.
     """
-    return _assemble(path_or_pattern, part_type, chunks, units, _SWIFT)
+    return _assemble(path_or_pattern, part_type, chunks, units, _SWIFT, fields)
