@@ -661,13 +661,19 @@ class Snapshot:
 
     # ---------------------------------------------------------------- output
     def to_xarray(self):
-        """An ``xarray.Dataset`` over dims (``particle``, ``axis``) holding the dask arrays."""
+        """An ``xarray.Dataset`` over dims (``particle``, ``axis``) holding the dask arrays,
+        each with its ``units`` attribute (the snapshot's units; ``"1"`` for ids and
+        types; labels when the snapshot states none). Extra ``fields`` are left out."""
         import xarray as xr
 
+        from .product_units import product_units
+
+        pu = product_units(self.units)
+        quantity = {"pos": "length", "vel": "velocity", "mass": "mass"}
         data = {}
         for name, arr in self.arrays.items():
             dims = ("particle", "axis") if arr.ndim == 2 else ("particle",)
-            data[name] = (dims, arr)
+            data[name] = (dims, arr, {"units": pu[quantity.get(name, "dimensionless")]})
         attrs = {k: v for k, v in self.attrs.items() if v is not None}
         return xr.Dataset(data, coords={"axis": ["x", "y", "z"]}, attrs=attrs)
 

@@ -135,6 +135,9 @@ def test_to_xarray(rng):
     assert list(ds["axis"].values) == ["x", "y", "z"]
     assert ds.attrs["box_size"] == 10.0 and ds.attrs["G"] == 43.0091
     np.testing.assert_array_equal(ds["pos"].values, pos)
+    assert ds["pos"].attrs["units"] == snap.units["length"]
+    assert ds["vel"].attrs["units"] == snap.units["velocity"]
+    assert ds["mass"].attrs["units"] == snap.units["mass"] and ds["ids"].attrs["units"] == "1"
 
 
 def test_particle_masses_broadcasts_particle_mass(rng):
