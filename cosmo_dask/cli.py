@@ -706,7 +706,6 @@ def cmd_power(args) -> int:
 
 
 # --------------------------------------------------------------------------- gravity
-GRAVITY_METHODS = ("tree", "direct", "pm", "treepm")
 
 
 def cmd_gravity(args) -> int:
@@ -779,6 +778,15 @@ def cmd_demo(args) -> int:
 
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from .gravity.parameters import (
+        KERNELS,
+        METHODS,
+        R_CUT_SPLITS,
+        R_SPLIT_CELLS,
+        THETA_DEFAULT,
+        THETA_MAX,
+    )
+
     parser = argparse.ArgumentParser(
         prog="cosmo-dask",
         description="Distributed N-body analysis on Dask (CPU or GPU workers).",
@@ -949,19 +957,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "store in the snapshot's particle order.")
     gr.add_argument("snapshot", metavar="SNAP")
     gr.add_argument("out", metavar="OUT.zarr")
-    gr.add_argument("--method", choices=GRAVITY_METHODS, default="tree")
-    gr.add_argument("--theta", type=float, default=0.5, help="tree opening angle, in (0, 1.5)")
+    gr.add_argument("--method", choices=METHODS, default="tree")
+    gr.add_argument("--theta", type=float, default=THETA_DEFAULT,
+                    help=f"tree opening angle, in (0, {THETA_MAX})")
     gr.add_argument("--softening", type=float, default=0.0,
                     help="Plummer-equivalent softening length (snapshot length units)")
-    gr.add_argument("--softening-kernel", choices=("plummer", "spline"), default="plummer")
+    gr.add_argument("--softening-kernel", choices=KERNELS, default=KERNELS[0])
     gr.add_argument("--precision", choices=("float32", "float64"), default="float32")
     gr.add_argument("--n-mesh", type=int, default=None,
                     help="pm/treepm mesh cells per side (default: the smallest power of two "
                     ">= N^(1/3), at least 16)")
     gr.add_argument("--r-split", type=float, default=None,
-                    help="treepm force-split scale (default 1.2 box / n_mesh)")
+                    help=f"treepm force-split scale (default {R_SPLIT_CELLS:g} box / n_mesh)")
     gr.add_argument("--r-cut", type=float, default=None,
-                    help="treepm short-range cutoff (default 4.5 r_split)")
+                    help=f"treepm short-range cutoff (default {R_CUT_SPLITS:g} r_split)")
     gr.add_argument("--max-leaf", type=int, default=64, help="tree leaf size (particles)")
     gr.add_argument("--max-group", type=int, default=64, help="tree group size (particles)")
     gr.add_argument("--G", dest="G", type=float, default=None,

@@ -34,26 +34,18 @@ from ..errors import ParameterError
 from ..models._blocks import check_positive, check_positive_int
 from ..product_units import input_units, product_units
 from ..progress import compute
+from .parameters import KERNELS, METHODS, MIN_N_MESH, R_CUT_SPLITS, R_SPLIT_CELLS, check_theta
 
 __all__ = ["accelerations", "check_parameters", "prepare", "GravityInput", "METHODS", "KERNELS",
            "default_n_mesh"]
 
-#: method name -> (module in cosmo_dask.gravity, function name)
+#: method name (gravity.parameters.METHODS) -> (module in cosmo_dask.gravity, function name)
 _IMPLEMENTATIONS = {
     "tree": ("tree_graph", "tree_accelerations"),
     "direct": ("direct", "direct_accelerations"),
     "pm": ("pm", "pm_accelerations"),
     "treepm": ("treepm", "treepm_accelerations"),
 }
-METHODS = tuple(_IMPLEMENTATIONS)
-KERNELS = ("plummer", "spline")
-#: the opening angle must lie in (0, THETA_MAX)
-THETA_MAX = 1.5
-#: r_split = R_SPLIT_CELLS * box_size / n_mesh and r_cut = R_CUT_SPLITS * r_split by default
-R_SPLIT_CELLS = 1.2
-R_CUT_SPLITS = 4.5
-#: the smallest default mesh
-MIN_N_MESH = 16
 
 
 def default_n_mesh(n_particles: int) -> int:
@@ -148,10 +140,7 @@ def check_parameters(
     """
     method = _choice(method, "method", METHODS)
     kernel = _choice(softening_kernel, "softening_kernel", KERNELS)
-    ok = isinstance(theta, (int, float, np.integer, np.floating)) and not isinstance(theta, bool)
-    if not ok or not (0.0 < float(theta) < THETA_MAX):
-        raise ParameterError(f"theta (the opening angle) must be a number in (0, {THETA_MAX}), "
-                             f"got {theta!r}")
+    theta = check_theta(theta)
     softening = check_positive(softening, "softening (a length)", allow_zero=True)
     G = check_positive(G, "G (the gravitational constant)")  # noqa: N806
     box = _optional_positive(box_size, "box_size")

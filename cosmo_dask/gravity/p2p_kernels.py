@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from ..errors import ParameterError
+from .parameters import default_r_cut
 from .truncated import T_exact_nb, T_table_nb, check_level, get_table
 
 __all__ = ["p2p_block", "check_kernel_params", "relative_positions", "SOFTENING_KERNELS",
@@ -86,7 +87,7 @@ def check_kernel_params(*, G=1.0, softening=0.0, softening_kernel="plummer",
         rs = _finite_number(rs, "rs")
         if rs <= 0:
             raise ParameterError(f"rs must be > 0, got {rs!r}")
-        r_cut = 4.5 * rs if r_cut is None else _finite_number(r_cut, "r_cut")
+        r_cut = default_r_cut(rs) if r_cut is None else _finite_number(r_cut, "r_cut")
         if r_cut <= 0:
             raise ParameterError(f"r_cut must be > 0, got {r_cut!r}")
         if table_level is not None:

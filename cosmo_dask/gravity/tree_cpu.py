@@ -19,8 +19,8 @@ import numpy as np
 from ..backend import host
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
+from .parameters import check_theta, default_r_cut
 from .tree_kernels import KERNEL_CODES, evaluate_lists
-from .tree_walk import check_theta
 
 __all__ = ["tree_forces"]
 
@@ -103,7 +103,7 @@ def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = 0.5,  # n
         box_size = _positive(box_size, "box_size")
     if rs is not None:
         rs = _positive(rs, "rs")
-        r_cut = 4.5 * rs if r_cut is None else _positive(r_cut, "r_cut")
+        r_cut = default_r_cut(rs) if r_cut is None else _positive(r_cut, "r_cut")
         if box_size is not None and r_cut > 0.5 * box_size:
             raise ParameterError(f"r_cut ({r_cut}) must be at most half of box_size "
                                  f"({box_size})")

@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
+from .parameters import check_theta, default_r_cut
 
 BLOCK = 128  # threads per group block (measured on an H200: 128 >= 64 > 32)
 _SRC = r"""
@@ -372,9 +373,7 @@ def _module(dtype, spline: bool, trunc: bool, block: int):
 
 
 def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs, r_cut):  # noqa: N803
-    theta = float(theta)
-    if not (0.0 < theta < 1.5):
-        raise ParameterError(f"theta must satisfy 0 < theta < 1.5, got {theta!r}")
+    theta = check_theta(theta)
     softening = float(softening)
     if not (softening >= 0.0 and math.isfinite(softening)):
         raise ParameterError(f"softening must be a finite number >= 0, got {softening!r}")
@@ -392,7 +391,7 @@ def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs
         rs = float(rs)
         if not (rs > 0 and math.isfinite(rs)):
             raise ParameterError(f"rs must be a positive number, got {rs!r}")
-        r_cut = 4.5 * rs if r_cut is None else float(r_cut)
+        r_cut = default_r_cut(rs) if r_cut is None else float(r_cut)
         if not (r_cut > 0 and math.isfinite(r_cut)):
             raise ParameterError(f"r_cut must be a positive number, got {r_cut!r}")
     if box_size is not None:

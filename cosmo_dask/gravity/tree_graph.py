@@ -50,6 +50,7 @@ from ..spatial.domains import domain_grid, scatter_to_domains
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
 from ..task_graph import TaskGraph
+from .parameters import default_r_cut
 from .tree_kernels import evaluate_lists
 from .tree_walk import interaction_lists, let_subtree
 
@@ -237,7 +238,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = 0.5,  # noqa: N803
     gpu = array_module(pos._meta) is not np
     n = int(pos.shape[0])
     if rs is not None and r_cut is None:
-        r_cut = 4.5 * float(rs)
+        r_cut = default_r_cut(float(rs))
     opts = {"G": float(G), "theta": float(theta), "softening": float(softening),
             "softening_kernel": softening_kernel, "precision": precision,
             "box_size": None if box_size is None else float(box_size),

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..spatial.octree_layout import Octree
+from .parameters import check_theta
 
 __all__ = ["InteractionLists", "interaction_lists", "let_subtree", "let_node_mask",
            "check_theta"]
@@ -71,17 +72,6 @@ class InteractionLists:
     @property
     def n_groups(self) -> int:
         return int(self.cell_ptr.shape[0] - 1)
-
-
-def check_theta(theta: Any) -> float:
-    """Validate the opening angle: a number in (0, 1.5)."""
-    try:
-        t = float(theta)
-    except (TypeError, ValueError):
-        raise ParameterError(f"theta must be a number in (0, 1.5), got {theta!r}") from None
-    if not (0.0 < t < 1.5):
-        raise ParameterError(f"theta must be in (0, 1.5), got {theta!r}")
-    return t
 
 
 @numba.njit(cache=True, inline="always")

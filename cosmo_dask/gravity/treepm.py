@@ -46,18 +46,13 @@ import numpy as np
 
 from ..backend import resolve_precision
 from ..errors import ParameterError
+from .parameters import R_CUT_MAX_SPLITS, R_CUT_SPLITS, R_SPLIT_CELLS, check_theta
 from .pm import _check_number, check_box_size, check_n_mesh, checked_particles, long_range
 from .tree_graph import tree_accelerations
 
 __all__ = ["treepm_accelerations", "background_constant", "R_SPLIT_CELLS", "R_CUT_SPLITS",
            "R_CUT_MAX_SPLITS"]
 
-#: default r_split in mesh cells
-R_SPLIT_CELLS = 1.2
-#: default r_cut in units of r_split
-R_CUT_SPLITS = 4.5
-#: the largest r_cut in units of r_split (the truncated-kernel table ends at x = 3)
-R_CUT_MAX_SPLITS = 6.0
 KERNELS = ("plummer", "spline")
 
 
@@ -140,9 +135,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     if rc > rc_max * (1 + 1e-12):
         raise ParameterError(f"{what}: r_cut={rc:g} must be <= min(6 r_split, box_size/2) = "
                              f"{rc_max:g} (r_split={rs:g}, box_size={box:g})")
-    theta = _check_number(theta, "theta", what, allow_zero=False)
-    if theta >= 1.5:
-        raise ParameterError(f"{what}: theta must lie in (0, 1.5), got {theta!r}")
+    theta = check_theta(theta, what)
     softening = _check_number(softening, "softening", what, allow_zero=True)
     if softening_kernel not in KERNELS:
         raise ParameterError(f"{what}: softening_kernel must be 'plummer' or 'spline', "

@@ -1,0 +1,44 @@
+"""Gravity's shared parameters, declared once: the opening-angle bound, the TreePM split
+defaults and their checks. Every entry point (``api``, ``treepm``, the tree walks on CPU
+and GPU, the P2P kernels, the CLI) takes them from here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ParameterError
+
+#: the methods of ``gravity.accelerations`` (and ``cosmo-dask gravity --method``)
+METHODS = ("tree", "direct", "pm", "treepm")
+#: the softening kernels
+KERNELS = ("plummer", "spline")
+#: the opening angle must lie in (0, THETA_MAX)
+THETA_MAX = 1.5
+#: the default opening angle
+THETA_DEFAULT = 0.5
+#: default r_split in mesh cells: r_split = R_SPLIT_CELLS * box_size / n_mesh
+R_SPLIT_CELLS = 1.2
+#: default r_cut in units of r_split
+R_CUT_SPLITS = 4.5
+#: the largest r_cut in units of r_split (the truncated-kernel table ends at x = 3)
+R_CUT_MAX_SPLITS = 6.0
+#: the smallest default PM mesh
+MIN_N_MESH = 16
+
+
+def check_theta(theta: Any, what: str = "") -> float:
+    """The opening angle as a float in (0, THETA_MAX), else a ParameterError (prefixed by
+    ``what:`` when given)."""
+    prefix = f"{what}: " if what else ""
+    ok = isinstance(theta, (int, float)) or hasattr(theta, "__float__")
+    t = float(theta) if ok and not isinstance(theta, bool) else math.nan
+    if not 0.0 < t < THETA_MAX:
+        raise ParameterError(f"{prefix}theta (the opening angle) must be a number in "
+                             f"(0, {THETA_MAX}), got {theta!r}")
+    return t
+
+
+def default_r_cut(rs: float) -> float:
+    """The short-range cutoff used when ``r_cut`` is not given: ``R_CUT_SPLITS * rs``."""
+    return R_CUT_SPLITS * rs
