@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .units import QUANTITIES, parse
+from .units import QUANTITIES, parse, without_note
 
 __all__ = ["DIMENSIONS", "FORCE_ARRAYS", "LABELS", "input_units",
            "product_units", "store_units"]
@@ -111,12 +111,6 @@ def input_units(snap_or_pos, G: float | None = None) -> dict[str, str]:  # noqa:
     return product_units(None, g_one=G is None)
 
 
-def _body(text: str) -> str:
-    """``text`` without its parenthesised note."""
-    note = parse(text).note
-    return text[: -len(note)].strip() if note and text.endswith(note) else text
-
-
 def _compose(base: Mapping[str, str], powers: tuple[int, int, int]) -> str:
     used = [(q, p) for q, p in zip(QUANTITIES, powers, strict=True) if p]
     if used == [(used[0][0], 1)]:
@@ -135,7 +129,7 @@ def _compose(base: Mapping[str, str], powers: tuple[int, int, int]) -> str:
         return text.replace("littleh", "h").replace("solMass", "Msun")
 
     def term(q: str, p: int) -> str:
-        text = _body(base[q])
+        text = without_note(base[q])
         if parsed[q].physical and re.search(r"[\s/]", text):
             text = f"({text})"
         return text if abs(p) == 1 else f"{text}^{abs(p)}"

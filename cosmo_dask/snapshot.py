@@ -595,8 +595,7 @@ class Snapshot:
             k = {"pos": f["length"], "vel": f["velocity"], "mass": f["mass"]}.get(name, 1.0)
             v = scaled(v, k)
             if name == "pos" and box is not None and k != 1.0:
-                # x < box can round to the new box exactly: that is 0, periodically
-                v = da.where(v >= v.dtype.type(box), v - v.dtype.type(box), v)
+                v = wrapped_positions(v, box)  # x < box can round to the new box exactly
             arrays[name] = v
         attrs = dict(self._attrs)
         attrs["units"] = new

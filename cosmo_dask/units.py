@@ -5,8 +5,8 @@ strings, and its ``G`` in those units. A physical unit string is
 
 * an optional number: ``"1e10 Msun/h"``;
 * an astropy unit expression: ``kpc``, ``Mpc``, ``km/s``, ``Msun``, ``cm``, ``g``;
-* an optional ``/h`` (the unit is divided by the reduced Hubble constant, as in
-  ``kpc/h``: a length of 1 kpc/h is 1/h kpc);
+* ``h``, the reduced Hubble constant, anywhere and to any power (``kpc/h``: a length
+  of 1 kpc/h is 1/h kpc; ``"h / Mpc"``, ``"Mpc3 / h3"`` as products write them);
 * an optional note in parentheses, kept through conversions and not part of the
   unit: ``"km/s (peculiar)"``.
 
@@ -18,8 +18,8 @@ Conversions between units of equal ``h`` power need no ``h`` (``kpc/h`` to
 cosmology's ``h``. ``G`` comes from astropy's CODATA value: 43009.17 in
 (kpc/h) (km/s)^2 / (1e10 Msun/h), 43.00917 with Mpc/h.
 
-The library is astropy.units (the community's standard for unit arithmetic); this
-module only adds the ``/h`` convention and the snapshot's three-string form.
+The library is astropy.units (the community's standard for unit arithmetic; ``h`` is
+its ``littleh``); this module only adds the snapshot's three-string form.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def factor(old: str, new: str, quantity: str | None = None, *, h: float | None =
     """
     a, b = parse(old, quantity), parse(new, quantity)
     if not (a.physical and b.physical):
-        if _strip(old) == _strip(new):
+        if without_note(old) == without_note(new):
             return 1.0
         raise ParameterError(f"cannot convert {old!r} to {new!r}: "
                              f"{old if not a.physical else new!r} is no physical unit")
@@ -110,7 +110,8 @@ def factor(old: str, new: str, quantity: str | None = None, *, h: float | None =
     return out
 
 
-def _strip(text: str) -> str:
+def without_note(text: str) -> str:
+    """``text`` without its parenthesised note: ``"km/s"`` for ``"km/s (peculiar)"``."""
     return _NOTE.match(str(text))["unit"].strip()
 
 

@@ -66,7 +66,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import default_chunk_size
 from ..errors import ParameterError, SnapshotError
-from ..units import QUANTITIES, gravitational_constant
+from ..units import QUANTITIES, check_units, gravitational_constant
 from ..validation import (
     ARRAY_SCHEMA,
     FIELD_KINDS,
@@ -753,18 +753,7 @@ def _all_types(metas: list[_FileMeta], source: str, fmt: _Format) -> tuple[int, 
 
 
 def _merge_units(header_units: dict[str, str], units: Mapping[str, str] | None) -> dict[str, str]:
-    if units is None:
-        return header_units
-    if not isinstance(units, Mapping):
-        raise ParameterError(f"units must be a mapping {{length, velocity, mass}}, got {units!r}")
-    unknown = set(units) - set(DEFAULT_UNITS)
-    if unknown:
-        raise ParameterError(
-            f"units has unknown key(s) {sorted(unknown)}; valid keys are length, velocity, mass"
-        )
-    merged = dict(header_units)
-    merged.update({k: str(v) for k, v in units.items()})
-    return merged
+    return header_units if units is None else {**header_units, **check_units(units)}
 
 
 def _check_fields(fields: Any) -> tuple[str, ...] | None:
