@@ -34,7 +34,15 @@ from ..errors import ParameterError
 from ..models._blocks import check_positive, check_positive_int
 from ..product_units import input_units, product_units
 from ..progress import compute
-from .parameters import KERNELS, METHODS, MIN_N_MESH, R_CUT_SPLITS, R_SPLIT_CELLS, check_theta
+from .parameters import (
+    KERNELS,
+    METHODS,
+    MIN_N_MESH,
+    R_CUT_SPLITS,
+    R_SPLIT_CELLS,
+    THETA_DEFAULT,
+    check_theta,
+)
 
 __all__ = ["accelerations", "check_parameters", "prepare", "GravityInput", "METHODS", "KERNELS",
            "default_n_mesh"]
@@ -109,7 +117,7 @@ def check_parameters(
     n_particles: int,
     *,
     method: str = "tree",
-    theta: float = 0.5,
+    theta: float = THETA_DEFAULT,
     softening: float = 0.0,
     softening_kernel: str = "plummer",
     G: float | None = 1.0,  # noqa: N803 (physics symbol)
@@ -313,7 +321,7 @@ def accelerations(
     mass=None,
     *,
     method: str = "tree",
-    theta: float = 0.5,
+    theta: float = THETA_DEFAULT,
     softening: float = 0.0,
     softening_kernel: str = "plummer",
     G: float | None = None,  # noqa: N803 (physics symbol)

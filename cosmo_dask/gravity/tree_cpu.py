@@ -19,7 +19,7 @@ import numpy as np
 from ..backend import host
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
-from .parameters import check_theta, default_r_cut
+from .parameters import THETA_DEFAULT, check_theta, default_r_cut
 from .tree_kernels import KERNEL_CODES, evaluate_lists
 
 __all__ = ["tree_forces"]
@@ -42,7 +42,7 @@ def _as_numpy(x: Any) -> np.ndarray:
     return host(x)
 
 
-def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = 0.5,  # noqa: N803
+def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = THETA_DEFAULT,  # noqa: N803
                 softening: float = 0.0, softening_kernel: str = "plummer",
                 precision: str = "float64", potential: bool = True, max_leaf: int = 64,
                 max_group: int = 64, quadrupole: bool = True, box_size: float | None = None,

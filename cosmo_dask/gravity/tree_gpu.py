@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
-from .parameters import check_theta, default_r_cut
+from .parameters import THETA_DEFAULT, check_theta, default_r_cut
 
 BLOCK = 128  # threads per group block (measured on an H200: 128 >= 64 > 32)
 _SRC = r"""
@@ -521,7 +521,7 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
     return acc, (pot if potential else None)
 
 
-def tree_forces_gpu(pos, mass, *, G: float = 1.0, theta: float = 0.5,  # noqa: N803
+def tree_forces_gpu(pos, mass, *, G: float = 1.0, theta: float = THETA_DEFAULT,  # noqa: N803
                     softening: float = 0.0, softening_kernel: str = "plummer",
                     precision: str = "float64", potential: bool = True, max_leaf: int = 64,
                     max_group: int = 64, quadrupole: bool = True,

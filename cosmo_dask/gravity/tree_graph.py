@@ -50,7 +50,7 @@ from ..spatial.domains import domain_grid, scatter_to_domains
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
 from ..task_graph import TaskGraph
-from .parameters import default_r_cut
+from .parameters import THETA_DEFAULT, default_r_cut
 from .tree_kernels import evaluate_lists
 from .tree_walk import interaction_lists, let_subtree
 
@@ -203,7 +203,7 @@ def default_n_domains(n_particles: int, gpu: bool) -> int:
     return max(1, math.ceil(n_particles / DOMAIN_PARTICLES))
 
 
-def tree_accelerations(pos, mass, *, G: float, theta: float = 0.5,  # noqa: N803
+def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # noqa: N803
                        softening: float = 0.0, softening_kernel: str = "plummer",
                        precision: str = "float64", potential: bool = True,
                        box_size: float | None = None, rs: float | None = None,

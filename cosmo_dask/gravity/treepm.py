@@ -46,7 +46,7 @@ import numpy as np
 
 from ..backend import resolve_precision
 from ..errors import ParameterError
-from .parameters import R_CUT_MAX_SPLITS, R_CUT_SPLITS, R_SPLIT_CELLS, check_theta
+from .parameters import R_CUT_MAX_SPLITS, R_CUT_SPLITS, R_SPLIT_CELLS, THETA_DEFAULT, check_theta
 from .pm import _check_number, check_box_size, check_n_mesh, checked_particles, long_range
 from .tree_graph import tree_accelerations
 
@@ -72,7 +72,7 @@ def background_constant(G: float, rs: float, r_cut: float, box_size: float) -> f
 
 def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
                          r_split: float | None = None, r_cut: float | None = None,
-                         theta: float = 0.5, softening: float = 0.0,
+                         theta: float = THETA_DEFAULT, softening: float = 0.0,
                          softening_kernel: str = "plummer", precision: str = "float64",
                          potential: bool = True):
     """Periodic TreePM accelerations and potentials.
