@@ -166,3 +166,19 @@ def test_plots_without_sigma8_show_the_measurement_and_say_what_is_missing(
                  "--sigma8", "0.81", "--cosmology", "n_s=0.9665"]) == 0
     out = capsys.readouterr().out
     assert "theory curve needs" not in out and png2.stat().st_size > png.stat().st_size
+
+
+def test_the_api_plot_without_sigma8_shows_the_measurement_and_warns(tmp_path):
+    from cosmo_dask.halos.mass_function import mass_function, plot_mass_function
+
+    rng = np.random.default_rng(2)
+    ds = mass_function(10 ** rng.uniform(1, 3, 300), 6, 100.0)
+    gadget_like = {"Omega_m": 0.31, "Omega_b": 0.049, "Omega_L": 0.69, "h": 0.68,
+                   "sigma8": None, "n_s": None}
+    with pytest.warns(UserWarning, match="the fits need sigma8, n_s"):
+        ax = plot_mass_function(ds, cosmology=gadget_like, path=tmp_path / "m.png")
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["measured (300 halos)"]  # the measurement only
+    full = plot_mass_function(ds, cosmology=dict(gadget_like, sigma8=0.81, n_s=0.96))
+    assert sorted(full.get_legend_handles_labels()[1]) == [
+        "Warren et al. 2006", "Watson et al. 2013 (FoF)", "measured (300 halos)"]

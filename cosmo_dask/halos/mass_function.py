@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -500,9 +501,9 @@ def plot_mass_function(
     cosmology : Cosmology, dict or None
         Cosmology of the fits (None: the defaults of
         :class:`~cosmo_dask.models.cosmology.Cosmology`); its ``h`` converts
-        between units with and without ``/h``. Pass ``fits=()`` when there is
-        none (e.g. a Gadget snapshot without sigma8: see
-        :meth:`Cosmology.for_theory`).
+        between units with and without ``/h``. A snapshot's cosmology that lacks
+        what the fits need (a Gadget header has no sigma8 or n_s) gives the
+        measurement alone, with a warning naming the missing parameters.
     redshift : float
         Redshift of the fits.
     ax : matplotlib.axes.Axes, optional
@@ -566,8 +567,13 @@ def plot_mass_function(
         )
     mass_unit = ds.attrs.get("mass_unit", ds["mass"].attrs.get("units", MASS_UNITS))
     length_unit = ds.attrs.get("length_unit", LENGTH_UNITS)
+    cosmo, missing = (Cosmology.for_theory(cosmology) if isinstance(cosmology, Mapping)
+                      else (Cosmology.coerce(cosmology), []))
+    if fits and missing:  # e.g. a Gadget snapshot's cosmology: no sigma8, no n_s
+        warnings.warn(f"plot_mass_function: the fits need {', '.join(missing)}, which the "
+                      "cosmology does not give: plotting the measurement only", stacklevel=2)
+        fits = ()
     if fits and lo.size:
-        cosmo = Cosmology.coerce(cosmology)
         # the fits are in 1e10 Msun/h and (Mpc/h)^-3: drawn in the data's units
         to_fit_mass = factor(mass_unit, MASS_UNITS, "mass", h=cosmo.h)
         to_mpc = factor(length_unit, LENGTH_UNITS, "length", h=cosmo.h)
