@@ -34,6 +34,35 @@ def _dask_cuda_installed() -> bool:
     return importlib.util.find_spec("dask_cuda") is not None
 
 
+def _silence_distributed_logs(caller_pid: int) -> None:
+    import logging
+
+    if os.getpid() == caller_pid:  # an in-process worker: the caller's own loggers
+        return
+    names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "distributed"]
+    for name in ["distributed", *names]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def quiet_workers(client) -> None:
+    """Silence the ``distributed`` loggers of ``client``'s worker and nanny processes.
+
+    Called just before a cluster that cosmo_dask started is closed on purpose: its
+    worker processes otherwise log, at ERROR and with a traceback, heartbeats that
+    meet the scheduler already gone ("Failed to communicate with scheduler during
+    heartbeat"), which alarms and says nothing. While the cluster works, their
+    warnings (memory, lost workers) still show. Never raises.
+    """
+    if getattr(client, "status", None) != "running":
+        return
+    for nanny in (False, True):
+        try:
+            client.run(_silence_distributed_logs, os.getpid(), nanny=nanny,
+                       on_error="ignore")
+        except Exception:  # noqa: BLE001 - closing anyway; a failed courtesy is no error
+            return
+
+
 def _owning_client(cluster, quiet: bool):
     """A Client that also closes ``cluster`` when it is closed."""
     from distributed import Client
@@ -41,6 +70,7 @@ def _owning_client(cluster, quiet: bool):
     class _ClusterClient(Client):
         def close(self, *args, **kwargs):
             try:
+                quiet_workers(self)
                 return super().close(*args, **kwargs)
             finally:
                 cluster.close()

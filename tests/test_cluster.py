@@ -168,3 +168,33 @@ def test_bad_cluster_input_is_one_line_within_seconds(tmp_path, case):
     # a client that failed to start does not stay named as dask's scheduler (later
     # computations would fail with "no Client active")
     assert dask.config.get("scheduler", None) is None
+
+
+def _distributed_levels():
+    import logging
+
+    return (logging.getLogger("distributed").getEffectiveLevel(),
+            logging.getLogger("distributed.worker").getEffectiveLevel())
+
+
+def test_closing_an_owned_cluster_quiets_its_worker_processes_only():
+    """A cluster cosmo_dask started is closed with its worker processes' distributed
+    loggers at CRITICAL (no heartbeat tracebacks while the scheduler goes first); the
+    caller's own loggers, and in-process workers (the caller's process), are left."""
+    import logging
+
+    from cosmo_dask.cluster import quiet_workers
+
+    before = _distributed_levels()
+    with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=True,
+                 dashboard_address=":0", quiet=True) as client:
+        assert client.run(_distributed_levels)  # workers answer
+        quiet_workers(client)
+        levels = list(client.run(_distributed_levels).values())
+        assert levels == [(logging.CRITICAL, logging.CRITICAL)]
+        assert client.submit(lambda x: 2 * x, 21).result() == 42  # still works
+    assert _distributed_levels() == before
+    with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=False,
+                 dashboard_address=":0", quiet=True) as client:
+        quiet_workers(client)
+        assert _distributed_levels() == before

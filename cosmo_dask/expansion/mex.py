@@ -28,19 +28,25 @@ Distribution (no task ever holds all particles):
    sizes;
 2. every input chunk splits its particles by bucket; each bucket gathers its
    pieces from all chunks and sorts them by (radius, index);
-3. per bucket, the local inclusive/exclusive prefix sums of the inner terms
-   and suffix sums of the outer terms, and the bucket totals; a small task turns
-   the ``B`` totals into exclusive offsets (earlier buckets for ``q``, later
-   ones for ``p``), added to every bucket (a distributed scan);
-4. forces at the fitted particles are computed per bucket and routed back to
-   the input chunks (aligned with the input); at other points, each chunk of
-   points is split by bucket and located within the bucket by binary search.
+3. per bucket, the bucket totals of the inner and outer terms (host); the
+   ``B`` totals become exclusive offsets (earlier buckets for ``q``, later
+   ones for ``p``): a distributed scan;
+4. every evaluation builds a bucket's local prefix sums of the inner terms and
+   suffix sums of the outer terms, plus its offsets, inside the task that uses
+   them, and drops them after. Forces at the fitted particles are computed per
+   bucket and routed back to the input chunks (aligned with the input); at
+   other points, each chunk of points is split by bucket and located within
+   the bucket by binary search.
 
-Fitted state (persisted dask arrays, chunked by bucket): sorted radii, sorted
-positions (relative to the centre), their input indices, and the cumulative
-sums ``Q`` (inner, ``n_b + 1`` rows per bucket) and ``P`` (outer, ``n_b + 1``
-rows). Memory: ``2 (lmax+1)^2`` numbers of the working precision per particle
-(lmax = 6: 98, i.e. 784 bytes in float64), plus the positions.
+Fitted state (persisted dask arrays, chunked by bucket): sorted positions
+(relative to the centre), masses, radii and input indices (32 bytes per
+particle in float32, 48 in float64), plus ``2 B (lmax+1)^2`` offsets on the
+host. The per-particle sums ``Q`` and ``P`` (``2 (lmax+1)^2`` numbers per
+particle: 392 bytes at lmax = 6 in float32, 53 GB for 512^3 particles) are never
+kept: a task holds them for one bucket (plus the float64 scan work space,
+``16 (lmax+1)^2`` bytes per particle of the bucket), so the fit of 512^3
+particles fits on one GPU. The price is one extra pass of the sums (the fit's
+totals, then each evaluation).
 
 Cost: O(N log N) for the sort (per bucket), O(N (lmax+1)^2) for the sums and
 for each evaluation, with ``B x C`` small routing tasks for ``C`` input chunks.
@@ -54,6 +60,7 @@ import operator
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, host, resolve_precision
@@ -122,9 +129,8 @@ def _split(pos, mass, offset, bounds):
     return out
 
 
-def _bucket(params, *parts):
-    """Gather a bucket's pieces, sort by (radius, index), local cumulative sums."""
-    lmax, eps2, inv_a, inv_m = params
+def _bucket(*parts):
+    """Gather a bucket's pieces and sort them by (radius, index)."""
     xp = array_module(parts[0]["pos"])
     pos = xp.concatenate([p["pos"] for p in parts])
     m = xp.concatenate([p["m"] for p in parts])
@@ -134,11 +140,26 @@ def _bucket(params, *parts):
         order = np.lexsort((idx, r))
     else:
         order = xp.lexsort(xp.stack([idx, r])) if r.size else xp.arange(0)
-    pos, m, r, idx = pos[order], m[order], r[order], idx[order]
+    return {"pos": pos[order], "m": m[order], "r": r[order], "idx": idx[order]}
+
+
+def _scan(pos, m, params, qoff=None, poff=None):
+    """A bucket's cumulative sums ``Q`` (inner) and ``P`` (outer), ``n + 1`` rows each,
+    plus the other buckets' totals (``qoff`` earlier, ``poff`` later) when given."""
+    lmax, eps2, inv_a, inv_m = params[:4]
+    xp = array_module(pos)
     Q, P = _kernels(xp).terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m),
                                    lmax, eps2)
-    return {"pos": pos, "m": m, "r": r, "idx": idx, "Q": Q, "P": P,
-            "qtot": host(Q[-1]).astype(np.float64), "ptot": host(P[0]).astype(np.float64)}
+    if qoff is not None:
+        Q += xp.asarray(qoff.astype(Q.dtype))
+        P += xp.asarray(poff.astype(P.dtype))
+    return Q, P
+
+
+def _totals(pos, m, params):
+    """A bucket's total inner and outer sums (float64, host), to offset the others."""
+    Q, P = _scan(pos, m, params)
+    return host(Q[-1]).astype(np.float64), host(P[0]).astype(np.float64)
 
 
 def _offsets(*totals):
@@ -154,25 +175,17 @@ def _offsets(*totals):
     return qoff, poff
 
 
-def _totals(bucket):
-    return bucket["qtot"], bucket["ptot"]
-
-
-def _finalize(bucket, offsets, b):
-    xp = array_module(bucket["Q"])
-    qoff, poff = offsets
-    Q = bucket["Q"] + xp.asarray(qoff[b].astype(bucket["Q"].dtype))
-    P = bucket["P"] + xp.asarray(poff[b].astype(bucket["P"].dtype))
-    return {"pos": bucket["pos"], "r": bucket["r"], "idx": bucket["idx"], "Q": Q, "P": P}
-
-
-def _eval_self(pos, Q, P, params):
-    lmax, eps2, inv_a, acc_scale, phi_scale = params
+def _eval_self(pos, m, qoff, poff, params):
+    """Forces and potentials at a bucket's own particles: its sums are built here and
+    dropped after (``2 (lmax+1)^2`` numbers per particle live only inside this task)."""
+    lmax, eps2, inv_a, inv_m, acc_scale, phi_scale = params
+    Q, P = _scan(pos, m, params, qoff, poff)
     xp = array_module(pos)
     n = pos.shape[0]
     iq = xp.arange(n, dtype=np.int64)
     acc, phi = _kernels(xp).evaluate(pos * pos.dtype.type(inv_a), Q, P, iq, iq + 1,
                                      lmax, eps2)
+    del Q, P
     return xp.concatenate([acc * acc.dtype.type(acc_scale),
                            (phi * phi.dtype.type(phi_scale))[:, None]], axis=1)
 
@@ -211,9 +224,10 @@ def _split_points(pos, bounds):
              r[order[edges[k]:edges[k + 1]]]) for k in range(len(counts))]
 
 
-def _eval_points(piece, r_sorted, Q, P, params):
-    lmax, eps2, inv_a, acc_scale, phi_scale = params
+def _eval_points(piece, r_sorted, sums, params):
+    lmax, eps2, inv_a, inv_m, acc_scale, phi_scale = params
     where, pos, r = piece
+    Q, P = sums
     xp = array_module(Q)
     pos = xp.asarray(pos)
     n_in = xp.searchsorted(r_sorted, xp.asarray(r), side="right").astype(np.int64)
@@ -374,42 +388,44 @@ class MEX:
         (counts,) = compute(counts.sum(axis=0), label=None)
         counts = np.asarray(host(counts), dtype=np.int64)
 
-        # 3. split / gather-sort-scan / offsets / finalize, as one graph
+        # 3. split / gather-sort as one graph, persisted: the sorted particles
         starts = np.concatenate([[0], np.cumsum(pos.chunks[0])])[:-1]
         params = (self.lmax, self._eps2_scaled, self._inv_a, self._inv_m)
-        tok = tokenize(pos, m, bounds, starts, params)  # every input of the tasks below
+        tok = tokenize(pos, m, bounds, starts)  # every input of the tasks below
         layer = {}
-        split, bucket, offs, state = (f"mex-split-{tok}", f"mex-bucket-{tok}",
-                                      f"mex-offsets-{tok}", f"mex-state-{tok}")
+        split, bucket = f"mex-split-{tok}", f"mex-bucket-{tok}"
         for c in range(nchunks):
             layer[(split, c)] = (_split, (pos.name, c, 0), (m.name, c), int(starts[c]), bounds)
         for b in range(n_buckets):
-            layer[(bucket, b)] = (_bucket, params) + tuple(
+            layer[(bucket, b)] = (_bucket,) + tuple(
                 (operator.getitem, (split, c), b) for c in range(nchunks))
-        layer[(offs, 0)] = (_offsets,) + tuple(
-            (_totals, (bucket, b)) for b in range(n_buckets))
-        for b in range(n_buckets):
-            layer[(state, b)] = (_finalize, (bucket, b), (offs, 0), b)
-        K = (self.lmax + 1) ** 2
         xp = array_module(pos._meta)
-        meta = {"pos": (pos.dtype, 2), "r": (np.float64, 1), "idx": (np.int64, 1),
-                "Q": (self.dtype, 2), "P": (self.dtype, 2)}
-        shapes = {"pos": (tuple(counts), (3,)), "r": (tuple(counts),),
-                  "idx": (tuple(counts),), "Q": (tuple(counts + 1), (K,)),
-                  "P": (tuple(counts + 1), (K,))}
+        meta = {"pos": (pos.dtype, 2), "m": (m.dtype, 1), "r": (np.float64, 1),
+                "idx": (np.int64, 1)}
+        shapes = {"pos": (tuple(counts), (3,)), "m": (tuple(counts),),
+                  "r": (tuple(counts),), "idx": (tuple(counts),)}
         arrays = {}
         for key, (dt, nd) in meta.items():
             name = f"mex-{key}-{tok}"
             sub = {}
             for b in range(n_buckets):
-                sub[(name, b) + (0,) * (nd - 1)] = (operator.getitem, (state, b), key)
+                sub[(name, b) + (0,) * (nd - 1)] = (operator.getitem, (bucket, b), key)
             graph = HighLevelGraph.from_collections(name, {**layer, **sub},
                                                     dependencies=[pos, m])
             arrays[key] = da.Array(graph, name, shapes[key],
                                    meta=xp.empty((0,) * nd, dtype=dt))
         keys = list(arrays)
         persisted = persist(*[arrays[k] for k in keys], label="MEX fit")
-        self._state = dict(zip(keys, persisted, strict=True))
+        st = self._state = dict(zip(keys, persisted, strict=True))
+
+        # 4. each bucket's totals (its sums built and dropped), then the offsets (host)
+        tot = f"mex-totals-{tokenize(st['pos'], st['m'], params)}"
+        layer = {(tot, b): (_totals, (st["pos"].name, b, 0), (st["m"].name, b), params)
+                 for b in range(n_buckets)}
+        graph = HighLevelGraph.from_collections(tot, layer, dependencies=[st["pos"], st["m"]])
+        totals = compute(*[Delayed((tot, b), graph, layer=tot) for b in range(n_buckets)],
+                         label="MEX totals")
+        self._qoff, self._poff = _offsets(*totals)
         self.bounds_ = bounds
         self.counts_ = counts
         self.center_ = inp.center
@@ -429,21 +445,22 @@ class MEX:
             raise ParameterError("MEX: call fit() before evaluating forces or potentials")
 
     def _eval_params(self):
-        return (self.lmax, self._eps2_scaled, self._inv_a, self._acc_scale, self._phi_scale)
+        return (self.lmax, self._eps2_scaled, self._inv_a, self._inv_m, self._acc_scale,
+                self._phi_scale)
 
     def _at_particles(self) -> da.Array:
         if self._self_result is not None:
             return self._self_result
         st = self._state
         nb = len(self.counts_)
-        tok = tokenize(st["pos"], st["Q"], st["P"], st["idx"], self._starts,
+        tok = tokenize(st["pos"], st["m"], st["idx"], self._qoff, self._poff, self._starts,
                        self._eval_params())
         ev, route, out = (f"mex-eval-{tok}", f"mex-route-{tok}", f"mex-self-{tok}")
         layer = {}
         params = self._eval_params()
         for b in range(nb):
-            layer[(ev, b)] = (_eval_self, (st["pos"].name, b, 0), (st["Q"].name, b, 0),
-                              (st["P"].name, b, 0), params)
+            layer[(ev, b)] = (_eval_self, (st["pos"].name, b, 0), (st["m"].name, b),
+                              self._qoff[b], self._poff[b], params)
             layer[(route, b)] = (_route, (ev, b), (st["idx"].name, b), self._starts)
         for c, n_c in enumerate(self._input_chunks):
             layer[(out, c, 0)] = (_assemble, n_c) + tuple(
@@ -473,15 +490,19 @@ class MEX:
         st = self._state
         nb = len(self.counts_)
         params = self._eval_params()
-        tok = tokenize(rel, st["r"], st["Q"], st["P"], self.bounds_, params)
-        sp, ev, out = (f"mex-psplit-{tok}", f"mex-peval-{tok}", f"mex-points-{tok}")
-        layer = {}
+        tok = tokenize(rel, st["pos"], st["m"], st["r"], self._qoff, self._poff, self.bounds_,
+                       params)
+        sums, sp, ev, out = (f"mex-sums-{tok}", f"mex-psplit-{tok}", f"mex-peval-{tok}",
+                             f"mex-points-{tok}")
+        # each bucket's sums are built once per computation, shared by every chunk of
+        # points, and released when those are done
+        layer = {(sums, b): (_scan, (st["pos"].name, b, 0), (st["m"].name, b), params,
+                             self._qoff[b], self._poff[b]) for b in range(nb)}
         for k, n_k in enumerate(rel.chunks[0]):
             layer[(sp, k)] = (_split_points, (rel.name, k, 0), self.bounds_)
             for b in range(nb):
                 layer[(ev, k, b)] = (_eval_points, (operator.getitem, (sp, k), b),
-                                     (st["r"].name, b), (st["Q"].name, b, 0),
-                                     (st["P"].name, b, 0), params)
+                                     (st["r"].name, b), (sums, b), params)
             layer[(out, k, 0)] = (_assemble, n_k) + tuple((ev, k, b) for b in range(nb))
         graph = HighLevelGraph.from_collections(out, layer,
                                                 dependencies=[rel] + list(st.values()))
