@@ -121,7 +121,8 @@ def run_stage(argv, cwd: Path, device: str, env: dict, timeout: float) -> dict:
     m = re.findall(r"([0-9.]+) s\b", summary)  # the command's own time: its last "x.xx s"
     compute = float(m[-1]) if m and rc == 0 else None
     return {"exit": rc, "wall_s": round(wall, 3), "compute_s": compute,
-            "summary": summary[:300], "stderr_tail": "" if rc == 0 else stderr[-1500:]}
+            "summary": summary[:300], "stderr_tail": stderr[-1500:] if rc != 0 else
+            stderr[-600:]}  # a command that worked should print nothing alarming either
 
 
 def main(argv=None) -> list[dict]:

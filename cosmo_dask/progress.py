@@ -28,6 +28,7 @@ counted) through a text subclass of ``MultiProgressBar``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -390,10 +391,10 @@ def _show_distributed(client, futures, display: StageProgress) -> None:
 
 
 # --------------------------------------------------------------------------- compute / persist
-def _run(persist: bool, collections, label, show):
+def _run(persist: bool, collections, label, show, scheduler=None):
     if show is None:
         show = bool(dask.config.get("cosmo_dask.progress", False))
-    client = active_client(*collections)
+    client = active_client(*collections) if scheduler is None else None
     if client is not None:
         display = StageProgress(label) if show else None
         futures = (client.persist if persist else client.compute)(list(collections))
@@ -406,6 +407,8 @@ def _run(persist: bool, collections, label, show):
                 client.cancel(futures)  # stop queued tasks of a failed computation
             raise
     run = dask.persist if persist else dask.compute
+    if scheduler is not None:
+        run = functools.partial(run, scheduler=scheduler)
     if not show:
         return run(*collections)
     counts = _LocalCounts(StageProgress(label))
@@ -419,9 +422,13 @@ def _run(persist: bool, collections, label, show):
         counts.close(ok)
 
 
-def compute(*collections, label: str | None = None, show: bool | None = None):
-    """``dask.compute`` that shows progress when asked; returns the results tuple."""
-    return _run(False, collections, label, show)
+def compute(*collections, label: str | None = None, show: bool | None = None,
+            scheduler: str | None = None):
+    """``dask.compute`` that shows progress when asked; returns the results tuple.
+
+    ``scheduler``: a local dask scheduler ("threads", "sync") to use instead of the
+    active client, for work that must run on this machine."""
+    return _run(False, collections, label, show, scheduler)
 
 
 def persist(*collections, label: str | None = None, show: bool | None = None):

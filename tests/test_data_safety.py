@@ -462,3 +462,27 @@ def test_losing_the_scheduler_is_one_line_within_10_s(tmp_path):
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=30)
+
+
+def test_checksums_run_on_this_machine_when_the_cluster_has_fewer_threads(tmp_path):
+    """A local GPU cluster has one thread per GPU: the CRC-32 pass (file reads, no GPU)
+    then runs on this machine's threads, and finds the same altered chunk."""
+    from distributed import Client, LocalCluster
+
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.chunk_manifest import _checksum_scheduler
+
+    path = _store(tmp_path)
+    chunk = path / "vel" / "c" / "1" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[50] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    cores = os.cpu_count() or 1
+    for threads, where in ((1, "threads" if cores > 1 else None), (cores, None)):
+        with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                          dashboard_address=":0") as cluster, \
+                Client(cluster, set_as_default=False) as client, client.as_current():
+            assert _checksum_scheduler([]) == where
+            report = open_snapshot(path).validate(full=True, raise_errors=False)
+            assert [p for p in report.problems if "chunk c/1/0 does not match" in p]
+    assert _checksum_scheduler([]) is None  # no client: dask's own choice

@@ -363,3 +363,40 @@ def test_potential_min_center_or_clear_error(rng):
     else:
         mex = MEX(lmax=2, center="potential_min").fit(x, m)
         assert np.all(np.isfinite(mex.accelerations().compute()))
+
+
+def test_buckets_stay_balanced_on_lattice_ordered_input(monkeypatch):
+    """Bucket boundaries come from a random sample of each chunk: a fixed stride aliased
+    with lattice order (every 4096th particle of a 512^3 grid lies in one plane), which
+    put 83 million of 134 million particles into one bucket on the GPU. Here a 32^3
+    lattice in grid order with 256 samples per 4096-row chunk (stride 16 = half a row)."""
+    import cosmo_dask.expansion.mex as mex_module
+
+    monkeypatch.setattr(mex_module, "_SAMPLE_PER_CHUNK", 256)
+    g = (np.arange(32) + 0.5) / 32.0
+    pos = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    model = MEX(2, center=(0.5, 0.5, 0.5), buckets=8).fit(
+        da.from_array(pos, chunks=(4096, 3)), 1.0 / len(pos))
+    counts = model.counts_
+    assert counts.sum() == len(pos)
+    assert counts.max() < 1.5 * len(pos) / 8, counts
+    # and the result does not depend on the bucketing
+    ref = MEX(2, center=(0.5, 0.5, 0.5), buckets=1).fit(pos, 1.0 / len(pos))
+    np.testing.assert_allclose(model.potential().compute(), ref.potential().compute(),
+                               rtol=1e-12)
+
+
+def test_default_buckets_bound_the_memory_of_one_task(monkeypatch):
+    """Without buckets=, one bucket's sums and scan stay under BUCKET_BYTES."""
+    import cosmo_dask.expansion.mex as mex_module
+
+    monkeypatch.setattr(mex_module, "BUCKET_BYTES", 40 * 16 * 1000)  # lmax 3: 1000 particles
+    rng = np.random.default_rng(3)
+    pos = rng.normal(size=(10_000, 3))
+    model = MEX(3, center=(0, 0, 0)).fit(da.from_array(pos, chunks=(5000, 3)), 1e-4)
+    assert len(model.counts_) == 10
+    ref = MEX(3, center=(0, 0, 0)).fit(pos, 1e-4)  # one chunk, the same bound
+    one = MEX(3, center=(0, 0, 0), buckets=1).fit(pos, 1e-4)
+    np.testing.assert_allclose(model.accelerations().compute(),
+                               one.accelerations().compute(), rtol=1e-10, atol=1e-14)
+    assert len(ref.counts_) == 10

@@ -74,6 +74,16 @@ __all__ = ["LMAX_LIMIT", "MEX"]
 #: Largest lmax accepted: (lmax+1)^2 = 1089 real terms per sum and particle.
 LMAX_LIMIT = 32
 _SAMPLE_PER_CHUNK = 4096
+#: Default bound on the memory one bucket's task holds for its sums and their scan (see
+#: :func:`_scan_bytes`): the default number of buckets is at least N x that / this.
+BUCKET_BYTES = 2**32
+
+
+def _scan_bytes(lmax: int) -> int:
+    """Bytes per particle a bucket's sums and their scan hold at once: the float64 terms
+    and their running sums (3 x 8 bytes, GPU) plus ``Q`` and ``P`` (2 x 8 at most), for
+    each of the ``(lmax+1)^2`` terms."""
+    return 40 * (lmax + 1) ** 2
 
 
 def _kernels(xp):
@@ -98,11 +108,16 @@ def _radius(pos):
     return xp.sqrt((p * p).sum(axis=1))
 
 
-def _sample(pos, mass):
-    r = _radius(pos)
-    step = max(1, r.shape[0] // _SAMPLE_PER_CHUNK)
-    return {"r": host(r[::step]), "n": int(r.shape[0]),
-            "m": float(host(mass.astype(np.float64).sum()))}
+def _sample(pos, mass, seed):
+    """Radii of up to 4096 particles of one chunk, drawn at random (a seeded generator):
+    a fixed stride would alias with lattice-ordered inputs (every 4096th particle of a
+    512^3 Zel'dovich grid lies in one plane)."""
+    xp = array_module(pos)
+    n = int(pos.shape[0])
+    if n > _SAMPLE_PER_CHUNK:
+        pick = np.sort(np.random.default_rng(seed).integers(0, n, _SAMPLE_PER_CHUNK))
+        pos = pos[xp.asarray(pick)]
+    return {"r": host(_radius(pos)), "n": n, "m": float(host(mass.astype(np.float64).sum()))}
 
 
 def _histogram(pos, bounds):
@@ -263,7 +278,9 @@ class MEX:
         masses are scaled by powers of two (exact) so float32 stays in range.
     buckets : int, optional
         Number of radial buckets (tasks of the sort, scan and evaluation);
-        default: the number of input chunks.
+        default: the number of input chunks, or more so that one bucket's sums and
+        their scan stay under :data:`BUCKET_BYTES` (4 GiB: ``40 (lmax+1)^2`` bytes
+        per particle, 2 kB at lmax = 6, so about 2 million particles a bucket).
 
     Attributes
     ----------
@@ -355,7 +372,8 @@ class MEX:
             pos = pos.rechunk({1: 3})
         n = inp.n_particles
         nchunks = len(pos.chunks[0])
-        n_buckets = self.buckets or nchunks
+        n_buckets = self.buckets or max(nchunks, -(-n * _scan_bytes(self.lmax)
+                                                   // BUCKET_BYTES))
         n_buckets = max(1, min(n_buckets, n))
 
         # 1. radii sample -> bucket boundaries and unit scales (host)
@@ -363,8 +381,8 @@ class MEX:
         m_d = m.to_delayed().ravel()
         from dask import delayed
 
-        samples = compute(*[delayed(_sample)(p, w) for p, w in zip(pos_d, m_d, strict=True)],
-                          label=None)
+        samples = compute(*[delayed(_sample)(p, w, c) for c, (p, w)
+                            in enumerate(zip(pos_d, m_d, strict=True))], label=None)
         r_s = np.concatenate([s["r"] for s in samples])
         w_s = np.concatenate([np.full(s["r"].size, s["n"] / s["r"].size) for s in samples])
         m_tot = sum(s["m"] for s in samples)
