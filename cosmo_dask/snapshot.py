@@ -35,6 +35,7 @@ from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
 from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
 from .chunk_manifest import check_chunks, checksum_problems
+from .display import array_row, html_table, signif, with_unit
 from .errors import ParameterError, SnapshotError
 from .validation import (
     ARRAY_SCHEMA,
@@ -91,58 +92,6 @@ def _row_chunks(chunks: int | None) -> int:
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ParameterError(f"chunks must be a positive number of particles, got {chunks!r}")
     return int(chunks)
-
-
-# ------------------------------------------------------------------ display helpers (reprs)
-def _sig(value: Any, digits: int = 4) -> str:
-    """A number rounded to ``digits`` significant digits ("100", "0.3111", "2.108e+05")."""
-    if value is None:
-        return "None"
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return str(value)
-    if isinstance(value, (int, np.integer)) and abs(int(value)) < 10**digits:
-        return str(int(value))
-    return f"{float(value):.{digits}g}"
-
-
-def _with_unit(value: Any, unit: str | None, digits: int = 4) -> str:
-    """``_sig(value)`` followed by its unit ("100 Mpc/h"; "2108 × 1e10 Msun/h")."""
-    text = _sig(value, digits)
-    if not unit:
-        return text
-    times = unit[:1].isdigit() or unit.startswith(("1e", "10^"))
-    return f"{text} × {unit}" if times else f"{text} {unit}"
-
-
-def _html_table(rows, header=None) -> str:
-    """An HTML table of already formatted cells (escaped here); ``header`` for column names."""
-    from html import escape
-
-    style = "text-align:left; padding:1px 8px 1px 0; vertical-align:top"
-    out = ["<table style='border-collapse:collapse; margin:2px 0 6px 0'>"]
-    if header:
-        out.append("<tr>" + "".join(f"<th style='{style}'>{escape(str(h))}</th>"
-                                    for h in header) + "</tr>")
-    for row in rows:
-        first, *rest = row
-        out.append(f"<tr><th style='{style}'>{escape(str(first))}</th>" + "".join(
-            f"<td style='{style}'>{escape(str(c))}</td>" for c in rest) + "</tr>")
-    out.append("</table>")
-    return "".join(out)
-
-
-def _array_row(name: str, arr, unit: str | None = None) -> tuple:
-    """(name, shape, dtype, chunking, backend, size[, unit]) of a dask array, for a table."""
-    chunks = getattr(arr, "chunks", None)
-    if chunks:
-        n_chunks = int(np.prod([len(c) for c in chunks]))
-        chunking = f"{n_chunks} chunk{'s' * (n_chunks != 1)} of {tuple(arr.chunksize)}"
-    else:
-        chunking = "in memory"
-    backend = "cupy" if device_of(arr) == "gpu" else "numpy"
-    size = f"{arr.nbytes / 2**20:.3g} MiB"
-    return (name, str(tuple(arr.shape)), str(arr.dtype), chunking, backend, size,
-            unit or "")
 
 
 class Snapshot:
@@ -458,11 +407,11 @@ class Snapshot:
         if self._fields:
             arrays += f"; fields {', '.join(self._fields)}"
         parts = ["isolated" if self.box_size is None
-                 else f"box {_with_unit(self.box_size, self._unit('length'))}"]
+                 else f"box {with_unit(self.box_size, self._unit('length'))}"]
         if self.redshift is not None:
-            parts.append(f"z={_sig(self.redshift)}")
+            parts.append(f"z={signif(self.redshift)}")
         if self.particle_mass is not None:
-            parts.append(f"particle mass {_with_unit(self.particle_mass, self._unit('mass'))}")
+            parts.append(f"particle mass {with_unit(self.particle_mass, self._unit('mass'))}")
         n_chunks = len(self.chunks)
         src = f" from {self._source}" if self._source else ""
         return (
@@ -476,17 +425,17 @@ class Snapshot:
         length, mass = self._unit("length"), self._unit("mass")
         rows = [("particles", f"{self._n:,}"),
                 ("box", "isolated" if self.box_size is None
-                 else _with_unit(self.box_size, length, digits))]
+                 else with_unit(self.box_size, length, digits))]
         if self.redshift is not None or self.scale_factor is not None:
             rows.append(("redshift, scale factor",
-                         f"z = {_sig(self.redshift, digits)}, "
-                         f"a = {_sig(self.scale_factor, digits)}"))
+                         f"z = {signif(self.redshift, digits)}, "
+                         f"a = {signif(self.scale_factor, digits)}"))
         if self.particle_mass is not None:
-            rows.append(("particle mass", _with_unit(self.particle_mass, mass, digits)))
+            rows.append(("particle mass", with_unit(self.particle_mass, mass, digits)))
         elif self.mass is not None:
             rows.append(("particle mass", f"per particle ('mass' array, {mass or 'no unit'})"))
         if self.G is not None:
-            rows.append(("G", _sig(self.G, digits)))
+            rows.append(("G", signif(self.G, digits)))
         if self.lagrangian_shape is not None:
             rows.append(("Lagrangian grid", " × ".join(map(str, self.lagrangian_shape))))
         if self.units:
@@ -498,26 +447,26 @@ class Snapshot:
         if self._source:
             rows.append(("source", self._source))
         units = {"pos": length, "vel": self._unit("velocity"), "mass": mass}
-        arrays = [_array_row(k, v, units.get(k)) for k, v in self.arrays.items()]
-        arrays += [_array_row(f"fields/{k}", v, "unknown") for k, v in self._fields.items()]
+        arrays = [array_row(k, v, units.get(k)) for k, v in self.arrays.items()]
+        arrays += [array_row(f"fields/{k}", v, "unknown") for k, v in self._fields.items()]
         out = ["<div class='cosmo-dask-snapshot'>",
-               "<b>cosmo_dask.Snapshot</b>", _html_table(rows),
+               "<b>cosmo_dask.Snapshot</b>", html_table(rows),
                "<b>arrays</b>",
-               _html_table(arrays, ("name", "shape", "dtype", "chunking", "backend",
+               html_table(arrays, ("name", "shape", "dtype", "chunking", "backend",
                                     "size", "unit"))]
         if self.cosmology:
             out += ["<b>cosmology</b>",
-                    _html_table([(k, _sig(v, digits)) for k, v in self.cosmology.items()])]
+                    html_table([(k, signif(v, digits)) for k, v in self.cosmology.items()])]
         info = getattr(self, "gadget_info", None)
         if info is not None:
             several = isinstance(info.part_type, tuple)
-            out += ["<b>Gadget import</b>", _html_table([
+            out += ["<b>Gadget import</b>", html_table([
                 ("files", f"{len(info.files)} {info.format} ({os.path.basename(info.files[0])}"
                           f"{' ...' if len(info.files) > 1 else ''})"),
                 ("particle types" if several else "particle type",
                  ", ".join(f"{t} ({n:,} particles)" for t, n in info.n_per_type.items())),
                 ("cosmological", f"{info.cosmological} ({info.cosmological_rule})"),
-                ("velocity factor", _sig(info.velocity_factor, digits))])]
+                ("velocity factor", signif(info.velocity_factor, digits))])]
         out.append("</div>")
         return "".join(out)
 

@@ -46,9 +46,9 @@ import xarray as xr
 from ..backend import array_module, resolve_precision
 from ..density.paint import (
     SCHEMES,
-    _check_n_mesh,
-    _check_scheme,
-    _half_cell_phase,
+    check_n_mesh,
+    check_scheme,
+    half_cell_phase,
     partial_meshes,
     particles_input,
     tree_sum,
@@ -125,7 +125,7 @@ def _fourier_power(mesh0, mesh1, *, box, scheme, edges, los, poles, slab=16):
     total = float(mesh0.sum())
     f = rfftn(mesh0.astype(np.float64, copy=False))
     if mesh1 is not None:
-        f += rfftn(mesh1.astype(np.float64, copy=False)) * _half_cell_phase(xp, n)
+        f += rfftn(mesh1.astype(np.float64, copy=False)) * half_cell_phase(xp, n)
         f *= 0.5
     # delta_k (continuous normalisation): FFT(mesh / mean - 1) * V_cell / V
     # = FFT(mesh) / total for k != 0
@@ -252,7 +252,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
     length_unit = pu["length"]
     los_v, poles = _check_los(los, poles)
     if scheme is not None:
-        scheme = _check_scheme(scheme, what)
+        scheme = check_scheme(scheme, what)
     dtype = resolve_precision(precision)
     is_mesh = not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3
     if is_mesh:
@@ -261,7 +261,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         if len(set(shp)) != 1 or shp[0] < 1:
             raise ParameterError(f"{what}: a mesh must be cubic (n, n, n), got {shp}")
         n = shp[0]
-        if n_mesh is not None and _check_n_mesh(n_mesh, what) != n:
+        if n_mesh is not None and check_n_mesh(n_mesh, what) != n:
             raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
         if box_size is None:
             raise ParameterError(f"{what}: a mesh input needs box_size=")
@@ -276,7 +276,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
     else:
         if n_mesh is None:
             raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
-        n = _check_n_mesh(n_mesh, what)
+        n = check_n_mesh(n_mesh, what)
         if n < 2:
             raise ParameterError(f"{what}: n_mesh must be at least 2 for a power spectrum, "
                                  f"got {n}")

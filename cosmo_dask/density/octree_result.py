@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
@@ -53,6 +52,7 @@ import zarr
 
 from ..atomic import atomic_directory, local_path
 from ..backend import array_module, host
+from ..checks import check_positive
 from ..errors import ParameterError, SnapshotError
 from ..product_units import product_units, store_units
 from ..progress import compute
@@ -80,17 +80,6 @@ class Leaf(NamedTuple):
 def _row_keys(idx: np.ndarray) -> np.ndarray:
     """Rows of non-negative int64 triples as one sortable/searchable key each (void bytes)."""
     return np.ascontiguousarray(idx, dtype=">i8").reshape(-1, 3).view("V24").ravel()
-
-
-def _positive(name, value) -> float:
-    """A finite positive float, or ParameterError naming the argument."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ParameterError(f"DensityOctree: {name} must be a number, got {value!r}") from exc
-    if not (math.isfinite(out) and out > 0):
-        raise ParameterError(f"DensityOctree: {name} must be finite and > 0, got {out}")
-    return out
 
 
 class DensityOctree:
@@ -136,14 +125,14 @@ class DensityOctree:
         if root_lo.shape != (3,) or not np.all(np.isfinite(root_lo)):
             raise ParameterError(f"DensityOctree: root_lo must be 3 finite numbers, "
                                  f"got {root_lo!r}")
-        root_size = _positive("root_size", root_size)
+        root_size = check_positive(root_size, "DensityOctree: root_size")
         if isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer)):
             raise ParameterError(f"DensityOctree: patch_size must be an int, got {patch_size!r}")
         p = int(patch_size)
         if p < 1 or p & (p - 1):
             raise ParameterError(f"DensityOctree: patch_size must be a power of two, got {p}")
         if box_size is not None:
-            box_size = _positive("box_size", box_size)
+            box_size = check_positive(box_size, "DensityOctree: box_size")
             tol = 1e-12 * box_size
             if np.any(root_lo < -tol) or np.any(root_lo + root_size > box_size + tol):
                 raise ParameterError(f"DensityOctree: the root cube {root_lo.tolist()} + "

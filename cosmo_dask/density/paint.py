@@ -36,13 +36,13 @@ from .paint_kernels import SCHEMES
 __all__ = ["paint", "density_contrast", "SCHEMES"]
 
 
-def _check_n_mesh(n_mesh, what):
+def check_n_mesh(n_mesh, what):
     if isinstance(n_mesh, bool) or not isinstance(n_mesh, (int, np.integer)) or n_mesh < 1:
         raise ParameterError(f"{what}: n_mesh must be a positive integer, got {n_mesh!r}")
     return int(n_mesh)
 
 
-def _check_scheme(scheme, what):
+def check_scheme(scheme, what):
     if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
         raise ParameterError(f"{what}: scheme must be one of {', '.join(SCHEMES)}, "
                              f"got {scheme!r}")
@@ -199,12 +199,12 @@ def _interlace_block(m0, m1):
     n = m0.shape[0]
     f0 = xp.fft.rfftn(m0)
     f1 = xp.fft.rfftn(m1)
-    phase = _half_cell_phase(xp, n)
+    phase = half_cell_phase(xp, n)
     out = xp.fft.irfftn((f0 + f1 * phase) * 0.5, s=m0.shape, axes=(0, 1, 2))
     return out.astype(m0.dtype, copy=False)
 
 
-def _half_cell_phase(xp, n):
+def half_cell_phase(xp, n):
     """``exp(i (kx + ky + kz) H / 2)`` on the rfft half-space of an n^3 mesh (H = cell)."""
     q = 2.0 * np.pi * np.fft.fftfreq(n)  # k H for the full axes
     qz = 2.0 * np.pi * np.fft.rfftfreq(n)
@@ -277,8 +277,8 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     module docstring); no slab decomposition.
     """
     what = "paint"
-    n = _check_n_mesh(n_mesh, what)
-    scheme = _check_scheme(scheme, what)
+    n = check_n_mesh(n_mesh, what)
+    scheme = check_scheme(scheme, what)
     dtype = resolve_precision(precision)
     if split_every is not None and (isinstance(split_every, bool) or not isinstance(
             split_every, (int, np.integer)) or split_every < 2):

@@ -41,7 +41,7 @@ SCHEMES = {"ngp": 1, "cic": 2, "tsc": 3, "pcs": 4}
 
 
 @numba.njit(cache=True, inline="always")
-def _into_period(u, fn):
+def into_period(u, fn):
     """Mesh coordinate ``u`` brought into ``[0, fn)`` (so ``int()`` cannot overflow)."""
     if u < 0.0 or u >= fn:
         u -= fn * np.floor(u / fn)
@@ -49,7 +49,7 @@ def _into_period(u, fn):
 
 
 @numba.njit(cache=True, inline="always")
-def _weights(u, order, w):
+def assignment_weights(u, order, w):
     """Leftmost node index and the ``order`` weights of mesh coordinate ``u``."""
     if order == 1:
         i0 = int(np.floor(u + 0.5))
@@ -116,9 +116,9 @@ def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
         if not (np.isfinite(ux) and np.isfinite(uy) and np.isfinite(uz)):
             bad += 1
             continue
-        ix = _weights(_into_period(ux, fn), order, wx)
-        iy = _weights(_into_period(uy, fn), order, wy)
-        iz = _weights(_into_period(uz, fn), order, wz)
+        ix = assignment_weights(into_period(ux, fn), order, wx)
+        iy = assignment_weights(into_period(uy, fn), order, wy)
+        iz = assignment_weights(into_period(uz, fn), order, wz)
         m = np.float64(mass[p]) if use_array else mass_scalar
         for a in range(order):
             jx = (np.int64(ix + a) % nn) * nn

@@ -30,8 +30,8 @@ import dask.array as da
 import numpy as np
 
 from ..backend import device_of, particle_rows, resolve_precision, to_device
+from ..checks import check_positive, check_positive_int
 from ..errors import ParameterError
-from ..models._blocks import check_positive, check_positive_int
 from ..product_units import input_units, product_units
 from ..progress import compute
 from .parameters import (

@@ -35,6 +35,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import array_module, particle_rows, resolve_precision
+from ..density.paint import check_n_mesh as check_mesh_size
 from ..density.paint import partial_meshes, tree_sum
 from ..errors import ParameterError
 
@@ -59,9 +60,9 @@ def check_box_size(box_size, what: str) -> float:
 
 
 def check_n_mesh(n_mesh, what: str) -> int:
-    """``n_mesh`` as a positive int; above :data:`MAX_N_MESH` raises NotImplementedError."""
-    if isinstance(n_mesh, bool) or not isinstance(n_mesh, (int, np.integer)) or n_mesh < 1:
-        raise ParameterError(f"{what}: n_mesh must be a positive integer, got {n_mesh!r}")
+    """``n_mesh`` as a positive int (:func:`cosmo_dask.density.paint.check_n_mesh`); above
+    :data:`MAX_N_MESH` raises NotImplementedError."""
+    n_mesh = check_mesh_size(n_mesh, what)
     if n_mesh > MAX_N_MESH:
         raise NotImplementedError(
             f"{what}: n_mesh={n_mesh} is larger than {MAX_N_MESH}: the PM FFT runs on one "

@@ -67,7 +67,7 @@ import numba
 import numpy as np
 import scipy.fft
 
-from ..density.paint_kernels import _into_period, _weights
+from ..density.paint_kernels import assignment_weights, into_period
 
 __all__ = ["green_multiply", "derivative_wavenumbers", "long_range_meshes",
            "long_range_meshes_numpy", "cic_interpolate", "cic_interpolate_numpy",
@@ -231,9 +231,9 @@ def cic_interpolate(pos, meshes, n, box_size, shift, out):
         ux = np.float64(pos[p, 0]) * inv_h + off
         uy = np.float64(pos[p, 1]) * inv_h + off
         uz = np.float64(pos[p, 2]) * inv_h + off
-        ix = _weights(_into_period(ux, fn), 2, wx)
-        iy = _weights(_into_period(uy, fn), 2, wy)
-        iz = _weights(_into_period(uz, fn), 2, wz)
+        ix = assignment_weights(into_period(ux, fn), 2, wx)
+        iy = assignment_weights(into_period(uy, fn), 2, wy)
+        iz = assignment_weights(into_period(uz, fn), 2, wz)
         for q in range(c):
             out[p, q] = 0.0
         for a in range(2):

@@ -11,29 +11,18 @@ In-memory NumPy arrays; the Dask graph version (per-domain tasks, LETs) is
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from ..backend import host
+from ..checks import check_positive
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
 from .parameters import THETA_DEFAULT, check_theta, default_r_cut
 from .tree_kernels import KERNEL_CODES, evaluate_lists
 
 __all__ = ["tree_forces"]
-
-
-def _positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        what = "non-negative" if allow_zero else "positive"
-        raise ParameterError(f"{name} must be a {what} finite number, got {value!r}")
-    return v
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -92,18 +81,18 @@ def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = THETA_DEF
         Specific potentials (length^2 / time^2), input order; self-pairs excluded.
     """
     theta = check_theta(theta)
-    G = _positive(G, "G")  # noqa: N806
-    eps = _positive(softening, "softening", allow_zero=True)
+    G = check_positive(G, "G")  # noqa: N806
+    eps = check_positive(softening, "softening", allow_zero=True)
     if softening_kernel not in KERNEL_CODES:
         raise ParameterError(f"softening_kernel must be 'plummer' or 'spline', "
                              f"got {softening_kernel!r}")
     if precision not in ("float32", "float64"):
         raise ParameterError(f"precision must be 'float32' or 'float64', got {precision!r}")
     if box_size is not None:
-        box_size = _positive(box_size, "box_size")
+        box_size = check_positive(box_size, "box_size")
     if rs is not None:
-        rs = _positive(rs, "rs")
-        r_cut = default_r_cut(rs) if r_cut is None else _positive(r_cut, "r_cut")
+        rs = check_positive(rs, "rs")
+        r_cut = default_r_cut(rs) if r_cut is None else check_positive(r_cut, "r_cut")
         if box_size is not None and r_cut > 0.5 * box_size:
             raise ParameterError(f"r_cut ({r_cut}) must be at most half of box_size "
                                  f"({box_size})")

@@ -433,7 +433,7 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
             max_entries: int = 1 << 30, block: int = BLOCK):
     import cupy as cp
 
-    from ..spatial.octree_gpu import _build
+    from ..spatial.octree_gpu import build_with_moments
 
     theta, softening, G, box_size, rs, r_cut = _check_params(  # noqa: N806
         theta, softening, softening_kernel, precision, G, box_size, rs, r_cut)
@@ -443,7 +443,7 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
     mod = _module(dtype, spline, trunc, block)
     if timer:
         timer.mark("start")
-    tree, s2, pos64 = _build(pos, mass, max_leaf=max_leaf, max_group=max_group,
+    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=max_leaf, max_group=max_group,
                              box_size=box_size, timer=timer)
     if timer:
         timer.mark("build_groups")

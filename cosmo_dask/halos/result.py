@@ -75,26 +75,26 @@ class HaloResult:
         return out
 
     def _linking_text(self, digits: int) -> str:
-        from ..snapshot import _sig, _with_unit
+        from ..display import signif, with_unit
 
         p = self.parameters
         b = p.get("linking_length", self.catalog.attrs.get("linking_length"))
-        text = _with_unit(b, self._units()[0], digits)
+        text = with_unit(b, self._units()[0], digits)
         b_in = p.get("linking_length_input")
         if b_in is not None and not p.get("absolute", False):
-            text += f" (b = {_sig(b_in, digits)} mean spacings)"
+            text += f" (b = {signif(b_in, digits)} mean spacings)"
         return text
 
     def __repr__(self) -> str:
         """One line, numbers to 4 significant digits with the catalog's units."""
-        from ..snapshot import _with_unit
+        from ..display import with_unit
 
         length, mass = self._units()
         largest = ""
         if self.n_halos:
             largest = f" (largest {int(self.catalog['n_members'][0])} members"
             if "mass" in self.catalog:
-                largest += f", mass {_with_unit(float(self.catalog['mass'][0]), mass)}"
+                largest += f", mass {with_unit(float(self.catalog['mass'][0]), mass)}"
             largest += ")"
         extra = ""
         if self.parameters.get("min_members") is not None:
@@ -104,7 +104,7 @@ class HaloResult:
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: summary, largest halos, catalog columns, parameters."""
-        from ..snapshot import _array_row, _html_table, _sig, _with_unit
+        from ..display import array_row, html_table, signif, with_unit
 
         digits = 6
         length, mass = self._units()
@@ -118,23 +118,23 @@ class HaloResult:
             rows.append(("particles in halos", f"{members:,} of {n:,}{frac}"))
             big = f"{int(cat['n_members'][0]):,} members"
             if "mass" in cat:
-                big += f", mass {_with_unit(float(cat['mass'][0]), mass, digits)}"
+                big += f", mass {with_unit(float(cat['mass'][0]), mass, digits)}"
             if "r_max" in cat:
-                big += f", r_max {_with_unit(float(cat['r_max'][0]), length, digits)}"
+                big += f", r_max {with_unit(float(cat['r_max'][0]), length, digits)}"
             rows.append(("largest halo", big))
         rows.append(("linking length", self._linking_text(digits)))
         for key, label in (("min_members", "min members"), ("min_friends", "min friends")):
             if p.get(key) is not None:
                 rows.append((label, p[key]))
         if cat.attrs.get("box_size") is not None:
-            rows.append(("box", _with_unit(cat.attrs["box_size"], length, digits)))
+            rows.append(("box", with_unit(cat.attrs["box_size"], length, digits)))
         if p.get("centers"):
             rows.append(("centres", ", ".join(map(str, p["centers"]))))
         if p.get("snapshot"):
             rows.append(("snapshot", p["snapshot"]))
         out = ["<div class='cosmo-dask-halos'>", "<b>cosmo_dask.halos.HaloResult</b>",
-               _html_table(rows), "<b>labels</b>",
-               _html_table([_array_row("labels", self.labels)[:-1]],
+               html_table(rows), "<b>labels</b>",
+               html_table([array_row("labels", self.labels)[:-1]],
                            ("name", "shape", "dtype", "chunking", "backend", "size"))]
         if self.n_halos:
             shown = min(self.n_halos, 5)
@@ -146,19 +146,19 @@ class HaloResult:
                 cells = [h]
                 for c in cols:
                     v = np.asarray(cat[c][h])
-                    cells.append(", ".join(_sig(x, 4) for x in v.ravel()) if v.ndim
-                                 else _sig(v[()], digits))
+                    cells.append(", ".join(signif(x, 4) for x in v.ravel()) if v.ndim
+                                 else signif(v[()], digits))
                 table.append(cells)
             out += [f"<b>largest halos</b> ({shown} of {self.n_halos:,})",
-                    _html_table(table, header)]
+                    html_table(table, header)]
         columns = [(name, f"({', '.join(map(str, var.dims))})", str(var.dtype),
                     units.get(name) or "") for name, var in cat.data_vars.items()]
         out += ["<b>catalog</b> (xarray.Dataset <code>.catalog</code>)",
-                _html_table(columns, ("variable", "dims", "dtype", "unit"))]
+                html_table(columns, ("variable", "dims", "dtype", "unit"))]
         if p:
-            out += ["<b>parameters</b>", _html_table(
-                [(k, _sig(v, digits) if not isinstance(v, (list, tuple)) else
-                  ", ".join(_sig(x, digits) for x in v)) for k, v in p.items()])]
+            out += ["<b>parameters</b>", html_table(
+                [(k, signif(v, digits) if not isinstance(v, (list, tuple)) else
+                  ", ".join(signif(x, digits) for x in v)) for k, v in p.items()])]
         out.append("</div>")
         return "".join(out)
 

@@ -15,8 +15,6 @@ range) and the wrapping of periodic positions into ``[0, box_size)``.
 
 from __future__ import annotations
 
-import math
-import numbers
 import operator
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -27,7 +25,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import default_chunk_size
-from ..errors import ParameterError
+from ..checks import check_positive, check_positive_int, check_seed  # noqa: F401 (models use them from here)
 
 #: particles per generation block (fixed: changing it changes every realisation)
 GEN_BLOCK = 2**16
@@ -167,31 +165,3 @@ def wrap_into_box(x: np.ndarray, box_size: float, dtype: np.dtype) -> np.ndarray
     return out
 
 
-# --------------------------------------------------------------------------- parameter checks
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    """An integer >= ``minimum`` (integral floats such as ``2e5`` are accepted)."""
-    ok = _is_number(value) and math.isfinite(float(value)) and float(value) == int(value)
-    if not ok or int(value) < minimum:
-        raise ParameterError(
-            f"{name} must be an integer >= {minimum}, got {value!r}"
-        )
-    return int(value)
-
-
-def check_seed(seed: Any) -> int:
-    """A non-negative integer seed."""
-    return check_positive_int(seed, "seed", minimum=0)
-
-
-def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
-    """A finite number > 0 (or >= 0 with ``allow_zero``)."""
-    ok = _is_number(value) and math.isfinite(float(value))
-    ok = ok and (float(value) >= 0 if allow_zero else float(value) > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ParameterError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)

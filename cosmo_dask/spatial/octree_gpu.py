@@ -245,7 +245,7 @@ def morton_keys_gpu(pos, root_lo, root_size: float):
     return k(p[:, 0], p[:, 1], p[:, 2], lo[0], lo[1], lo[2], scale)
 
 
-def _build(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None,
+def build_with_moments(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, root_size=None,
            box_size=None, timer=None):
     """Build the tree; returns ``(Octree, s2, pos64)`` where ``s2 = sum m |x - com|^2``
     per node (float64) and ``pos64`` the sorted positions in float64 (both used by the
@@ -453,5 +453,5 @@ def build_octree_gpu(pos, mass, *, max_leaf: int = 64, max_group: int = 64, root
     ParameterError
         Bad shapes, non-finite positions, particles outside the root or box, bad sizes.
     """
-    return _build(pos, mass, max_leaf=max_leaf, max_group=max_group, root_lo=root_lo,
+    return build_with_moments(pos, mass, max_leaf=max_leaf, max_group=max_group, root_lo=root_lo,
                   root_size=root_size, box_size=box_size)[0]
