@@ -11,6 +11,8 @@ Periodic boxes:
 * :func:`perturbed_lattice` -- cubic lattice with uniform random offsets;
 * :func:`zeldovich`         -- Zel'dovich initial conditions for flat LambdaCDM
   (see :class:`Cosmology`);
+* :func:`lpt_ics`           -- Zel'dovich (order 1) or 2LPT (order 2) initial
+  conditions, with the EH98, a tabulated, a callable or a CAMB/CLASS spectrum;
 * :func:`halo_blobs`        -- Plummer halos with a power-law mass spectrum in a
   periodic box (a strongly clustered stand-in for an evolved snapshot).
 
@@ -23,7 +25,8 @@ from .clustered import halo_blobs
 from .cosmology import Cosmology
 from .isolated import ferrers, hernquist, plummer
 from .lattice import perturbed_lattice
+from .lpt import lpt_ics
 from .zeldovich import zeldovich
 
 __all__ = ["Cosmology", "plummer", "hernquist", "ferrers", "perturbed_lattice", "zeldovich",
-           "halo_blobs"]
+           "lpt_ics", "halo_blobs"]

@@ -25,7 +25,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import default_chunk_size
-from ..checks import check_positive, check_positive_int, check_seed  # noqa: F401 (models use them from here)
+from ..checks import check_positive_int
 
 #: particles per generation block (fixed: changing it changes every realisation)
 GEN_BLOCK = 2**16

@@ -19,11 +19,9 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import resolve_precision
+from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
 from ._blocks import (
-    check_positive,
-    check_positive_int,
-    check_seed,
     generate,
     isotropic_directions,
     uniform_open,

@@ -7,7 +7,8 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import resolve_precision
-from ._blocks import check_positive, check_positive_int, check_seed, generate, wrap_into_box
+from ..checks import check_positive, check_positive_int, check_seed
+from ._blocks import generate, wrap_into_box
 
 LATTICE_UNITS = {"length": "box units", "velocity": "box units", "mass": "total mass 1"}
 

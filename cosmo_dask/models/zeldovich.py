@@ -13,15 +13,13 @@ import scipy.fft
 from dask.base import tokenize
 
 from ..backend import resolve_precision
+from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
 from ..units import gravitational_constant
 from ._blocks import (
     GEN_BLOCK,
     TAGS,
     block_rng,
-    check_positive,
-    check_positive_int,
-    check_seed,
     from_mesh,
     wrap_into_box,
 )
@@ -35,6 +33,15 @@ G_COSMO = gravitational_constant(ZELDOVICH_UNITS)
 #: critical density today, 3 H0^2 / (8 pi G), in 1e10 Msun/h per (Mpc/h)^3 (H0 = 100 h
 #: km/s/Mpc): 27.75366
 RHO_CRIT_1E10 = 3 * 100.0**2 / (8 * math.pi * G_COSMO)
+
+
+def check_redshift(redshift: Any) -> float:
+    """A finite redshift > -1, as a float (else :class:`ParameterError`)."""
+    ok = isinstance(redshift, (int, float, np.integer, np.floating)) and not isinstance(
+        redshift, bool)
+    if not ok or not math.isfinite(float(redshift)) or float(redshift) <= -1:
+        raise ParameterError(f"redshift must be a finite number > -1, got {redshift!r}")
+    return float(redshift)
 
 
 def white_noise(n_side: int, seed: int) -> np.ndarray:
@@ -60,16 +67,48 @@ def mesh_wavenumbers(n_side: int, box_size: float) -> tuple[np.ndarray, np.ndarr
     return k_full[:, None, None], k_full[None, :, None], k_half[None, None, :]
 
 
-def displacement_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
-                      seed: int, dtype: np.dtype) -> np.ndarray:
-    """Zel'dovich displacement at growth ``D``: (n_side^3, 3) array in id order, Mpc/h.
+def mode_power(k2: np.ndarray, cosmology: Cosmology, power=None) -> np.ndarray:
+    """``P(k)`` at ``z = 0`` in (Mpc/h)^3 on the rfft mesh of squared wavenumbers ``k2``.
 
-    White noise ``w`` -> ``delta_k = FFT(w) sqrt(P(k) / V_cell)`` (numpy's
-    unnormalised forward FFT, so ``<|delta_k|^2> = V P(k) / V_cell^2``), with the
-    ``k = 0`` mode and the Nyquist planes set to zero; ``psi_k = i k delta_k / k^2``
-    (so that ``delta = -div psi``), times ``D``, transformed back one component at
-    a time. Returns ``3 n_side^3 * dtype.itemsize`` bytes; peak memory of the call
-    is about ``50 n_side^3`` bytes (measured, float32 or float64).
+    ``power=None``: ``cosmology.power_spectrum`` on every entry (as the Zel'dovich
+    generator always did). A callable ``power(k)`` (k in h/Mpc, a 1-d float64 array)
+    is evaluated only on the modes that are kept, ``0 < |k|`` off the Nyquist planes
+    (so a tabulated spectrum need not cover ``k = 0``, its dummy entry or the Nyquist
+    modes); the other entries are 0. A callable must return finite values >= 0 of the
+    shape of its input, else :class:`ParameterError`.
+    """
+    if power is None:
+        return cosmology.power_spectrum(np.sqrt(k2))
+    n = k2.shape[0]
+    keep = np.ones(k2.shape, dtype=bool)
+    keep[0, 0, 0] = False
+    if n % 2 == 0:
+        keep[n // 2, :, :] = False
+        keep[:, n // 2, :] = False
+        keep[:, :, n // 2] = False
+    k = np.sqrt(k2[keep])
+    if k.size == 0:  # n_side <= 2: no mode is kept
+        return np.zeros(k2.shape, dtype=np.float64)
+    p = np.asarray(power(k), dtype=np.float64)
+    if p.shape != k.shape or not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ParameterError(
+            "power_spectrum: the callable must return finite values >= 0 of the shape of "
+            f"its input k (shape {k.shape}), got shape {p.shape}")
+    out = np.zeros(k2.shape, dtype=np.float64)
+    out[keep] = p
+    return out
+
+
+def linear_density_k(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
+                     seed: int, power=None) -> tuple[np.ndarray, np.ndarray]:
+    """Linear overdensity at growth ``D`` in Fourier space, and the mesh's ``|k|^2``.
+
+    White noise ``w`` -> ``delta_k = FFT(w) sqrt(P(k) / V_cell) D`` (numpy's
+    unnormalised forward rfft, so ``<|delta_k|^2> = V P(k) D^2 / V_cell^2``), with
+    the ``k = 0`` mode and the Nyquist planes set to zero. ``P`` from
+    :func:`mode_power` (``power=None``: the cosmology's EH98 no-wiggle spectrum).
+    Returns ``(delta_k, k2)``: complex128 ``(n, n, n//2+1)`` and float64 of the same
+    shape with ``k2[0, 0, 0] = 1`` (a placeholder: divide by it safely).
     """
     n = n_side
     delta_k = scipy.fft.rfftn(white_noise(n, seed))
@@ -77,14 +116,30 @@ def displacement_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth
     k2 = kx * kx + ky * ky + kz * kz
     k2[0, 0, 0] = 1.0  # the k = 0 mode is zeroed below
     v_cell = (box_size / n) ** 3
-    delta_k *= np.sqrt(cosmology.power_spectrum(np.sqrt(k2)) / v_cell) * growth
-    delta_k /= k2
-    del k2
+    delta_k *= np.sqrt(mode_power(k2, cosmology, power) / v_cell) * growth
     delta_k[0, 0, 0] = 0.0
     if n % 2 == 0:
         delta_k[n // 2, :, :] = 0.0
         delta_k[:, n // 2, :] = 0.0
         delta_k[:, :, n // 2] = 0.0
+    return delta_k, k2
+
+
+def displacement_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
+                      seed: int, dtype: np.dtype, power=None) -> np.ndarray:
+    """Zel'dovich displacement at growth ``D``: (n_side^3, 3) array in id order, Mpc/h.
+
+    ``delta_k`` from :func:`linear_density_k` (``power``: None for the cosmology's
+    spectrum, or a callable ``P(k)`` at z = 0); ``psi_k = i k delta_k / k^2`` (so
+    that ``delta = -div psi``), transformed back one component at a time. Returns
+    ``3 n_side^3 * dtype.itemsize`` bytes; peak memory of the call is about
+    ``50 n_side^3`` bytes (measured, float32 or float64).
+    """
+    n = n_side
+    delta_k, k2 = linear_density_k(n, box_size, cosmology, growth, seed, power)
+    delta_k /= k2
+    del k2
+    kx, ky, kz = mesh_wavenumbers(n, box_size)
     out = np.empty((n**3, 3), dtype=dtype)
     for axis, k_axis in enumerate((kx, ky, kz)):
         psi = scipy.fft.irfftn(delta_k * (1j * k_axis), s=(n, n, n))
@@ -156,11 +211,7 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
 
     n_side = check_positive_int(n_side, "n_side")
     box_size = check_positive(box_size, "box_size")
-    ok = isinstance(redshift, (int, float, np.integer, np.floating)) and not isinstance(
-        redshift, bool)
-    if not ok or not math.isfinite(float(redshift)) or float(redshift) <= -1:
-        raise ParameterError(f"redshift must be a finite number > -1, got {redshift!r}")
-    redshift = float(redshift)
+    redshift = check_redshift(redshift)
     cosmo = Cosmology.coerce(cosmology)
     seed = check_seed(seed)
     dtype = resolve_precision(precision)
