@@ -245,17 +245,27 @@ def checked_array(arr: da.Array, name: str, box_size: float | None, source=None)
     )
 
 
-def _wrap_chunk(block, box_size):
-    xp = array_module(block)
-    out = xp.mod(block, box_size)
-    # float rounding can map tiny negative values onto box_size itself
-    return xp.where(out >= box_size, out - box_size, out).astype(block.dtype, copy=False)
+def wrap_into_box(x, box_size: float, dtype=None):
+    """Coordinates ``x`` (NumPy or CuPy) wrapped into ``[0, box_size)`` and cast to
+    ``dtype`` (default: ``x``'s).
+
+    After the cast no value equals or exceeds ``box_size``, whether compared in
+    float64 or in ``dtype``: values that round up to the box edge (they come from
+    tiny negative coordinates) are set to 0, their periodic image. The one wrap of
+    the package: generators, readers, the integrator's drift and ``wrap=True``.
+    """
+    xp = array_module(x)
+    dtype = np.dtype(x.dtype if dtype is None else dtype)
+    out = xp.mod(x, box_size).astype(dtype, copy=False)
+    hi = np.nextafter(dtype.type(box_size), dtype.type(0))  # largest valid value
+    out[out > hi] = 0
+    return out
 
 
 def wrapped_positions(pos: da.Array, box_size: float) -> da.Array:
     """Positions wrapped into [0, box_size) chunk by chunk."""
     return pos.map_blocks(
-        _wrap_chunk,
+        wrap_into_box,
         box_size,
         dtype=pos.dtype,
         meta=pos._meta,

@@ -165,9 +165,9 @@ def test_wrap_fixes_positions_on_load(tmp_path, rng):
 def test_wrap_never_returns_box_size_in_float32():
     box = np.float32(1.0)
     pos = np.array([[-1e-9, 0.5, 0.5]], dtype=np.float32)  # (-1e-9 mod 1) rounds to 1.0
-    from cosmo_dask.validation import _wrap_chunk
+    from cosmo_dask.validation import wrap_into_box
 
-    out = _wrap_chunk(pos, float(box))
+    out = wrap_into_box(pos, float(box))
     assert out.dtype == np.float32 and 0 <= out[0, 0] < 1.0
 
 

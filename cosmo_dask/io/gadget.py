@@ -73,6 +73,7 @@ from ..validation import (
     FIELD_NAME,
     check_array_meta,
     check_field_meta,
+    wrap_into_box,
 )
 
 logger = logging.getLogger(__name__)
@@ -661,16 +662,6 @@ def _gadget_conventions(metas: list[_FileMeta], fmt: _Format) -> _Conventions:
 
 
 # ----------------------------------------------------------------------------- reading
-def _wrap_into_box(data: np.ndarray, box: float) -> np.ndarray:
-    """Map positions one box outside into [0, box): x >= box -> x - box, x < 0 -> x + box."""
-    box_t = data.dtype.type(box)
-    out = np.where(data >= box_t, data - box_t, data)
-    out = np.where(out < 0, out + box_t, out)
-    # x + box of a tiny negative x can round up to box itself: that is 0 periodically
-    out = np.where(out >= box_t, data.dtype.type(0), out)
-    return out.astype(data.dtype, copy=False)
-
-
 def _read_hdf5_rows(path: str, dataset: str, start: int, stop: int) -> np.ndarray:
     """Rows [start, stop) of ``dataset`` in ``path`` (opens and closes the file)."""
     with h5py.File(path, "r") as f:
@@ -685,7 +676,7 @@ def _read_piece(read_rows: Callable[[str, Any, int, int], np.ndarray], path: str
     if scale is not None:
         data = (data * np.float64(scale)).astype(data.dtype, copy=False)
     if box is not None:
-        data = _wrap_into_box(data, box)
+        data = wrap_into_box(data, box)
     return data
 
 

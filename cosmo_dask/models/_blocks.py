@@ -152,16 +152,5 @@ def from_mesh(label: str, token: str, mesh, chunk_fn: Callable[..., tuple[np.nda
 
 
 # --------------------------------------------------------------------------- periodic wrapping
-def wrap_into_box(x: np.ndarray, box_size: float, dtype: np.dtype) -> np.ndarray:
-    """Wrap float64 coordinates into ``[0, box_size)`` and cast to ``dtype``.
-
-    After the cast no value equals or exceeds ``box_size``, whether compared in
-    float64 or in ``dtype``: values that round up to the box edge (they come
-    from tiny negative coordinates) are set to 0, their periodic image.
-    """
-    out = np.mod(x, box_size).astype(dtype, copy=False)
-    hi = np.nextafter(dtype.type(box_size), dtype.type(0))  # largest valid value
-    out[out > hi] = 0
-    return out
 
 

@@ -20,13 +20,13 @@ from dask.base import tokenize
 from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
+from ..validation import wrap_into_box
 from ._blocks import (
     TAGS,
     block_rng,
     generate,
     isotropic_directions,
     uniform_open,
-    wrap_into_box,
 )
 from .cosmology import Cosmology
 from .isolated import _PLUMMER_ENVELOPE, _plummer_speed_density, _rejection_sample

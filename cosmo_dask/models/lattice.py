@@ -8,7 +8,8 @@ from dask.base import tokenize
 
 from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
-from ._blocks import generate, wrap_into_box
+from ..validation import wrap_into_box
+from ._blocks import generate
 
 LATTICE_UNITS = {"length": "box units", "velocity": "box units", "mass": "total mass 1"}
 

@@ -33,7 +33,8 @@ from dask.base import tokenize
 from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
-from ._blocks import from_mesh, wrap_into_box
+from ..validation import wrap_into_box
+from ._blocks import from_mesh
 from .cosmology import Cosmology
 from .lattice import lattice_sites
 from .zeldovich import (

@@ -16,12 +16,12 @@ from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
 from ..units import gravitational_constant
+from ..validation import wrap_into_box
 from ._blocks import (
     GEN_BLOCK,
     TAGS,
     block_rng,
     from_mesh,
-    wrap_into_box,
 )
 from .cosmology import Cosmology
 from .lattice import lattice_sites

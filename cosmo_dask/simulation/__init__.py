@@ -1,0 +1,22 @@
+"""Cosmological N-body runs: evolve periodic initial conditions with PM or TreePM forces.
+
+::
+
+    from cosmo_dask.models import zeldovich
+    from cosmo_dask.simulation import run, open_simulation
+
+    ics = zeldovich(64, box_size=1000.0, redshift=19.0, seed=1)
+    res = run(ics, z_final=0.0, n_steps=10, outputs=(1.0,), out="sim",
+              analyses=("power", "halos"))
+    sim = open_simulation("sim")          # sim.redshifts, sim.snapshot(1.0), sim.log
+
+See ``docs/simulation.md``: :mod:`.integrator` (equations, kick/drift factors),
+:mod:`.schedule` (step schedule), :mod:`.store` (store layout, checkpoints),
+:mod:`.run` (:func:`run`).
+"""
+
+from .run import SimulationInterrupted, SimulationResult, run
+from .store import SimulationStore, open_simulation
+
+__all__ = ["run", "open_simulation", "SimulationResult", "SimulationStore",
+           "SimulationInterrupted"]

@@ -1,0 +1,302 @@
+"""The simulation store: parameters, step log, outputs, analyses and the checkpoint.
+
+Layout (a plain directory, so that every member is its own store, written
+atomically by the project's writers)::
+
+    sim/
+      simulation.json          {"format": "cosmo_dask.simulation", "format_version": 1,
+                                "parameters": {...}, "outputs": [...], "log": [...]}
+                               rewritten atomically (temporary file + rename) after
+                               every step
+      outputs/<NNN>_z<z>/      one directory per output redshift (NNN: output index)
+        snapshot/              a cosmo_dask snapshot store (Snapshot.to_zarr; open it
+                               with cosmo_dask.open_snapshot), unless write_particles=False
+        power/                 P(k) table (the power_spectrum Dataset), with "power"
+        halos/                 FOF catalog Dataset (halo x axis), with "halos"
+      checkpoint/              Zarr v3 group, format "cosmo_dask.simulation_checkpoint":
+                               pos, mom (p = a^2 dx/dt), acc (the force at a), ids;
+                               attrs step, scale_factor, parameters, chunks, log
+
+``outputs`` entries: ``{"name", "index", "redshift", "scale_factor", "step",
+"snapshot", "power", "halos"}`` (the last three: whether written). ``log``
+rows: ``{"step", "a_start", "a", "z", "seconds", "force_seconds"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import dask.array as da
+import xarray as xr
+import zarr
+
+from ..atomic import atomic_directory, check_writable_target, local_path
+from ..errors import ParameterError, SnapshotError
+from ..zarr_write import plain_attrs, store_arrays, store_dataset
+
+FORMAT = "cosmo_dask.simulation"
+CHECKPOINT_FORMAT = "cosmo_dask.simulation_checkpoint"
+FORMAT_VERSION = 1
+MANIFEST = "simulation.json"
+CHECKPOINT = "checkpoint"
+
+#: parameters that must agree between a checkpoint and the run resuming it
+RESUME_KEYS = ("method", "factors", "n_mesh", "softening", "theta", "precision", "schedule",
+               "outputs", "z_final", "a_initial", "n_particles", "box_size", "cosmology", "G",
+               "h0", "chunks")
+
+
+def output_name(index: int, z: float) -> str:
+    return f"{index:03d}_z{z:.4f}"
+
+
+# ----------------------------------------------------------------------------- target checks
+def is_simulation_store(path: Path) -> bool:
+    try:
+        doc = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
+    """The local path of ``out`` after checking it can be (re)used; nothing is written.
+
+    New run: ``out`` must not exist (ParameterError), unless ``overwrite`` and it is
+    a simulation store or an empty directory. Resume: ``out`` must be a simulation
+    store holding a checkpoint.
+    """
+    p = local_path(out)
+    if resume:
+        if not is_simulation_store(p):
+            raise ParameterError(f"resume=True: {p} is not a simulation store (no "
+                                 f"{MANIFEST}); start the run without resume")
+        if not (p / CHECKPOINT / "zarr.json").is_file():
+            raise ParameterError(f"resume=True: {p} holds no checkpoint; run it again with "
+                                 "checkpoint_every= (and without resume)")
+        return p
+    if p.exists():
+        if not overwrite:
+            raise ParameterError(f"out: {p} already exists; pass overwrite=True to replace "
+                                 "it or resume=True to continue its run")
+        empty = p.is_dir() and not any(p.iterdir())
+        if not (empty or is_simulation_store(p)):
+            raise ParameterError(f"out: {p} is neither a simulation store nor an empty "
+                                 "directory; overwrite=True replaces only those")
+        return p
+    try:
+        return check_writable_target(p, overwrite=False, what="simulation store",
+                                     inputs=inputs)
+    except SnapshotError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+# ----------------------------------------------------------------------------- manifest
+def write_json(path: Path, doc: dict) -> None:
+    """Write ``doc`` as JSON atomically (temporary file in the same directory + rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(plain_attrs(doc), f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        doc = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(f"{path}: not a readable simulation store ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not a cosmo_dask simulation store (format "
+                            f"{doc.get('format') if isinstance(doc, dict) else None!r})")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{path}: simulation store format_version "
+                            f"{doc.get('format_version')!r} is not supported")
+    return doc
+
+
+def create_store(path: Path, parameters: dict, *, replace: bool) -> dict:
+    """Create (or, with ``replace``, empty and re-create) the store; returns its manifest."""
+    if replace and path.exists():
+        shutil.rmtree(path)
+    path.mkdir()
+    (path / "outputs").mkdir()
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "parameters": parameters,
+           "outputs": [], "log": []}
+    write_json(path / MANIFEST, doc)
+    return doc
+
+
+def record_output(doc: dict, entry: dict) -> None:
+    doc["outputs"] = [e for e in doc["outputs"] if e["name"] != entry["name"]] + [entry]
+    doc["outputs"].sort(key=lambda e: e["index"])
+
+
+# ----------------------------------------------------------------------------- tables
+def write_table(ds: xr.Dataset, path: Path, what: str) -> None:
+    """An analysis table (an in-memory Dataset) as a Zarr store at ``path``, atomically."""
+    ds = ds.drop_vars([n for n in ("axis", "ell") if n in ds.coords and ds[n].dtype.kind == "U"])
+    ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
+    with atomic_directory(path, overwrite=True, what=what) as tmp:
+        store_dataset(ds, tmp / "table", label=f"writing {path}")
+
+
+def read_table(path: Path) -> xr.Dataset:
+    ds = xr.open_zarr(str(path / "table"), consolidated=False).load()
+    if "axis" in ds.dims and "axis" not in ds.coords:
+        ds = ds.assign_coords(axis=["x", "y", "z"][:ds.sizes["axis"]])
+    return ds
+
+
+# ----------------------------------------------------------------------------- checkpoint
+def write_checkpoint(path: Path, state: dict, attrs: dict) -> None:
+    """``state`` (pos, mom, acc, ids dask arrays) and ``attrs`` as ``path/checkpoint``."""
+    target = path / CHECKPOINT
+    with atomic_directory(target, overwrite=True, what="simulation checkpoint",
+                          fmt=CHECKPOINT_FORMAT) as tmp:
+        meta = {"format": CHECKPOINT_FORMAT, "format_version": FORMAT_VERSION, **attrs}
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3,
+                                attributes=plain_attrs(meta))
+        store_arrays(group, {k: v for k, v in state.items() if v is not None}, root=tmp,
+                     label=f"writing {target}", show=False)
+
+
+def read_checkpoint(path: Path) -> tuple[dict, dict]:
+    """``(arrays, attrs)`` of ``path/checkpoint``: lazy dask arrays in the stored row
+    chunks of the run (``attrs["chunks"]``)."""
+    target = path / CHECKPOINT
+    group = zarr.open_group(str(target), mode="r")
+    attrs = dict(group.attrs)
+    if attrs.get("format") != CHECKPOINT_FORMAT:
+        raise SnapshotError(f"{target}: not a simulation checkpoint")
+    rows = tuple(int(c) for c in attrs["parameters"]["chunks"])
+    arrays = {}
+    for name, arr in group.arrays():
+        x = da.from_zarr(arr)
+        arrays[name] = x.rechunk((rows,) + tuple(-1 for _ in x.shape[1:]))
+    return arrays, attrs
+
+
+def compare_parameters(stored: dict, current: dict) -> None:
+    """ParameterError naming every resume-relevant parameter that differs."""
+    diff = []
+    for key in RESUME_KEYS:
+        a, b = stored.get(key), current.get(key)
+        if not _same(a, b):
+            diff.append(f"{key}: checkpoint {_short(a)}, now {_short(b)}")
+    if diff:
+        raise ParameterError("resume=True: the run's parameters differ from the checkpoint's "
+                             "(" + "; ".join(diff) + "); resume with the same parameters or "
+                             "start a new run")
+
+
+def _same(a, b) -> bool:
+    a, b = plain_attrs(a), plain_attrs(b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _short(value) -> str:
+    text = json.dumps(plain_attrs(value))
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+# ----------------------------------------------------------------------------- reading
+class SimulationStore:
+    """A simulation store opened by :func:`open_simulation` (metadata only; particles lazily).
+
+    Attributes: ``path``, ``parameters`` (dict), ``log`` (list of per-step dicts),
+    ``outputs`` (list of output entries, in order of decreasing redshift),
+    ``redshifts`` (list of floats). :meth:`snapshot`, :meth:`power`,
+    :meth:`halos` read one output; iterating (or :meth:`series`) gives
+    ``(z, Snapshot)`` pairs for the outputs with particles.
+    """
+
+    def __init__(self, path: Path, doc: dict):
+        self.path = path
+        self.parameters = dict(doc["parameters"])
+        self.log = list(doc["log"])
+        self.outputs = sorted(doc["outputs"], key=lambda e: e["index"])
+
+    @property
+    def redshifts(self) -> list[float]:
+        return [float(e["redshift"]) for e in self.outputs]
+
+    def _entry(self, z: float) -> dict:
+        for e in self.outputs:
+            if math.isclose(float(e["redshift"]), float(z), rel_tol=1e-6, abs_tol=1e-6):
+                return e
+        have = ", ".join(f"{r:g}" for r in self.redshifts) or "none"
+        raise ParameterError(f"{self.path}: no output at z = {z!r}; outputs at z = {have}")
+
+    def snapshot(self, z: float, **kwargs):
+        """The output snapshot at redshift ``z`` (``cosmo_dask.open_snapshot`` kwargs)."""
+        from ..snapshot import open_snapshot
+
+        e = self._entry(z)
+        if not e.get("snapshot"):
+            raise ParameterError(f"{self.path}: the output at z = {z:g} has no particles "
+                                 "(written with write_particles=False)")
+        return open_snapshot(self.path / "outputs" / e["name"] / "snapshot", **kwargs)
+
+    def power(self, z: float) -> xr.Dataset:
+        e = self._entry(z)
+        if not e.get("power"):
+            raise ParameterError(f"{self.path}: no power spectrum at z = {z:g}")
+        return read_table(self.path / "outputs" / e["name"] / "power")
+
+    def halos(self, z: float) -> xr.Dataset:
+        e = self._entry(z)
+        if not e.get("halos"):
+            raise ParameterError(f"{self.path}: no halo catalog at z = {z:g}")
+        return read_table(self.path / "outputs" / e["name"] / "halos")
+
+    def series(self) -> list:
+        """``[(z, Snapshot), ...]`` of the outputs with particles, decreasing z."""
+        return [(float(e["redshift"]), self.snapshot(e["redshift"])) for e in self.outputs
+                if e.get("snapshot")]
+
+    def __iter__(self):
+        return iter(self.series())
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __repr__(self) -> str:
+        zs = ", ".join(f"{z:g}" for z in self.redshifts)
+        return (f"<SimulationStore {self.path}: {self.parameters.get('method')}, "
+                f"{len(self.log)} steps, outputs at z = [{zs}]>")
+
+
+def open_simulation(path) -> SimulationStore:
+    """Open a simulation store written by :func:`cosmo_dask.simulation.run` with ``out=``."""
+    p = local_path(path)
+    if not p.is_dir():
+        raise SnapshotError(f"{p}: no such simulation store")
+    return SimulationStore(p, read_manifest(p))
+
+
+__all__ = ["open_simulation", "SimulationStore", "FORMAT", "CHECKPOINT_FORMAT"]
+
+
+def as_entry(index: int, z: float, a: float, step: int, *, snapshot: bool, power: bool,
+             halos: bool) -> dict:
+    return {"name": output_name(index, z), "index": index, "redshift": float(z),
+            "scale_factor": float(a), "step": int(step), "snapshot": bool(snapshot),
+            "power": bool(power), "halos": bool(halos)}
