@@ -391,6 +391,65 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_ics(args) -> int:
+    from .models import lpt_ics
+
+    snap = lpt_ics(args.n_side, box_size=args.box_size, redshift=args.redshift,
+                   order=args.order, power_spectrum=args.power, cosmology=args.cosmology,
+                   seed=args.seed, precision=args.precision, chunks=args.chunk_size)
+    _check_out(args)  # before a cluster starts
+    with _cluster(args):
+        t0 = time.perf_counter()
+        path = snap.to_zarr(args.out, overwrite=args.overwrite)
+        dt = time.perf_counter() - t0
+    power = args.power or "Eisenstein & Hu no-wiggle"
+    order = "2LPT" if args.order == 2 else "Zel'dovich (1LPT)"
+    _say(f"wrote {order} ICs at z = "
+         f"{args.redshift:g}: {args.n_side}^3 particles in {args.box_size:g} Mpc/h, "
+         f"P(k) {power} -> {path} ({_human_bytes(snap.nbytes)}, {dt:.2f} s)")
+    return 0
+
+
+def _redshift_list(text: str) -> tuple[float, ...]:
+    """``3,1,0`` -> (3.0, 1.0, 0.0)."""
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected redshifts like 3,1,0, got {text!r}") from None
+
+
+def cmd_simulate(args) -> int:
+    from .simulation import run
+    from .snapshot import open_snapshot
+
+    ics = open_snapshot(args.ics, device="gpu" if args.gpu else "cpu")
+    analyses = tuple(a for a in (args.analyses or "").split(",") if a)
+    params = dict(z_final=args.z_final, n_steps=args.n_steps, method=args.method,
+                  n_mesh=args.n_mesh, softening=args.softening, theta=args.theta,
+                  outputs=args.outputs or (), out=args.out,
+                  checkpoint_every=args.checkpoint_every, resume=args.resume,
+                  analyses=analyses, precision=args.precision, overwrite=args.overwrite,
+                  write_particles=not args.no_particles, show=True)
+    with _cluster(args):
+        t0 = time.perf_counter()
+        res = run(ics, **params)
+        dt = time.perf_counter() - t0
+    p = res.parameters
+    mesh = p.get("n_mesh")
+    what = f"{'TreePM' if args.method == 'treepm' else 'PM'} {mesh}^3"
+    outs = ", ".join(f"{z:g}" for z in res.redshifts)
+    halos = ""
+    z_last = min(res.analyses) if res.analyses else None
+    if z_last is not None and "halos" in res.analyses[z_last]:
+        cat = res.analyses[z_last]["halos"]
+        n = int(cat.sizes.get("halo", 0))
+        halos = f"; {n} FOF halos at z = {z_last:g}"
+    _say(f"simulated {ics.n_particles} particles from z = {1 / ics.scale_factor - 1:.4g} to "
+         f"{args.z_final:g} in {len(res.log)} steps ({what}); outputs z = {outs}{halos}; "
+         f"{dt:.2f} s -> {args.out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- info
 def snapshot_info(snap, *, full: bool = True) -> dict:
     """The facts ``cosmo-dask info`` prints, as a dict."""
@@ -769,6 +828,7 @@ def cmd_demo(args) -> int:
             n_side=args.n_side,
             box_size=args.box_size,
             redshift=args.redshift,
+            n_steps=args.n_steps,
             seed=args.seed,
             client=client,
             say=_say,
@@ -849,6 +909,65 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--overwrite", action="store_true", help="replace an existing store")
     g.set_defaults(func=cmd_generate)
+
+    ic = subparser("ics", help="cosmological initial conditions (Zel'dovich or 2LPT)",
+                   description="Initial conditions for a periodic LambdaCDM box: particles "
+                   "on a lattice displaced by first- (Zel'dovich) or second-order (2LPT) "
+                   "Lagrangian perturbation theory; positions in Mpc/h, peculiar velocities "
+                   "in km/s, masses in 1e10 Msun/h.")
+    ic.add_argument("out", metavar="OUT.zarr")
+    ic.add_argument("--n-side", type=_positive_int, required=True, help="particles per side")
+    ic.add_argument("--box-size", type=float, required=True, help="box side in Mpc/h")
+    ic.add_argument("--redshift", type=float, required=True, help="starting redshift")
+    ic.add_argument("--order", type=int, choices=(1, 2), default=2,
+                    help="Lagrangian perturbation order (default 2)")
+    ic.add_argument("--power", default=None, metavar="camb|class|FILE",
+                    help="linear P(k) at z = 0: 'camb' or 'class' (computed when installed) "
+                    "or a two-column table (k in h/Mpc, P in (Mpc/h)^3); default: Eisenstein "
+                    "& Hu no-wiggle normalised to sigma8")
+    ic.add_argument("--cosmology", type=_cosmology_overrides, default=None,
+                    metavar="KEY=VALUE,...", help="cosmological parameters (Omega_m, Omega_b, "
+                    "Omega_L, h, sigma8, n_s) on top of the Planck 2018-like defaults")
+    ic.add_argument("--seed", type=int, default=0)
+    ic.add_argument("--precision", choices=("float32", "float64"), default=None)
+    ic.add_argument("--chunk-size", type=_positive_int, default=None,
+                    help="particles per chunk (default: dask config cosmo_dask.chunk_size)")
+    ic.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    ic.set_defaults(func=cmd_ics)
+
+    sm = subparser("simulate", help="evolve cosmological ICs with PM or TreePM",
+                   description="Evolve periodic cosmological initial conditions (a store "
+                   "from `cosmo-dask ics`) to --z-final: kick-drift-kick leapfrog in the "
+                   "scale factor, forces from PM or TreePM, snapshots at the --outputs "
+                   "redshifts in a simulation store (see docs/simulation.md). One line per "
+                   "step: a, z, step and force seconds.")
+    sm.add_argument("ics", metavar="ICS.zarr")
+    sm.add_argument("out", metavar="OUT", help="simulation store (a directory)")
+    sm.add_argument("--z-final", type=float, default=0.0, help="final redshift (default 0)")
+    sm.add_argument("--steps", dest="n_steps", type=_positive_int, required=True,
+                    help="steps, uniform in log a, from the ICs to --z-final")
+    sm.add_argument("--method", choices=("pm", "treepm"), default="pm",
+                    help="PM (FastPM kick/drift factors) or TreePM (default pm)")
+    sm.add_argument("--n-mesh", type=_positive_int, default=None,
+                    help="PM mesh per side (default: twice the particles per side for pm, "
+                    "once for treepm)")
+    sm.add_argument("--softening", type=float, default=None,
+                    help="TreePM Plummer softening in Mpc/h (default 1/30 of the mean "
+                    "interparticle spacing)")
+    sm.add_argument("--theta", type=float, default=0.5, help="TreePM opening angle")
+    sm.add_argument("--outputs", type=_redshift_list, default=None, metavar="Z,Z,...",
+                    help="output redshifts (--z-final is always one)")
+    sm.add_argument("--analyses", default=None, metavar="power,halos",
+                    help="P(k) and/or FOF catalogs computed at each output")
+    sm.add_argument("--no-particles", action="store_true",
+                    help="store only the analyses of each output, not its particles")
+    sm.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="K",
+                    help="write a checkpoint every K steps (atomically)")
+    sm.add_argument("--resume", action="store_true",
+                    help="continue the run in OUT from its last checkpoint")
+    sm.add_argument("--precision", choices=("float32", "float64"), default=None)
+    sm.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    sm.set_defaults(func=cmd_simulate)
 
     i = subparser("info", help="describe and validate a snapshot")
     i.add_argument("snapshot", metavar="SNAP")
@@ -994,7 +1113,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--n-side", type=_positive_int, default=64)
     d.add_argument("--box-size", type=float, default=100.0)
-    d.add_argument("--redshift", type=float, default=0.0)
+    d.add_argument("--redshift", type=float, default=49.0,
+                   help="redshift of the ICs, evolved to z = 0 (default 49)")
+    d.add_argument("--steps", dest="n_steps", type=_positive_int, default=10,
+                   help="PM steps from the ICs to z = 0 (default 10)")
     d.add_argument("--seed", type=int, default=1)
     d.set_defaults(func=cmd_demo)
     return parser
@@ -1003,6 +1125,7 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- errors
 #: library parameter names that the command line spells differently (name -> dest)
 _PY_ALIASES = {"n_domains": "domains", "n_workers": "workers", "chunks": "chunk_size",
+               "power_spectrum": "power",
                "scheduler_file": "scheduler"}
 _PY_NAMES = re.compile(r"""(?<![\w.'"/\\-])[A-Za-z_]\w*(?:/[A-Za-z_]\w*)+(?![\w/\\'"]|\.\w)""")
 _PY_NAME = re.compile(r"""(?<![\w.'"/\\-])([A-Za-z_]\w*)"""
