@@ -18,7 +18,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..backend import resolve_precision
+from ..backend import device_of, resolve_precision
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..progress import active_client, format_seconds, persist
@@ -174,11 +174,18 @@ def _output_redshifts(outputs, z_final: float, z_ics: float) -> list[float]:
 
 # ----------------------------------------------------------------------------- helpers
 def _wait(*arrays) -> None:
-    """Block until persisted arrays are in memory (a distributed persist returns at once)."""
+    """Block until persisted arrays are in memory (a distributed persist returns at once)
+    and, for CuPy chunks computed here, until the GPU has finished them (CuPy launches
+    kernels asynchronously: without this the step log would time kernel launches and
+    charge the queued work to whichever later step waits for it)."""
     if active_client(*arrays) is not None:
         from distributed import wait
 
         wait([x for x in arrays if x is not None])
+    elif any(x is not None and device_of(x) == "gpu" for x in arrays):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
 
 
 def _persist(*arrays):

@@ -1,0 +1,95 @@
+"""Seconds per simulation step (PM and TreePM) on one device, split into the force and
+the kick/drift, with the PM long-range force alone timed on the same particles.
+
+ICs: Zel'dovich at z_i (``--z-init``, default 9) with ``n_side^3`` particles in a box of
+``n_side`` Mpc/h (1 Mpc/h mean spacing), float32, in the device's default read chunks;
+``--steps`` steps to z = 0 (the first steps' times include compiling the kernels: the
+reported step time is the median of the steps after the first). Every step's own
+log row comes from ``simulation.run`` (``seconds``, ``force_seconds``).
+
+    python benchmarks/bench_simulation.py --device gpu --n-side 256 --method treepm pm
+    python benchmarks/bench_simulation.py --device cpu --n-side 64
+
+Prints one JSON line per (n_side, method) and one per PM-force timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+from timing import emit
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--n-side", type=int, nargs="+", default=[64])
+    ap.add_argument("--method", nargs="+", choices=("pm", "treepm"), default=["pm", "treepm"])
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--z-init", type=float, default=9.0)
+    ap.add_argument("--pm-mesh-factor", type=int, default=2,
+                    help="PM-only runs: mesh = factor x n_side (TreePM: 1 x)")
+    args = ap.parse_args(argv)
+
+    import dask
+
+    from cosmo_dask.gravity.pm import pm_accelerations
+    from cosmo_dask.models import zeldovich
+    from cosmo_dask.progress import persist
+    from cosmo_dask.simulation import run
+
+    name = platform.processor() or platform.machine()
+    if args.device == "gpu":
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    env = {"bench": "simulation", "device": args.device, "device_name": name,
+           "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    scheduler = "threads" if args.device == "cpu" else "sync"
+    with dask.config.set(scheduler=scheduler):
+        for n_side in args.n_side:
+            ics = zeldovich(n_side, box_size=float(n_side), redshift=args.z_init, seed=1,
+                            precision="float32")
+            if args.device == "gpu":
+                ics = ics.to_device("gpu")
+            t0 = time.perf_counter()
+            (pos,) = persist(ics.pos)
+            read = time.perf_counter() - t0
+            for method in args.method:
+                n_mesh = n_side * (args.pm_mesh_factor if method == "pm" else 1)
+                t0 = time.perf_counter()
+                res = run(ics, z_final=0.0, n_steps=args.steps, method=method, n_mesh=n_mesh,
+                          precision="float32")
+                total = time.perf_counter() - t0
+                later = res.log[1:] or res.log
+                step = statistics.median(r["seconds"] for r in later)
+                force = statistics.median(r["force_seconds"] for r in later)
+                emit(env, n_side=n_side, n_particles=n_side**3, method=method, n_mesh=n_mesh,
+                     steps=len(res.log), run_s=round(total, 3), ics_persist_s=round(read, 3),
+                     step_s=round(step, 4), force_s=round(force, 4),
+                     kick_drift_s=round(step - force, 4),
+                     first_step_s=round(res.log[0]["seconds"], 4),
+                     log=[{k: r[k] for k in ("a", "seconds", "force_seconds")}
+                          for r in res.log])
+            # the PM long-range force alone on the ICs, mesh 2 n_side (warm, median of 3)
+            for factor in sorted({1, args.pm_mesh_factor}):
+                n_mesh = factor * n_side
+                times = []
+                for _ in range(4):
+                    t0 = time.perf_counter()
+                    acc, _ = pm_accelerations(pos, float(ics.particle_mass), G=float(ics.G),
+                                              box_size=ics.box_size, n_mesh=n_mesh,
+                                              precision="float32", potential=False)
+                    persist(acc)
+                    times.append(time.perf_counter() - t0)
+                emit(env, n_side=n_side, n_particles=n_side**3, what="pm_force", n_mesh=n_mesh,
+                     seconds=round(statistics.median(times[1:]), 4),
+                     first_s=round(times[0], 4))
+
+
+if __name__ == "__main__":
+    main()
