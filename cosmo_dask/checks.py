@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["check_positive", "check_positive_int", "check_seed"]
+__all__ = ["check_positive", "check_positive_int", "check_seed", "check_subset"]
 
 
 def _is_number(value: Any) -> bool:
@@ -40,3 +40,14 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
         bound = ">= 0" if allow_zero else "> 0"
         raise ParameterError(f"{name} must be a finite number {bound}, got {value!r}")
     return float(value)
+
+
+def check_subset(values: Any, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """``values`` (a name or a sequence of names) as a tuple, each among ``allowed``."""
+    if isinstance(values, str):
+        values = (values,)
+    values = tuple(values)
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise ParameterError(f"{name} must be a subset of {allowed}, got {bad}")
+    return values

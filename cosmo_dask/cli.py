@@ -864,6 +864,15 @@ def build_parser() -> argparse.ArgumentParser:
                             help="cosmological parameters of the --plot theory curve, on top "
                             "of the snapshot's (Omega_m, Omega_b, Omega_L, h, sigma8, n_s)")
 
+    def _add_generator_outputs(parser):
+        """The options of commands that generate a snapshot store: dtype, chunks, overwrite."""
+        parser.add_argument("--precision", choices=("float32", "float64"), default=None)
+        parser.add_argument("--chunk-size", type=_positive_int, default=None,
+                            help="particles per chunk (default: dask config "
+                            "cosmo_dask.chunk_size)")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace an existing store")
+
     def subparser(name, **kw):
         p = sub.add_parser(name, **kw)
         _add_cluster_options(p, suppress=True)
@@ -900,14 +909,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--amplitude", type=float, default=0.5, help="lattice: offset amplitude in cells"
     )
-    g.add_argument("--precision", choices=("float32", "float64"), default=None)
-    g.add_argument(
-        "--chunk-size",
-        type=_positive_int,
-        default=None,
-        help="particles per chunk (default: dask config cosmo_dask.chunk_size)",
-    )
-    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_generator_outputs(g)
     g.set_defaults(func=cmd_generate)
 
     ic = subparser("ics", help="cosmological initial conditions (Zel'dovich or 2LPT)",
@@ -929,10 +931,7 @@ def build_parser() -> argparse.ArgumentParser:
                     metavar="KEY=VALUE,...", help="cosmological parameters (Omega_m, Omega_b, "
                     "Omega_L, h, sigma8, n_s) on top of the Planck 2018-like defaults")
     ic.add_argument("--seed", type=int, default=0)
-    ic.add_argument("--precision", choices=("float32", "float64"), default=None)
-    ic.add_argument("--chunk-size", type=_positive_int, default=None,
-                    help="particles per chunk (default: dask config cosmo_dask.chunk_size)")
-    ic.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_generator_outputs(ic)
     ic.set_defaults(func=cmd_ics)
 
     sm = subparser("simulate", help="evolve cosmological ICs with PM or TreePM",

@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 
+from ..checks import check_subset
 from ..errors import ParameterError
 from ..product_units import product_units
 from ..progress import compute
@@ -28,12 +29,7 @@ VARIABLE_QUANTITIES = {
 
 
 def _check_centers(centers) -> tuple[str, ...]:
-    if isinstance(centers, str):
-        centers = (centers,)
-    centers = tuple(centers)
-    bad = [c for c in centers if c not in CENTERS]
-    if bad:
-        raise ParameterError(f"centers must be a subset of {CENTERS}, got {bad}")
+    centers = check_subset(centers, CENTERS, "centers")
     if "mbp" in centers and "mbp_grid" in centers:
         raise ParameterError("ask for 'mbp' (exact, grid above grid_threshold) or 'mbp_grid' "
                              "(grid approximation for every halo), not both")

@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 
 from ..backend import device_of, resolve_precision
+from ..checks import check_subset
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..progress import active_client, format_seconds, persist
@@ -147,13 +148,7 @@ def _default_n_mesh(n_particles: int, method: str) -> int:
 
 
 def _analysis_names(analyses) -> tuple[str, ...]:
-    if isinstance(analyses, str):
-        analyses = (analyses,)
-    names = tuple(analyses)
-    bad = [a for a in names if a not in ANALYSES]
-    if bad:
-        raise ParameterError(f"analyses must be among {ANALYSES}, got {bad}")
-    return names
+    return check_subset(analyses, ANALYSES, "analyses")
 
 
 def _output_redshifts(outputs, z_final: float, z_ics: float) -> list[float]:
