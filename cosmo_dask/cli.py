@@ -782,14 +782,14 @@ def cmd_gravity(args) -> int:
                   r_split=args.r_split, r_cut=args.r_cut, precision=args.precision,
                   potential=not args.no_potential, max_leaf=args.max_leaf,
                   max_group=args.max_group)
-    # every parameter is checked (and the method's module imported) before a cluster starts
-    resolved = prepare(snap, check=False, **params).params
+    # every parameter is checked (and the method's module imported) before a cluster
+    # starts; values are checked as the store is read (open_snapshot checks every chunk)
+    prepared = prepare(snap, check=False, **params)
+    resolved = prepared.params
     _check_out(args)
     with _cluster(args):
         t0 = time.perf_counter()
-        # values were checked as the store is read (open_snapshot checks every chunk)
-        acc, _ = accelerations(snap, out=args.out, overwrite=args.overwrite, check=False,
-                               **params)
+        acc, _ = accelerations(prepared, out=args.out, overwrite=args.overwrite)
         dt = time.perf_counter() - t0
         acc64 = acc.astype("float64")
         (mean_sq,) = dask.compute(da.mean((acc64 * acc64).sum(axis=1)))

@@ -365,3 +365,23 @@ def test_cupy_chunks_in_cupy_out(tmp_path):
     to_zarr(acc, pot, tmp_path / "g.zarr")  # copied to the host chunk by chunk
     ds = open_gravity(tmp_path / "g.zarr")
     np.testing.assert_array_equal(ds["acc"].values, cupy.asnumpy(a))
+
+
+def test_prepared_input_is_used_as_is():
+    """accelerations(prepare(...)) computes what accelerations(...) computes, checking
+    the parameters once (in prepare)."""
+    from cosmo_dask.gravity.api import prepare
+
+    rng = np.random.default_rng(11)
+    pos = rng.random((300, 3))
+    kw = dict(method="direct", softening=0.01, G=1.0, precision="float64")
+    prepared = prepare(pos, 1.0 / 300, **kw)
+    acc_p, pot_p = accelerations(prepared)
+    acc, pot = accelerations(pos, 1.0 / 300, **kw)
+    np.testing.assert_array_equal(acc_p.compute(), acc.compute())
+    np.testing.assert_array_equal(pot_p.compute(), pot.compute())
+    # a direct sum reference for one particle
+    d = pos - pos[0]
+    r2 = (d * d).sum(axis=1) + 0.01**2
+    ref = (d[1:] / r2[1:, None] ** 1.5).sum(axis=0) / 300
+    np.testing.assert_allclose(acc.compute()[0], ref, rtol=1e-12)

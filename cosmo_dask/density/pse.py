@@ -124,12 +124,9 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
         ``root``, ``block``, ``max_partials`` or ``split_every``.
     """
     shape, box = _lagrangian(snap)
-    p, _, _ = check_octree_params(patch_size, 0, 1.0)  # the defaults below need p
-    if max_level is None:
-        max_level = default_max_level(shape, p)
-    if max_tets_per_node is None:
-        max_tets_per_node = float(p) ** 3
-    p, max_level, max_tets = check_octree_params(patch_size, max_level, max_tets_per_node)
+    p, max_level, max_tets = check_octree_params(
+        patch_size, max_level, max_tets_per_node,
+        default_max_level=lambda patch: default_max_level(shape, patch))
     if strategy not in STRATEGIES:
         raise ParameterError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     for name, value, low in (("max_partials", max_partials, 1), ("split_every", split_every, 2)):

@@ -199,11 +199,21 @@ def _assemble(leaves, blk, shift, root_lo, root_size):
                         shift[piece_of_row], root_lo, root_size)
 
 
-def check_octree_params(patch_size, max_level, max_tets_per_node):
-    """Validated ``(patch_size, max_level, max_tets_per_node)`` (ParameterError otherwise)."""
+def check_octree_params(patch_size, max_level=None, max_tets_per_node=None, *,
+                        default_max_level=None):
+    """Validated ``(patch_size, max_level, max_tets_per_node)`` (ParameterError otherwise).
+
+    ``max_level=None`` takes ``default_max_level(patch_size)`` (a callable, given by the
+    caller that knows the Lagrangian mesh); ``max_tets_per_node=None`` takes
+    ``patch_size^3``. Each parameter is checked here once.
+    """
     if (isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer))
             or patch_size < 1 or patch_size & (patch_size - 1)):
         raise ParameterError(f"patch_size must be a power of two, got {patch_size!r}")
+    if max_level is None and default_max_level is not None:
+        max_level = default_max_level(int(patch_size))
+    if max_tets_per_node is None:
+        max_tets_per_node = float(patch_size) ** 3
     if (isinstance(max_level, bool) or not isinstance(max_level, (int, np.integer))
             or not 0 <= max_level <= 20):
         raise ParameterError(f"max_level must be an integer in [0, 20], got {max_level!r}")

@@ -349,6 +349,9 @@ def accelerations(
         A :class:`~cosmo_dask.Snapshot` (its ``G``, ``box_size``, ``mass`` or
         ``particle_mass`` are used unless given here), or raw (N, 3) positions
         (NumPy, CuPy or dask array) in length units.
+        Or the :class:`GravityInput` that :func:`prepare` returned: its particles
+        and resolved parameters are used as they are (checked once, there), and
+        only ``out`` and ``overwrite`` of the arguments below apply.
     mass : array_like or float, optional
         (N,) masses or the one mass of every particle. Required with raw
         positions; taken from the snapshot otherwise.
@@ -416,10 +419,14 @@ def accelerations(
     NotImplementedError
         When the module of ``method`` is not available.
     """
-    inp = prepare(snap_or_pos, mass, G=G, box_size=box_size, check=check, method=method,
-                  theta=theta, softening=softening, softening_kernel=softening_kernel,
-                  n_mesh=n_mesh, r_split=r_split, precision=precision, potential=potential,
-                  max_leaf=max_leaf, max_group=max_group, r_cut=r_cut)
+    if isinstance(snap_or_pos, GravityInput):  # prepared (and checked) by prepare()
+        inp = snap_or_pos
+    else:
+        inp = prepare(snap_or_pos, mass, G=G, box_size=box_size, check=check, method=method,
+                      theta=theta, softening=softening, softening_kernel=softening_kernel,
+                      n_mesh=n_mesh, r_split=r_split, precision=precision,
+                      potential=potential, max_leaf=max_leaf, max_group=max_group,
+                      r_cut=r_cut)
     if out is not None:
         from ..atomic import check_writable_target
 
