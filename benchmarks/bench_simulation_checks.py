@@ -16,13 +16,11 @@ Prints one JSON line per check (ratios up to k = 1 h/Mpc or the mesh's Nyquist/2
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
 import dask
 import numpy as np
-from timing import emit
+from timing import box_parser, emit, env_of
 
 
 def _energies(snap, n_mesh):
@@ -50,20 +48,14 @@ def _max_dev(a, b):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n-side", type=int, default=64)
-    ap.add_argument("--box", type=float, default=128.0)
-    ap.add_argument("--z-init", type=float, default=19.0)
-    ap.add_argument("--steps", type=int, default=10)
+    ap = box_parser(__doc__, n_side=64, box=128.0, steps=10, method=False)
     ap.add_argument("--skip-treepm", action="store_true")
     args = ap.parse_args(argv)
 
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
 
-    env = {"bench": "simulation_checks", "cpus": os.cpu_count(),
-           "date": time.strftime("%Y-%m-%d"), "n_side": args.n_side, "box": args.box,
-           "z_init": args.z_init}
+    env = env_of("simulation_checks", args)
     n = args.n_side
     mesh = 2 * n
     kmax = min(1.0, 0.5 * np.pi * mesh / args.box)

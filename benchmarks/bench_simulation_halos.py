@@ -14,22 +14,15 @@ Prints one JSON line with the per-bin counts and ratios.
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
 import dask
 import numpy as np
-from timing import emit
+from timing import box_parser, emit, env_of
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n-side", type=int, default=128)
-    ap.add_argument("--box", type=float, default=256.0)
-    ap.add_argument("--z-init", type=float, default=19.0)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--method", choices=("pm", "treepm"), default="pm")
+    ap = box_parser(__doc__, n_side=128, box=256.0, steps=40)
     ap.add_argument("--min-halos", type=int, default=30)
     ap.add_argument("--min-particles", type=int, default=100)
     args = ap.parse_args(argv)
@@ -39,9 +32,7 @@ def main(argv=None):
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
 
-    env = {"bench": "simulation_halos", "cpus": os.cpu_count(),
-           "date": time.strftime("%Y-%m-%d"), "n_side": args.n_side, "box": args.box,
-           "z_init": args.z_init, "steps": args.steps, "method": args.method}
+    env = env_of("simulation_halos", args)
     with dask.config.set(scheduler="threads"):
         ics = lpt_ics(args.n_side, box_size=args.box, redshift=args.z_init, seed=3,
                       precision="float32")
