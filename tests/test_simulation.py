@@ -144,6 +144,22 @@ def test_kill_and_resume_bit_identical(tmp_path):
         run(ics, n_steps=6, n_mesh=16, out=out, checkpoint_every=2, resume=True)
 
 
+def test_resume_from_a_damaged_checkpoint_is_a_clear_error(tmp_path):
+    """A deleted chunk of the checkpoint is an error naming it, not a resume from zeros."""
+    from cosmo_dask.errors import SnapshotError
+
+    ics = _ics(16, box=500.0)
+    out = tmp_path / "sim"
+    with pytest.raises(SimulationInterrupted):
+        run(ics, n_steps=6, n_mesh=32, out=out, checkpoint_every=2, _stop_after=3)
+    chunk = next((out / "checkpoint" / "mom" / "c").rglob("*"))
+    while chunk.is_dir():
+        chunk = next(chunk.iterdir())
+    chunk.unlink()
+    with pytest.raises(SnapshotError, match="array 'mom'.*missing"):
+        run(ics, n_steps=6, n_mesh=32, out=out, checkpoint_every=2, resume=True)
+
+
 # ----------------------------------------------------------------------------- outputs
 def test_outputs_store_and_analyses(tmp_path):
     """Outputs at z = 3 and 1 (and the final z = 0) open with open_snapshot with

@@ -37,6 +37,7 @@ import zarr
 
 from ..atomic import atomic_directory, check_writable_target, local_path
 from ..errors import ParameterError, SnapshotError
+from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.simulation"
@@ -173,10 +174,10 @@ def read_checkpoint(path: Path) -> tuple[dict, dict]:
     """``(arrays, attrs)`` of ``path/checkpoint``: lazy dask arrays in the stored row
     chunks of the run (``attrs["chunks"]``)."""
     target = path / CHECKPOINT
-    group = zarr.open_group(str(target), mode="r")
-    attrs = dict(group.attrs)
-    if attrs.get("format") != CHECKPOINT_FORMAT:
-        raise SnapshotError(f"{target}: not a simulation checkpoint")
+    # the product reader: format checked, every chunk file present with its written size
+    # (a missing chunk would otherwise read as zeros and resume a wrong state)
+    group, attrs = open_product_group(target, fmt=CHECKPOINT_FORMAT,
+                                      what="simulation checkpoint")
     rows = tuple(int(c) for c in attrs["parameters"]["chunks"])
     arrays = {}
     for name, arr in group.arrays():
