@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from scipy import integrate
 
 from ..errors import ParameterError
@@ -120,9 +121,14 @@ def _integral(fn, a0: float, a1: float) -> float:
 
 
 # ----------------------------------------------------------------------------- array updates
-def kick(mom: da.Array, acc: da.Array, factor: float) -> da.Array:
-    """``p + factor g`` (elementwise, chunked like ``p``)."""
+def _kick_block(mom, acc, factor):
     return mom + acc * mom.dtype.type(factor)
+
+
+def kick(mom: da.Array, acc: da.Array, factor: float) -> da.Array:
+    """``p + factor g`` (elementwise, chunked like ``p``; tasks ``sim-kick-<token>``)."""
+    return da.map_blocks(_kick_block, mom, acc, float(factor), dtype=mom.dtype,
+                         meta=mom._meta, name=f"sim-kick-{tokenize(mom, acc, factor)}")
 
 
 def _drift_block(pos, mom, factor, box, dtype):
@@ -133,5 +139,6 @@ def _drift_block(pos, mom, factor, box, dtype):
 def drift(pos: da.Array, mom: da.Array, factor: float, box_size: float) -> da.Array:
     """``x + factor p`` wrapped into ``[0, box_size)`` (computed in float64, cast back)."""
     return da.map_blocks(_drift_block, pos, mom, float(factor), float(box_size), pos.dtype,
-                         dtype=pos.dtype, meta=pos._meta)
+                         dtype=pos.dtype, meta=pos._meta,
+                         name=f"sim-drift-{tokenize(pos, mom, factor, box_size)}")
 
