@@ -9,6 +9,7 @@ from .mass_function import (
     theory_mass_function,
 )
 from .result import HaloResult, open_catalog
+from .spherical_overdensity import spherical_overdensity
 
 __all__ = [
     "fof",
@@ -20,4 +21,5 @@ __all__ = [
     "plot_mass_function",
     "sigma_of_mass",
     "theory_mass_function",
+    "spherical_overdensity",
 ]
