@@ -10,7 +10,8 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["check_positive", "check_positive_int", "check_seed", "check_subset"]
+__all__ = ["check_finite", "check_positive", "check_positive_int", "check_seed",
+           "check_subset"]
 
 
 def _is_number(value: Any) -> bool:
@@ -30,6 +31,13 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
 def check_seed(seed: Any) -> int:
     """A non-negative integer seed."""
     return check_positive_int(seed, "seed", minimum=0)
+
+
+def check_finite(value: Any, name: str) -> float:
+    """A finite number (of any sign)."""
+    if not (_is_number(value) and math.isfinite(float(value))):
+        raise ParameterError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:

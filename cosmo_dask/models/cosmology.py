@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from scipy import integrate
 
+from ..checks import check_finite
 from ..errors import ParameterError
 
 #: keys of the ``cosmology`` attribute written on snapshots
@@ -33,13 +34,6 @@ SNAPSHOT_KEYS = ("Omega_m", "Omega_b", "Omega_L", "h", "sigma8", "n_s")
 THEORY_KEYS = ("Omega_m", "Omega_b", "h", "sigma8", "n_s")
 #: tolerance on |Omega_m + Omega_L - 1| (the model is flat)
 FLATNESS_TOL = 1e-4
-
-
-def _number(value: Any, name: str) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)):
-        raise ParameterError(f"cosmology: {name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def tophat_window(x: np.ndarray) -> np.ndarray:
@@ -89,8 +83,8 @@ class Cosmology:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "Omega_L" and value is None:
-                value = 1.0 - _number(self.Omega_m, "Omega_m")
-            object.__setattr__(self, f.name, _number(value, f.name))
+                value = 1.0 - check_finite(self.Omega_m, "cosmology: Omega_m")
+            object.__setattr__(self, f.name, check_finite(value, f"cosmology: {f.name}"))
         if self.Omega_m <= 0:
             raise ParameterError(f"cosmology: Omega_m must be > 0, got {self.Omega_m}")
         if not 0 <= self.Omega_b < self.Omega_m:

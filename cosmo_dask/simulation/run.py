@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 
 from ..backend import device_of, resolve_precision
-from ..checks import check_subset
+from ..checks import check_finite, check_positive_int, check_subset
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..progress import active_client, format_seconds, persist
@@ -75,19 +75,6 @@ class SimulationResult:
 
 
 # ----------------------------------------------------------------------------- checks
-def _number(value, name: str) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)):
-        raise ParameterError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ParameterError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def _ics_snapshot(ics):
     from ..snapshot import Snapshot, open_snapshot
 
@@ -293,13 +280,13 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
         raise ParameterError(f"method must be one of {METHODS}, got {method!r}")
     a_ics = float(snap.scale_factor)
     z_ics = 1.0 / a_ics - 1.0
-    z_final = _number(z_final, "z_final")
+    z_final = check_finite(z_final, "z_final")
     if not (z_final > -1 and z_final < z_ics * (1 - 1e-12) - 1e-12):
         raise ParameterError(f"z_final = {z_final:g} must be below the ICs' redshift "
                              f"z = {z_ics:.6g} (and > -1)")
     a_final = 1.0 / (1.0 + z_final)
     if n_steps is not None:
-        n_steps = _positive_int(n_steps, "n_steps")
+        n_steps = check_positive_int(n_steps, "n_steps")
     out_z = _output_redshifts(outputs, z_final, z_ics)
     out_a = [a_ics if abs(z - z_ics) <= 1e-9 * (1 + z_ics) else 1.0 / (1.0 + z) for z in out_z]
     sched = step_schedule(a_ics, a_final, n_steps, steps, out_a)
@@ -308,13 +295,13 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
     n = snap.n_particles
     if n_mesh is None:
         n_mesh = _default_n_mesh(n, method)
-    n_mesh = _positive_int(n_mesh, "n_mesh")
+    n_mesh = check_positive_int(n_mesh, "n_mesh")
     spacing = snap.box_size / n ** (1.0 / 3.0)
     if method == "treepm":
         from ..gravity.parameters import check_theta
 
         theta = check_theta(theta)
-        softening = SOFTENING_SPACINGS * spacing if softening is None else _number(
+        softening = SOFTENING_SPACINGS * spacing if softening is None else check_finite(
             softening, "softening")
         if not 0 <= softening < snap.box_size / n_mesh:
             raise ParameterError(f"softening = {softening:g} must be >= 0 and below one PM "
@@ -324,14 +311,14 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
     kind = factors or ("fastpm" if method == "pm" else "standard")
     fac = Factors(cosmo, h0, kind)
     if checkpoint_every is not None:
-        checkpoint_every = _positive_int(checkpoint_every, "checkpoint_every")
+        checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
         if out is None:
             raise ParameterError("checkpoint_every needs out= (the simulation store)")
     if resume and out is None:
         raise ParameterError("resume=True needs out= (the simulation store holding the "
                              "checkpoint)")
     if _stop_after is not None:
-        _stop_after = _positive_int(_stop_after, "_stop_after")
+        _stop_after = check_positive_int(_stop_after, "_stop_after")
     _check_density(snap, cosmo, h0)
     chunks = [int(c) for c in snap.pos.chunks[0]]
     params = {
