@@ -70,13 +70,16 @@ import math
 import dask
 import numpy as np
 import xarray as xr
+from dask.base import tokenize
 
+from ..backend import host
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..models.zeldovich import RHO_CRIT_1E10, ZELDOVICH_UNITS
 from ..product_units import product_units
 from ..progress import compute
 from ..units import factor, gravitational_constant
+from ..validation import wrap_into_box
 
 __all__ = ["spherical_overdensity", "bryan_norman_delta", "nfw_f", "c_from_vmax_ratio",
            "N_FINE", "FINE_RANGE"]
@@ -133,16 +136,13 @@ def _chunk_cells(pos, mass, centres, radii, box, particle_mass):
     """Sparse (key, mass, count) cells of one chunk; key = halo * (N_FINE + 1) + bin."""
     from scipy.spatial import cKDTree
 
-    if hasattr(pos, "get"):  # CuPy chunk: the tree search runs on the host
-        pos = pos.get()
-    if mass is not None and hasattr(mass, "get"):
-        mass = mass.get()
-    pos = np.asarray(pos, dtype=np.float64)
+    pos = np.asarray(host(pos), dtype=np.float64)  # CuPy chunks: the search runs on the host
+    if mass is not None:
+        mass = host(mass)
     empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
     if pos.shape[0] == 0:
         return empty
-    p = np.mod(pos, box)
-    p[p >= box] = 0.0
+    p = wrap_into_box(pos, box)
     tree = cKDTree(p, boxsize=box)
     lists = tree.query_ball_point(centres, radii)
     lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
@@ -348,12 +348,16 @@ def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center=
         mass_blocks = (snap.mass.to_delayed().ravel() if snap.mass is not None
                        else [None] * len(pos_blocks))
         pm = snap.particle_mass
+        token = tokenize(snap.pos, snap.mass, pm, centres, radii, box)
         kernel = dask.delayed(_chunk_cells, pure=True)
-        parts = [kernel(p, m, centres, radii, box, pm)
-                 for p, m in zip(pos_blocks, mass_blocks, strict=True)]
+        parts = [kernel(p, m, centres, radii, box, pm, dask_key_name=f"so-chunk-{token}-{i}")
+                 for i, (p, m) in enumerate(zip(pos_blocks, mass_blocks, strict=True))]
         merge = dask.delayed(_merge, pure=True)
-        while len(parts) > 1:
-            parts = [merge(*parts[i:i + 8]) for i in range(0, len(parts), 8)]
+        level = 0
+        while len(parts) > 1:  # a tree of sums, 8 at a time
+            parts = [merge(*parts[i:i + 8], dask_key_name=f"so-merge-{token}-{level}-{i}")
+                     for i in range(0, len(parts), 8)]
+            level += 1
         (keys, cmass, ccount), = compute(parts[0], label="spherical overdensity")
     else:
         keys, cmass, ccount = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
