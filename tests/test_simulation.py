@@ -240,3 +240,19 @@ def test_bad_snapshots_and_existing_out(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     with pytest.raises(ParameterError, match="no checkpoint|not a simulation"):
         run(ics, n_steps=2, out=out, resume=True)
+
+
+def test_overwrite_never_deletes_the_ics(tmp_path):
+    """ICs taken from an output of a simulation store: overwriting that store with a new
+    run would delete them; refused before any work, the store left as it was."""
+    from cosmo_dask import open_snapshot
+
+    ics = _ics(8, box=500.0)
+    out = tmp_path / "sim"
+    run(ics, n_steps=2, n_mesh=16, out=out, outputs=(5.0,))
+    inner = open_simulation(out).snapshot(5.0).source
+    before = sorted(p.name for p in (out / "outputs").iterdir())
+    with pytest.raises(ParameterError, match="holds the ICs"):
+        run(open_snapshot(inner), n_steps=2, n_mesh=16, out=out, overwrite=True)
+    assert sorted(p.name for p in (out / "outputs").iterdir()) == before
+    assert open_snapshot(inner).n_particles == 512

@@ -89,6 +89,11 @@ def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
         if not (empty or is_simulation_store(p)):
             raise ParameterError(f"out: {p} is neither a simulation store nor an empty "
                                  "directory; overwrite=True replaces only those")
+        for source in inputs:  # replacing the store must not delete the run's own input
+            src = local_path(source).resolve()
+            if src == p.resolve() or p.resolve() in src.parents:
+                raise ParameterError(f"out: {p} holds the ICs ({src}); overwrite=True would "
+                                     "delete them: write the run elsewhere")
         return p
     try:
         return check_writable_target(p, overwrite=False, what="simulation store",
