@@ -3,7 +3,12 @@
 Workloads (periodic box, b = 0.2 mean spacings, min_members = 20):
   uniform    N random points;
   clustered  half uniform, half in Gaussian blobs (sigma 0.3-1 mean spacing,
-             blob sizes from a power law), wrapped into the box.
+             blob sizes from a power law), wrapped into the box;
+  plummer    15% uniform, the rest in 400 Plummer spheres with power-law sizes
+             (2^21: 500 halos of >= 20, the largest 320k, 1.7e8 friend pairs;
+             spheres on faces and an edge), wrapped into the box;
+  zeldovich  Zel'dovich-approximation particles at z = 0 (cosmo_dask.models), box
+             N^(1/3) Mpc/h.
 
 For each, in one run: cosmo_dask ``fof_labels`` end to end from an in-memory
 snapshot on the local threaded scheduler (all cores), then the scipy reference
@@ -11,6 +16,11 @@ snapshot on the local threaded scheduler (all cores), then the scipy reference
 compare against), and the ratio. Partitions are checked equal. ``--device gpu``
 times FOF on CuPy chunks from a Zarr store (particles/s, end to end).
 ``--mbp`` times exact vs grid most-bound particles on the largest halos.
+``--kdcount`` adds, in the same process, kdcount's FOF (``kdcount.cluster.fof``, one
+thread, checked to give the same partition) and ratios ours / kdcount for: the full
+``fof_labels`` (threaded, all cores, and the synchronous scheduler, one thread), and
+the single-threaded kernel ``fof_local`` on the whole box (the dense-cell path,
+``count_friends=False``, and the exact pair path that counts friends).
 ``--memory`` reports the peak memory of FOF runs from a Zarr store (1 and 8
 domains, each in a fresh single-threaded process that holds every domain): the
 traced peak (tracemalloc) and the sampled resident-set peak over the bytes of
@@ -20,6 +30,7 @@ full ``fof`` with its catalog).
 Prints one JSON object per measurement.
 
     python benchmarks/bench_halos.py [--n-side 128 256] [--device cpu|gpu] [--mbp] [--memory]
+        [--kinds plummer zeldovich uniform clustered] [--kdcount]
 """
 
 from __future__ import annotations
@@ -34,6 +45,48 @@ import time
 import dask
 import numpy as np
 
+#: central densities of the Plummer spheres: 10^RHO_LO .. 10^RHO_HI mean densities
+RHO_LO, RHO_HI = 3.0, 5.0
+
+
+def plummer_spheres(n: int, box: float, rng, n_spheres: int = 400, background: float = 0.15,
+                    largest: float = 0.165):
+    """``n`` points: ``background`` of them uniform, the rest in ``n_spheres`` Plummer
+    spheres with power-law (Zipf) sizes, the largest holding ``largest`` of all points
+    (~350k of 2^21, ~320k in its FOF halo), wrapped into the periodic box. Scale radii
+    give central densities log-uniform in 10^RHO_LO-10^RHO_HI mean densities; the
+    largest sphere sits on an edge of the box and a tenth of the others on a face.
+    With b = 0.2 and 2^21 points (seed 1): 500 halos of >= 20 members, 397 of >= 100
+    (about one per sphere; the rest are small groups at the spheres' rims), the largest
+    319,882, and 1.7e8 friend pairs."""
+    n_bg = int(round(background * n))
+    n_sph = n - n_bg
+    top = largest * n
+    # Zipf exponent p with sum_k top k^-p = n_sph
+    k = np.arange(1, n_spheres + 1, dtype=np.float64)
+    lo_p, hi_p = 0.1, 4.0
+    for _ in range(60):
+        p = 0.5 * (lo_p + hi_p)
+        if (top * k**-p).sum() > n_sph:
+            lo_p = p
+        else:
+            hi_p = p
+    sizes = np.floor(top * k**-p).astype(np.int64)
+    sizes[0] += n_sph - sizes.sum()
+    centres = rng.random((n_spheres, 3)) * box
+    on_face = rng.random(n_spheres) < 0.1
+    centres[on_face, rng.integers(0, 3, on_face.sum())] = 0.0
+    centres[0] = (0.3, 0.2, 0.5 * box)  # the largest straddles an edge (two faces)
+    rho0 = 10 ** rng.uniform(RHO_LO, RHO_HI, n_spheres)  # central density / mean density
+    a = (3 * sizes / (4 * np.pi * rho0)) ** (1 / 3)  # Plummer: rho0 = 3 M / (4 pi a^3)
+    pos = [rng.random((n_bg, 3)) * box]
+    for c, s, r in zip(centres, sizes, a, strict=True):
+        u = rng.uniform(0.0, 0.985, s)  # mass fraction, truncated at ~10 a
+        rad = r / np.sqrt(u ** (-2 / 3) - 1)
+        v = rng.normal(size=(s, 3))
+        pos.append(c + v * (rad / np.linalg.norm(v, axis=1))[:, None])
+    return np.mod(np.concatenate(pos), box)
+
 
 def particles(n_side: int, kind: str, seed: int = 1):
     rng = np.random.default_rng(seed)
@@ -41,6 +94,13 @@ def particles(n_side: int, kind: str, seed: int = 1):
     box = float(n_side)  # mean spacing 1
     if kind == "uniform":
         return rng.random((n, 3)) * box, box
+    if kind == "plummer":
+        return plummer_spheres(n, box, rng), box
+    if kind == "zeldovich":  # Zel'dovich ICs at z = 0 (shell crossing: pancakes, filaments)
+        from cosmo_dask.models import zeldovich
+
+        snap = zeldovich(n_side, box_size=box, redshift=0.0, seed=seed, precision="float64")
+        return np.mod(snap.pos.compute(), box), box
     half = n // 2
     pos = [rng.random((n - half, 3)) * box]
     sizes = np.maximum(20, (rng.pareto(1.0, size=half // 50) + 1) * 20).astype(int)
@@ -80,7 +140,10 @@ def same_partition(labels, comp, min_members):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-side", type=int, nargs="+", default=[128])
-    ap.add_argument("--kinds", nargs="+", default=["clustered", "uniform"])
+    ap.add_argument("--kinds", nargs="+", default=["clustered", "uniform"],
+                    choices=("clustered", "uniform", "plummer", "zeldovich"))
+    ap.add_argument("--kdcount", action="store_true",
+                    help="side-by-side kdcount FOF and single-thread kernel timings")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--no-scipy", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of ours (median)")
@@ -150,11 +213,59 @@ def main(argv=None):
                         same_partition(labels, comp, min_members) and n_ref == res.n_halos
                     ),
                 )
+            if args.kdcount and args.device == "cpu":
+                row.update(bench_kdcount(snap, box, ll, min_members, labels, t_ours,
+                                         args.repeat))
             print(json.dumps(row), flush=True)
             if args.mbp and kind == "clustered":
                 bench_mbp(snap, res, box, env, args.device)
             if args.memory and kind == "clustered":
                 bench_memory(snap, ll, min_members, env, device=args.device)
+
+
+def bench_kdcount(snap, box, ll, min_members, labels, t_ours, repeat):
+    """kdcount's FOF beside ours (medians of ``repeat`` runs): the full ``fof_labels`` on
+    the synchronous scheduler, and the kernel alone (one domain, one thread), the
+    dense-cell path and the friend-counting pair path."""
+    from kdcount.cluster import dataset
+    from kdcount.cluster import fof as kd_fof
+
+    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_kernels import fof_local
+
+    pos32 = snap.pos.compute()
+    pos = pos32.astype(np.float64)  # the same values; kdcount works in float64
+    periods = (box, box, box)
+
+    def median_time(fn):
+        times, out = [], None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times)), out
+
+    t_kd, kd = median_time(lambda: kd_fof(dataset(pos, boxsize=box), linking_length=ll))
+    fof_local(pos32[:1000], periods, ll, count_friends=False)  # numba warm-up
+    t_kernel, (root, _) = median_time(
+        lambda: fof_local(pos32, periods, ll, count_friends=False))
+    t_pairs, (root_p, friends) = median_time(lambda: fof_local(pos32, periods, ll))
+    with dask.config.set(scheduler="sync"):
+        t_sync, _ = median_time(
+            lambda: fof_labels(snap, ll, min_members=min_members).labels.compute())
+    return {
+        "kdcount_seconds": t_kd,
+        "identical_kdcount": bool(same_partition(labels, kd.labels, min_members)),
+        "ratio_ours_over_kdcount": t_ours / t_kd,
+        "sync_seconds": t_sync,
+        "ratio_sync_over_kdcount": t_sync / t_kd,
+        "kernel_seconds": t_kernel,
+        "ratio_kernel_over_kdcount": t_kernel / t_kd,
+        "kernel_pairs_seconds": t_pairs,
+        "ratio_kernel_pairs_over_kdcount": t_pairs / t_kd,
+        "kernel_paths_agree": bool(np.array_equal(root, root_p)),
+        "friend_pairs": int(friends.sum(dtype=np.int64) // 2),
+    }
 
 
 def bench_mbp(snap, res, box, env, device="cpu"):

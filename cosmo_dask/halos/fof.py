@@ -90,7 +90,9 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
     else:
         from .fof_kernels import fof_local
 
-        root, friends = fof_local(part.pos, periods, ll, min_friends)
+        # friend counts are read only by the members tables (the catalog's MCP)
+        root, friends = fof_local(part.pos, periods, ll, min_friends,
+                                  count_friends=with_members)
     rep = part.index[root]
     n_own = part.n_owned  # owned rows come first, ghosts after
     ids = part.extra.get("ids", part.index)
@@ -103,7 +105,7 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
         "index": part.index[:n_own],
         "rep": rep[:n_own],
         "ids": ids[:n_own].astype(np.int64, copy=False),
-        "friends": friends[:n_own],
+        "friends": None if friends is None else friends[:n_own],
         "ghost_index": host(part.index[n_own:]),
         "ghost_rep": host(rep[n_own:]),
         "export_index": host(part.index[part.exported]),

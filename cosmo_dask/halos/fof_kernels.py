@@ -22,17 +22,58 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    so each unordered pair of cells, and each pair of particles, is examined
    once. Periodic axes with fewer than three cells have their neighbour
    offsets deduplicated.
-4. Each friend pair (distance ``<= ll``, minimum image on periodic axes)
-   increments both friend counts and is merged in a union-find forest (path
-   halving, the smaller index becomes the root). With ``min_friends = k > 1``
-   a first pass counts friends and a second pass merges only pairs whose two
-   members both have at least ``k`` friends.
+4. With friend counts (``count_friends``, the default, or ``min_friends > 1``)
+   every particle pair of neighbouring cells is tested: each friend pair
+   (distance ``<= ll``, minimum image on periodic axes) increments both friend
+   counts and is merged in a union-find forest (path halving, the smaller
+   index becomes the root). With ``min_friends = k > 1`` a first pass counts
+   friends and a second pass merges only pairs whose two members both have at
+   least ``k`` friends. This costs one test per pair closer than about
+   ``2 ll``: ~1e8 or more on a clustered box of 2^21 particles.
+5. Plain FOF without counts (``min_friends == 1``, ``count_friends=False``)
+   links *units* instead, so that its cost is bounded by particles and
+   occupied cells rather than by pairs:
+
+   * Each coarse cell is cut into fine cells of side at most ``ll / sqrt(3)``
+     (2 per axis for cells of side ~``ll``) and its particles are sorted by
+     fine cell. A fine cell with several particles whose bounding box proves
+     every pair inside it friends is one unit, its particles joined at once
+     without a distance test (any two points in it are within ``ll``); a
+     fine cell that cannot be proven so (only with capped sub-division, or
+     a period shorter than ``ll``) is split into single-particle units.
+   * The coarse-cell stencil of step 3 is walked as before, but over units
+     (each unordered pair of units at most once). Two single particles take
+     the pair test. Otherwise the pair is skipped when the two units are
+     already in one set (``find``); else the two bounding boxes decide: no
+     pair can be friends (skip), every pair is (join once), or neither, and
+     then the per-pair tests stop at the first friend pair (one link joins
+     the two units, each already one set); a point-against-box test skips or
+     accepts whole rows of those tests.
+   * Once a coarse cell's units are all in one set (dense cells, right after
+     their internal unit pairs), the cell is one node: a neighbour block whose
+     coarse cells are each known to be in that set is skipped whole (cells
+     found to be one set are remembered; sets only merge), and each other
+     neighbour unit is skipped when in the set, tested against the cell's
+     bounding box (skip, or join once), and only then tried unit by unit
+     until one link. In a dense halo the work per cell is thus about one
+     ``find`` per neighbour coarse cell, not one test per pair of particles.
+   * The box tests are exact, not approximate: :func:`_pair` computes
+     ``fl(x_i - x_j)``, one minimum-image shift, squares and their sum, all
+     monotone in IEEE arithmetic, so applying the same operations to the
+     boxes' extreme coordinates bounds every pair's computed distance;
+     where the pairs would take different minimum-image branches the test
+     answers "undecided" and the pairs are tested one by one. The result is
+     thus identical to the pair path's.
+   * Extra memory: unit offsets and box indices (O(particles)) and 48 bytes
+     per multi-particle unit.
 
 The labels returned are canonical: each particle's label is the smallest input
 index in its group.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -65,12 +106,13 @@ def _wrap(x, L):
 
 
 @numba.njit(cache=True, nogil=True)
-def _cell_ids(pos, periods, ll):
-    """Integer cell id of every particle.
+def _grid(pos, periods, ll):
+    """The coarse cell grid: ``(dims, origin, inv)``.
 
-    Returns ``(ids, dims)``: the int64 cell ids and the number of cells per
-    axis. Periodic coordinates are wrapped into ``[0, L)`` first; open axes
-    use halved coordinates so that the extent cannot overflow.
+    A coordinate ``x`` maps to the cell coordinate ``t = wrap(x) * inv`` on a
+    periodic axis and ``t = (x / 2 - origin) * inv`` on an open one (halved
+    coordinates, so that the extent cannot overflow); its cell is ``int(t)``
+    clamped to ``[0, dims)``.
     """
     m = pos.shape[0]
     dims = np.ones(3, dtype=np.int64)
@@ -111,6 +153,18 @@ def _cell_ids(pos, periods, ll):
             dims[a] = n
             origin[a] = half_lo
             inv[a] = 1.0 / half_side
+    return dims, origin, inv
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_ids(pos, periods, ll):
+    """Integer cell id of every particle.
+
+    Returns ``(ids, dims, origin, inv)``: the int64 cell ids, the number of
+    cells per axis and the grid's mapping (see :func:`_grid`).
+    """
+    m = pos.shape[0]
+    dims, origin, inv = _grid(pos, periods, ll)
     ny = dims[1]
     nz = dims[2]
     ids = np.empty(m, dtype=np.int64)
@@ -130,7 +184,7 @@ def _cell_ids(pos, periods, ll):
                 c = 0
             cell[a] = c
         ids[i] = (cell[0] * ny + cell[1]) * nz + cell[2]
-    return ids, dims
+    return ids, dims, origin, inv
 
 
 @numba.njit(cache=True, nogil=True)
@@ -411,6 +465,471 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, pa
                                    friends, parent)
 
 
+# ----------------------------------------------------------------------------- dense cells
+# Fine cells ("units") for plain FOF without friend counts; see the module docstring.
+
+# Fine cells per coarse cell along an axis are capped (sub-cell keys stay small);
+# a fine cell too large to be linked internally is split into single particles.
+_MAX_SUB_PER_AXIS = 1024
+# Coarse cells at most this occupied are sorted by insertion sort.
+_INSERTION_SORT_MAX = 24
+
+
+@numba.njit(cache=True, inline="always")
+def _axis_range(rmin, rmax, L, h):
+    """``(ok, lo, hi)``: the range of ``|d|`` for every pair whose raw difference
+    ``fl(x_i - x_j)`` lies in ``[rmin, rmax]``, after :func:`_pair`'s minimum-image
+    step; ``ok`` is False when the pairs do not all take one branch of that step."""
+    if rmin > h:
+        dmin = rmin - L
+        dmax = rmax - L
+    elif rmax < -h:
+        dmin = rmin + L
+        dmax = rmax + L
+    elif rmin >= -h and rmax <= h:
+        dmin = rmin
+        dmax = rmax
+    else:
+        return False, 0.0, 0.0
+    if dmin >= 0.0:
+        return True, dmin, dmax
+    if dmax <= 0.0:
+        return True, -dmax, -dmin
+    return True, 0.0, max(-dmin, dmax)
+
+
+@numba.njit(cache=True, inline="always")
+def _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                L0, L1, L2, h0, h1, h2, ll2):
+    """Whether all pairs between box ``[a, b]`` and box ``[c, e]`` (per-axis lows and
+    highs) are friends (1), none is (-1), or undecided (0).
+
+    Exact: :func:`_pair` computes ``fl(x_i - x_j)``, one minimum-image shift, the
+    squares and their sum, each a monotone operation in IEEE arithmetic, so the
+    same operations on the boxes' extremes bound every pair's computed ``d2``.
+    """
+    ok0, lo0, hi0 = _axis_range(a0 - e0, b0 - c0, L0, h0)
+    ok1, lo1, hi1 = _axis_range(a1 - e1, b1 - c1, L1, h1)
+    ok2, lo2, hi2 = _axis_range(a2 - e2, b2 - c2, L2, h2)
+    if not (ok0 and ok1 and ok2):
+        return 0
+    d2 = lo0 * lo0
+    if d2 + lo1 * lo1 + lo2 * lo2 > ll2:
+        return -1
+    d2 = hi0 * hi0
+    if d2 + hi1 * hi1 + hi2 * hi2 <= ll2:
+        return 1
+    return 0
+
+
+@numba.njit(cache=True, inline="always")
+def _sub_key(spos, k, periods, dims, origin, inv, k0, k1, k2):
+    """Fine sub-cell of particle ``k`` inside its coarse cell."""
+    s0 = 0
+    s1 = 0
+    s2 = 0
+    for a in range(3):
+        L = periods[a]
+        x = np.float64(spos[k, a])
+        if L > 0.0:
+            t = _wrap(x, L) * inv[a]
+        else:
+            t = (0.5 * x - origin[a]) * inv[a]
+        c = int(t)
+        if c >= dims[a]:
+            c = dims[a] - 1
+        elif c < 0:
+            c = 0
+        ka = k0 if a == 0 else (k1 if a == 1 else k2)
+        s = int((t - c) * ka)
+        if s >= ka:
+            s = ka - 1
+        elif s < 0:
+            s = 0
+        if a == 0:
+            s0 = s
+        elif a == 1:
+            s1 = s
+        else:
+            s2 = s
+    return (s0 * k1 + s1) * k2 + s2
+
+
+@numba.njit(cache=True, nogil=True)
+def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
+    """Sort each coarse cell's particles by fine sub-cell (``spos`` and ``perm`` in
+    place) and cut the fine cells into units.
+
+    A fine cell with several particles is one unit when its bounding box proves
+    every pair inside it friends (:func:`_box_status`), else each of its particles
+    is a unit. Returns ``(unit_start, cell_unit, unit_box, boxes)``: particle
+    offsets of the units, unit offsets of the coarse cells, each unit's row in
+    ``boxes`` (float64 ``lo0, hi0, lo1, hi1, lo2, hi2``) or -1 for one particle.
+    """
+    m = spos.shape[0]
+    ncell = cell_start.shape[0] - 1
+    k0 = ks[0]
+    k1 = ks[1]
+    k2 = ks[2]
+    L0 = periods[0]
+    L1 = periods[1]
+    L2 = periods[2]
+    h0 = 0.5 * L0 if L0 > 0.0 else np.inf
+    h1 = 0.5 * L1 if L1 > 0.0 else np.inf
+    h2 = 0.5 * L2 if L2 > 0.0 else np.inf
+    ll2 = ll * ll
+    itype = perm.dtype
+    maxn = 1
+    for c in range(ncell):
+        n = cell_start[c + 1] - cell_start[c]
+        if n > maxn:
+            maxn = n
+    keys = np.empty(maxn, dtype=np.int64)
+    order = np.empty(maxn, dtype=np.int64)
+    tpos = np.empty((maxn, 3), dtype=spos.dtype)
+    tperm = np.empty(maxn, dtype=itype)
+    sorted_keys = np.empty(maxn, dtype=np.int64)
+    unit_start = np.empty(m + 1, dtype=itype)
+    unit_box = np.empty(m, dtype=itype)
+    cell_unit = np.empty(ncell + 1, dtype=itype)
+    boxes = np.empty((max(16, m // 64), 6), dtype=np.float64)
+    nu = 0
+    nb = 0
+    for c in range(ncell):
+        s = cell_start[c]
+        e = cell_start[c + 1]
+        n = e - s
+        cell_unit[c] = nu
+        if n == 1:
+            unit_start[nu] = s
+            unit_box[nu] = -1
+            nu += 1
+            continue
+        for q in range(n):
+            keys[q] = _sub_key(spos, s + q, periods, dims, origin, inv, k0, k1, k2)
+        if n <= _INSERTION_SORT_MAX:
+            for q in range(n):
+                order[q] = q
+            for q in range(1, n):
+                o = order[q]
+                kq = keys[o]
+                r = q - 1
+                while r >= 0 and keys[order[r]] > kq:
+                    order[r + 1] = order[r]
+                    r -= 1
+                order[r + 1] = o
+        else:
+            order[:n] = np.argsort(keys[:n])
+        for q in range(n):
+            o = order[q]
+            tpos[q, 0] = spos[s + o, 0]
+            tpos[q, 1] = spos[s + o, 1]
+            tpos[q, 2] = spos[s + o, 2]
+            tperm[q] = perm[s + o]
+        for q in range(n):
+            sorted_keys[q] = keys[order[q]]
+            spos[s + q, 0] = tpos[q, 0]
+            spos[s + q, 1] = tpos[q, 1]
+            spos[s + q, 2] = tpos[q, 2]
+            perm[s + q] = tperm[q]
+        q = 0
+        while q < n:
+            r = q + 1
+            while r < n and sorted_keys[r] == sorted_keys[q]:
+                r += 1
+            if r - q == 1:
+                unit_start[nu] = s + q
+                unit_box[nu] = -1
+                nu += 1
+            else:
+                lo0 = np.float64(spos[s + q, 0])
+                lo1 = np.float64(spos[s + q, 1])
+                lo2 = np.float64(spos[s + q, 2])
+                hi0 = lo0
+                hi1 = lo1
+                hi2 = lo2
+                for k in range(s + q + 1, s + r):
+                    x = np.float64(spos[k, 0])
+                    y = np.float64(spos[k, 1])
+                    z = np.float64(spos[k, 2])
+                    lo0 = min(lo0, x)
+                    hi0 = max(hi0, x)
+                    lo1 = min(lo1, y)
+                    hi1 = max(hi1, y)
+                    lo2 = min(lo2, z)
+                    hi2 = max(hi2, z)
+                st = _box_status(lo0, hi0, lo1, hi1, lo2, hi2, lo0, hi0, lo1, hi1, lo2, hi2,
+                                 L0, L1, L2, h0, h1, h2, ll2)
+                if st == 1:
+                    if nb == boxes.shape[0]:
+                        grown = np.empty((2 * nb, 6), dtype=np.float64)
+                        grown[:nb] = boxes
+                        boxes = grown
+                    boxes[nb, 0] = lo0
+                    boxes[nb, 1] = hi0
+                    boxes[nb, 2] = lo1
+                    boxes[nb, 3] = hi1
+                    boxes[nb, 4] = lo2
+                    boxes[nb, 5] = hi2
+                    unit_start[nu] = s + q
+                    unit_box[nu] = nb
+                    nu += 1
+                    nb += 1
+                else:  # not provably one set: its particles are units of their own
+                    for k in range(s + q, s + r):
+                        unit_start[nu] = k
+                        unit_box[nu] = -1
+                        nu += 1
+            q = r
+    cell_unit[ncell] = nu
+    unit_start[nu] = m
+    return unit_start[:nu + 1].copy(), cell_unit, unit_box[:nu].copy(), boxes[:nb].copy()
+
+
+@numba.njit(cache=True, inline="always")
+def _unit_lohi(spos, unit_start, unit_box, boxes, u):
+    k = unit_box[u]
+    if k >= 0:
+        return (boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3], boxes[k, 4], boxes[k, 5])
+    i = unit_start[u]
+    x = np.float64(spos[i, 0])
+    y = np.float64(spos[i, 1])
+    z = np.float64(spos[i, 2])
+    return (x, x, y, y, z, z)
+
+
+@numba.njit(cache=True, inline="always")
+def _link_units(spos, unit_start, unit_box, boxes, parent, u, ri, v,
+                L0, L1, L2, h0, h1, h2, ll2):
+    """Join unit ``v`` to unit ``u`` (root ``ri``; each unit already one set) when some
+    pair is friends. Returns the root of ``u``'s set afterwards."""
+    i0 = unit_start[u]
+    i1 = unit_start[u + 1]
+    j0 = unit_start[v]
+    j1 = unit_start[v + 1]
+    if i1 - i0 == 1 and j1 - j0 == 1:
+        if not _pair(spos, i0, j0, L0, L1, L2, h0, h1, h2, ll2):
+            return ri
+        rj = _find(parent, j0)
+    else:
+        rj = _find(parent, j0)
+        if ri == rj:
+            return ri
+        a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
+        c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, v)
+        st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                         L0, L1, L2, h0, h1, h2, ll2)
+        if st < 0:
+            return ri
+        if st == 0:
+            found = False
+            for i in range(i0, i1):
+                if j1 - j0 > 1:
+                    x = np.float64(spos[i, 0])
+                    y = np.float64(spos[i, 1])
+                    z = np.float64(spos[i, 2])
+                    sp = _box_status(x, x, y, y, z, z, c0, e0, c1, e1, c2, e2,
+                                     L0, L1, L2, h0, h1, h2, ll2)
+                    if sp < 0:
+                        continue
+                    if sp > 0:
+                        found = True
+                        break
+                for j in range(j0, j1):
+                    if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+                        found = True
+                        break
+                if found:
+                    break
+            if not found:
+                return ri
+    if ri < rj:
+        parent[rj] = ri
+        return ri
+    if rj < ri:
+        parent[ri] = rj
+    return rj
+
+
+@numba.njit(cache=True, inline="always")
+def _one_set(parent, unit_start, ua, ub, r):
+    """Whether units ``ua .. ub-1`` all have root ``r``."""
+    for u in range(ua, ub):
+        if _find(parent, unit_start[u]) != r:
+            return False
+    return True
+
+
+@numba.njit(cache=True, inline="always")
+def _cell_root(parent, unit_start, cell_unit, cell_set, c):
+    """Root of coarse cell ``c``'s set when all its units are in one set, else -1.
+
+    ``cell_set`` remembers a member of cells found to be one set (sets only merge,
+    so they stay one), making the test O(1) after the first success."""
+    r = cell_set[c]
+    if r >= 0:
+        return _find(parent, r)
+    ua = cell_unit[c]
+    r = _find(parent, unit_start[ua])
+    if _one_set(parent, unit_start, ua + 1, cell_unit[c + 1], r):
+        cell_set[c] = r
+        return r
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods, ll,
+                parent):
+    """Link every friend pair, with fine cells (units) as the nodes: the coarse-cell
+    stencil of :func:`_pair_pass`, each pair of units tested at most once; a cell
+    whose units are one set is handled as one node (see the module docstring)."""
+    nocc = cell_keys.shape[0]
+    nx = dims[0]
+    ny = dims[1]
+    nz = dims[2]
+    nyz = ny * nz
+    per0 = periods[0] > 0.0
+    per1 = periods[1] > 0.0
+    per2 = periods[2] > 0.0
+    L0 = periods[0]
+    L1 = periods[1]
+    L2 = periods[2]
+    h0 = 0.5 * L0 if per0 else np.inf
+    h1 = 0.5 * L1 if per1 else np.inf
+    h2 = 0.5 * L2 if per2 else np.inf
+    ll2 = ll * ll
+
+    # every unit is one set: its particles hang off its first
+    for u in range(unit_start.shape[0] - 1):
+        s = unit_start[u]
+        for i in range(s + 1, unit_start[u + 1]):
+            parent[i] = s
+
+    xs = np.empty(3, dtype=np.int64)
+    ys = np.empty(3, dtype=np.int64)
+    zlo = np.empty(2, dtype=np.int64)
+    zhi = np.empty(2, dtype=np.int64)
+    hints = np.zeros(18, dtype=np.int64)
+    cell_set = np.full(nocc, -1, dtype=parent.dtype)
+
+    for a in range(nocc):
+        key = cell_keys[a]
+        cx = key // nyz
+        rem = key - cx * nyz
+        cy = rem // nz
+        cz = rem - cy * nz
+        ua = cell_unit[a]
+        ub = cell_unit[a + 1]
+
+        for u in range(ua, ub - 1):
+            ri = _find(parent, unit_start[u])
+            for v in range(u + 1, ub):
+                ri = _link_units(spos, unit_start, unit_box, boxes, parent, u, ri, v,
+                                 L0, L1, L2, h0, h1, h2, ll2)
+        # A cell whose units are one set is treated as a whole: each neighbour unit is
+        # skipped when already in that set or out of reach of the cell's bounding box,
+        # joined when the boxes prove all pairs friends, else tried unit by unit until
+        # one link. A lone particle just takes pair tests.
+        lone = unit_start[ua + 1] - unit_start[ua] == 1 and ub - ua == 1
+        ra = -1
+        if not lone:
+            ra = _cell_root(parent, unit_start, cell_unit, cell_set, a)
+        if ra >= 0:
+            a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, ua)
+            for u in range(ua + 1, ub):
+                c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
+                a0 = min(a0, c0)
+                b0 = max(b0, e0)
+                a1 = min(a1, c1)
+                b1 = max(b1, e1)
+                a2 = min(a2, c2)
+                b2 = max(b2, e2)
+
+        nxn = _axis_neighbours(cx, nx, per0, xs)
+        nyn = _axis_neighbours(cy, ny, per1, ys)
+        nzr = _last_axis_runs(cz, nz, per2, zlo, zhi)
+        for ix in range(nxn):
+            for iy in range(nyn):
+                base = (xs[ix] * ny + ys[iy]) * nz
+                for iz in range(nzr):
+                    klo = base + zlo[iz]
+                    khi = base + zhi[iz]
+                    if khi <= key:
+                        continue
+                    if klo <= key:
+                        klo = key + 1
+                    slot = (ix * 3 + iy) * 2 + iz
+                    lo = _lower_bound(cell_keys, klo, hints[slot])
+                    hints[slot] = lo
+                    hi = lo
+                    while hi < nocc and cell_keys[hi] <= khi:
+                        hi += 1
+                    if hi == lo:
+                        continue
+                    va = cell_unit[lo]
+                    vb = cell_unit[hi]
+                    if lone and unit_start[vb] - unit_start[va] == vb - va:
+                        i = unit_start[ua]  # particle against single particles
+                        ri = -1
+                        for j in range(unit_start[va], unit_start[vb]):
+                            if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+                                if ri < 0:
+                                    ri = _find(parent, i)
+                                rj = _find(parent, j)
+                                if ri < rj:
+                                    parent[rj] = ri
+                                elif rj < ri:
+                                    parent[ri] = rj
+                                    ri = rj
+                        continue
+                    if ra < 0:
+                        for u in range(ua, ub):
+                            ri = _find(parent, unit_start[u])
+                            for v in range(va, vb):
+                                ri = _link_units(spos, unit_start, unit_box, boxes, parent, u,
+                                                 ri, v, L0, L1, L2, h0, h1, h2, ll2)
+                        continue
+                    ra = _find(parent, ra)
+                    c = lo  # the whole block already in this cell's set?
+                    while c < hi and _cell_root(parent, unit_start, cell_unit, cell_set,
+                                                c) == ra:
+                        c += 1
+                    if c == hi:
+                        continue
+                    for v in range(va, vb):
+                        rv = _find(parent, unit_start[v])
+                        if rv == ra:
+                            continue
+                        c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes,
+                                                            v)
+                        st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                                         L0, L1, L2, h0, h1, h2, ll2)
+                        if st < 0:
+                            continue
+                        if st > 0:
+                            if ra < rv:
+                                parent[rv] = ra
+                            else:
+                                parent[ra] = rv
+                                ra = rv
+                            continue
+                        for u in range(ua, ub):
+                            ra = _link_units(spos, unit_start, unit_box, boxes, parent, u, ra,
+                                             v, L0, L1, L2, h0, h1, h2, ll2)
+                            if _find(parent, unit_start[v]) == ra:
+                                break
+
+
+def _sub_cells(periods, inv, ll):
+    """Fine cells per coarse cell along each axis: sides at most ``ll / sqrt(3)``."""
+    ks = np.ones(3, dtype=np.int64)
+    for a in range(3):
+        side = (1.0 if periods[a] > 0.0 else 2.0) / inv[a]
+        k = math.ceil(side * math.sqrt(3.0) * (1.0 + _SIDE_MARGIN) / ll)
+        ks[a] = min(max(k, 1), _MAX_SUB_PER_AXIS)
+    return ks
+
+
 @numba.njit(cache=True, nogil=True)
 def _scan_coordinates(pos, periods):
     """(all finite, every periodic coordinate inside [0, L)) without temporaries."""
@@ -474,6 +993,24 @@ def _occupied_cells(skeys, perm):
 
 
 @numba.njit(cache=True, nogil=True)
+def _input_labels(parent, perm):
+    """Label (smallest input index of the group) of every particle, in input order.
+    ``parent`` is flattened in place."""
+    m = perm.shape[0]
+    for k in range(m):
+        parent[k] = _find(parent, k)
+    minidx = np.full(m, m, dtype=perm.dtype)
+    for k in range(m):
+        r = parent[k]
+        if perm[k] < minidx[r]:
+            minidx[r] = perm[k]
+    root = np.empty(m, dtype=np.int64)
+    for k in range(m):
+        root[perm[k]] = minidx[parent[k]]
+    return root
+
+
+@numba.njit(cache=True, nogil=True)
 def _input_order(parent, perm, friends):
     """Label (smallest input index of the group) and friend count of every particle,
     in input order. ``parent`` is flattened in place."""
@@ -494,14 +1031,14 @@ def _input_order(parent, perm, friends):
     return root, friends_out
 
 
-def _fof_impl(pos, periods, ll, min_friends):
+def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
     about 24 bytes per particle, or the pair pass, 36 with float32 positions).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
-    keys, dims = _cell_ids(pos, periods, ll)
+    keys, dims, origin, inv = _cell_ids(pos, periods, ll)
     maxkey = int(dims[0] * dims[1] * dims[2] - 1)
     perm, skeys = _radix_argsort(keys, maxkey, np.empty(m, itype), np.empty(m, itype),
                                  np.empty(m, np.int64))
@@ -509,8 +1046,17 @@ def _fof_impl(pos, periods, ll, min_friends):
     spos = _sorted_positions(pos, perm)
     cell_keys, cell_start = _occupied_cells(skeys, perm)
     del skeys
-    friends = np.zeros(m, dtype=np.int32)
     parent = np.arange(m, dtype=itype)
+    if min_friends <= 1 and not count_friends:
+        units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
+                             _sub_cells(periods, inv, ll), ll)
+        unit_start, cell_unit, unit_box, boxes = units
+        del units, cell_start
+        _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
+                    ll, parent)
+        del spos, cell_keys, cell_unit, unit_start, unit_box, boxes
+        return _input_labels(parent, perm), None
+    friends = np.zeros(m, dtype=np.int32)
     if min_friends <= 1:
         _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_AND_LINK, friends,
                    parent, 0)
@@ -543,8 +1089,9 @@ def check_arguments(pos_shape, periods, linking_length, min_friends):
 
 
 def fof_local(
-    pos: np.ndarray, periods, linking_length: float, min_friends: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+    pos: np.ndarray, periods, linking_length: float, min_friends: int = 1,
+    count_friends: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Friends-of-friends groups of one domain's particles.
 
     Parameters
@@ -564,14 +1111,21 @@ def fof_local(
         With 1 (default) every friend pair links. With ``k > 1`` only pairs
         whose two members both have at least ``k`` friends link; particles
         with fewer friends stay single (DBSCAN-like variant).
+    count_friends : bool, optional
+        Whether to return the friend counts (default True). Exact counts need
+        every friend pair; with ``False`` and ``min_friends == 1`` the kernel
+        links fine cells as units instead (much faster on clustered data) and
+        returns ``None`` for ``friends``. With ``min_friends > 1`` the counts
+        are computed anyway (they decide the links) and returned.
 
     Returns
     -------
     root : numpy.ndarray
         int64, shape ``(m,)``: the smallest index of each particle's group.
-    friends : numpy.ndarray
+    friends : numpy.ndarray or None
         int32, shape ``(m,)``: number of other particles within the linking
-        length of each particle (independent of ``min_friends``).
+        length of each particle (independent of ``min_friends``); ``None``
+        when ``count_friends`` is False and ``min_friends == 1``.
 
     Raises
     ------
@@ -585,14 +1139,15 @@ def fof_local(
     pos = np.ascontiguousarray(pos)
     per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
     m = pos.shape[0]
+    counts = bool(count_friends) or kmin > 1
     if m == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+        return np.empty(0, dtype=np.int64), (np.empty(0, dtype=np.int32) if counts else None)
     finite, inside = _scan_coordinates(pos, per)
     if not finite:
         raise ParameterError("pos contains non-finite coordinates")
     if not inside:  # wrapped in float64, as the reference wraps before measuring
         pos = _wrapped(pos, per)
-    return _fof_impl(pos, per, ll, kmin)
+    return _fof_impl(pos, per, ll, kmin, counts)
 
 
 def canonical_labels(labels) -> np.ndarray:
