@@ -7,6 +7,7 @@
     generate {plummer,hernquist,ferrers,lattice,zeldovich} OUT.zarr [options]
     info SNAP [--quick] [--json]
     convert gadget|gadget-binary|swift IN OUT.zarr [--part-type 1|0,1,4|all] [--units L,V,M]
+    halos SNAP OUT.zarr [--linking-length 0.2] [--centers mbp,mcp] [--so 200c,200m,vir]
     gravity SNAP OUT.zarr [--method tree|direct|pm|treepm] [--theta 0.5] [--softening EPS]
     demo [--dir DIR] [--n-side 64]
 
@@ -566,13 +567,93 @@ def cmd_convert(args) -> int:
 
 
 # --------------------------------------------------------------------------- halos
+#: spherical-overdensity variables renamed in the halo catalog (``R_max`` would clash
+#: with the FOF extent ``r_max`` on a case-insensitive file system)
+SO_RENAMES = {"R_max": "R_Vmax", "search_radius": "so_search_radius", "r": "r_profile"}
+
+
+def _so_deltas(text: str | None) -> tuple[str, ...]:
+    """``--so 200c,200m,vir`` as a tuple of deltas; CosmoDaskError for a bad list."""
+    from .halos.spherical_overdensity import DELTAS, check_deltas
+
+    if text is None:
+        return ()
+    names = [d.strip() for d in text.split(",")]
+    if not any(names) or not all(names):
+        raise CosmoDaskError(f"--so {text!r}: give a comma list of {', '.join(DELTAS)}")
+    unknown = [d for d in names if d not in DELTAS]
+    if unknown:
+        raise CosmoDaskError(f"--so: unknown overdensity {unknown[0]!r}; use a comma list of "
+                             f"{', '.join(DELTAS)}")
+    try:
+        return check_deltas(names)
+    except CosmoDaskError as err:  # repeated
+        raise CosmoDaskError(f"--so {text!r}: {str(err).split(': ', 1)[-1]}") from None
+
+
+def _so_center(centers: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(centre spherical_overdensity uses, the centres fof computes): the most-bound
+    particle when --centers has mbp or mbp_grid, else the most-connected particle when it
+    has mcp, else mbp is added to the centres computed."""
+    if "mbp" in centers or "mbp_grid" in centers:
+        return "mbp", centers
+    if "mcp" in centers:
+        return "mcp", centers
+    return "mbp", centers + ("mbp",)
+
+
+def _add_so(result, so) -> None:
+    """Merge the spherical_overdensity Dataset ``so`` into ``result.catalog`` (renaming
+    :data:`SO_RENAMES`, its attrs as ``so_*`` catalog attrs) and record it in the
+    parameters."""
+    so = so.rename({k: v for k, v in SO_RENAMES.items() if k in so.variables})
+    if "halo" in so.coords:
+        so = so.drop_vars("halo")
+    cat = result.catalog.assign(**{k: so[k] for k in so.data_vars})
+    cat = cat.assign_coords(**{k: so.coords[k] for k in so.coords})
+    for key, value in so.attrs.items():
+        cat.attrs[f"so_{key}"] = value
+    result.catalog = cat
+    result.parameters["so"] = list(so.attrs["deltas"])
+    result.parameters["so_center"] = so.attrs["center"]
+
+
+def _so_summary(cat, deltas) -> str:
+    import numpy as np
+
+    n = int(cat.sizes.get("halo", 0))
+    parts = []
+    for d in deltas:
+        m = np.asarray(cat[f"M_{d}"].values, dtype=float)
+        ok = np.isfinite(m)
+        text = f"{int(ok.sum())}/{n} with M_{d}"
+        if ok.any():
+            text += f" (median {np.median(m[ok]):.4g} {cat[f'M_{d}'].attrs.get('units', '')})"
+        parts.append(text)
+    for key, label in (("c_nfw_fit", "c (NFW fit)"), ("c_vmax", "c (V_max/V_200c)")):
+        c = np.asarray(cat[key].values, dtype=float)
+        c = c[np.isfinite(c)]
+        parts.append(f"median {label} {np.median(c):.3g}" if c.size else f"no {label}")
+    return "spherical overdensity: " + "; ".join(parts)
+
+
 def cmd_halos(args) -> int:
     from .halos import fof
     from .halos.finder import check_parameters
     from .snapshot import open_snapshot
 
     centers = tuple(c for c in args.centers.split(",") if c) if args.centers else ()
+    deltas = _so_deltas(args.so)  # before opening anything
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    so_center = None
+    if deltas:
+        from .halos.spherical_overdensity import check_parameters as check_so
+
+        so_center, centers = _so_center(centers)
+        try:
+            check_so(snap, deltas)
+        except CosmoDaskError as err:
+            raise CosmoDaskError(f"--so: {str(err).split(': ', 1)[-1]}") from None
     check_parameters(snap, args.linking_length, absolute=args.absolute,
                      min_members=args.min_members, min_friends=args.min_friends,
                      centers=centers, n_domains=args.domains)  # before starting a cluster
@@ -582,6 +663,11 @@ def cmd_halos(args) -> int:
         result = fof(snap, args.linking_length, absolute=args.absolute,
                      min_members=args.min_members, min_friends=args.min_friends,
                      centers=centers, n_domains=args.domains)
+        if deltas:
+            from .halos.spherical_overdensity import spherical_overdensity
+
+            _add_so(result, spherical_overdensity(snap, result.catalog, deltas,
+                                                  center=so_center))
         path = result.to_zarr(args.out, overwrite=args.overwrite)
         dt = time.perf_counter() - t0
     n = result.n_halos
@@ -591,6 +677,8 @@ def cmd_halos(args) -> int:
          f"{snap.n_particles} particles "
          f"in halos), linking length {result.parameters['linking_length']:.4g}, "
          f"{dt:.2f} s -> {path}")
+    if deltas:
+        _say(_so_summary(result.catalog, deltas) + f" (centre {so_center})")
     if args.plot:
         from .halos.mass_function import mass_function, plot_mass_function
 
@@ -1002,6 +1090,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--centers", default="mbp,mcp", help="comma list of mbp, mbp_grid, mcp "
                    "(empty for none)")
     h.add_argument("--domains", type=_positive_int, default=None, help="domain count")
+    h.add_argument("--so", metavar="200c,200m,vir", default=None,
+                   help="also spherical-overdensity masses and radii (comma list of 200c, "
+                   "200m, vir), profiles, V_max and NFW concentrations, around the mbp "
+                   "centre (mcp when --centers has mcp but no mbp; mbp is added when "
+                   "--centers has neither), written into the catalog")
     h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot (with "
                    "the Warren and Watson fits when the cosmology is known)")
     _add_theory_options(h)

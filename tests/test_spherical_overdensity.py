@@ -185,6 +185,47 @@ def test_bad_inputs():
             spherical_overdensity(bad, [[0.5, 0.5, 0.5]], search_radius=0.1)
 
 
+def test_bad_inputs_are_named_before_any_work():
+    """Issue 18 item 6: unknown/empty/repeated/non-name deltas, centres outside the box (a
+    catalog's too), an isolated snapshot or one without cosmology: ParameterError (a
+    CosmoDaskError) naming the fault; deltas are checked before the snapshot, and
+    check_parameters reads no particle data."""
+    import xarray as xr
+
+    from cosmo_dask.errors import CosmoDaskError
+    from cosmo_dask.halos.spherical_overdensity import DELTAS, check_deltas, check_parameters
+
+    assert issubclass(ParameterError, CosmoDaskError)
+    pos = np.random.default_rng(0).random((100, 3))
+    iso = Snapshot.from_arrays(pos, particle_mass=1.0, scale_factor=1.0, cosmology=COSMO)
+    with pytest.raises(ParameterError, match="unknown delta '500c'; use any of"):
+        spherical_overdensity(iso, [[0.5, 0.5, 0.5]], deltas=("200c", "500c"),
+                              search_radius=0.1)
+    with pytest.raises(ParameterError, match="deltas must be a name or a sequence"):
+        check_deltas(200)
+    with pytest.raises(ParameterError, match="deltas is empty"):
+        check_deltas(())
+    with pytest.raises(ParameterError, match="repeated delta"):
+        check_deltas(["vir", " vir"])
+    assert check_deltas("vir") == ("vir",) and check_deltas([" 200m"]) == ("200m",)
+    assert DELTAS == ("200c", "200m", "vir")
+    with pytest.raises(ParameterError, match="periodic snapshot"):
+        check_parameters(iso, ("200c",))
+    nocosmo = Snapshot.from_arrays(pos, particle_mass=1.0, scale_factor=1.0, box_size=1.0)
+    with pytest.raises(ParameterError, match="no cosmology"):
+        check_parameters(nocosmo, "vir")
+    snap = _snapshot()
+    assert check_parameters(snap, ["200m", "vir"]) == ("200m", "vir")
+    with pytest.raises(ParameterError, match="inside the box"):
+        spherical_overdensity(snap, [[np.nan, 1.0, 1.0]], search_radius=1.0)
+    cat = xr.Dataset({"mbp_position": (("halo", "axis"), [[10.0, 10.0, BOX + 5.0]]),
+                      "mass": ("halo", [M200])})
+    with pytest.raises(ParameterError, match="inside the box"):
+        spherical_overdensity(snap, cat)
+    with pytest.raises(ParameterError, match="catalog must be a FOF catalog"):
+        spherical_overdensity(snap, [1.0, 2.0], search_radius=1.0)
+
+
 def test_fof_catalog_input():
     """A real FOF catalog (most-connected-particle centres, default search radius
     3 R200c(FOF mass), at least 1.5 r_max): the three haloes are found with M200c

@@ -81,8 +81,8 @@ from ..progress import compute
 from ..units import factor, gravitational_constant
 from ..validation import wrap_into_box
 
-__all__ = ["spherical_overdensity", "bryan_norman_delta", "nfw_f", "c_from_vmax_ratio",
-           "N_FINE", "FINE_RANGE"]
+__all__ = ["spherical_overdensity", "check_deltas", "check_parameters", "bryan_norman_delta",
+           "nfw_f", "c_from_vmax_ratio", "DELTAS", "N_FINE", "FINE_RANGE"]
 
 #: fine radial grid: bins per halo and its inner edge as a fraction of the search radius
 N_FINE = 4000
@@ -94,7 +94,8 @@ NFW_XMAX = 2.162581587
 _CENTERS = {"mbp": "mbp_position", "mcp": "mcp_position", "com": "center_of_mass",
             "center_of_mass": "center_of_mass", "mbp_position": "mbp_position",
             "mcp_position": "mcp_position"}
-_KNOWN = ("200c", "200m", "vir")
+#: the overdensity definitions :func:`spherical_overdensity` knows
+DELTAS = ("200c", "200m", "vir")
 
 
 def nfw_f(x):
@@ -226,19 +227,45 @@ def _densities(snap):
     return RHO_CRIT_1E10 * fm / fl**3, float(G), cosmo, float(a), snap.units
 
 
-def _thresholds(deltas, cosmo, a, rho_c0):
-    """Comoving mean-density thresholds of each delta."""
+def check_deltas(deltas) -> tuple[str, ...]:
+    """The overdensity definitions as a tuple of names, or ParameterError.
+
+    ``deltas`` is one name or a sequence of names out of :data:`DELTAS`
+    (surrounding blanks ignored); it must be non-empty and hold no name twice.
+    """
     if isinstance(deltas, str):
         deltas = (deltas,)
-    deltas = tuple(str(d) for d in deltas)
+    try:
+        deltas = tuple(str(d).strip() for d in deltas)
+    except TypeError:
+        raise ParameterError("spherical_overdensity: deltas must be a name or a sequence of "
+                             f"names out of {list(DELTAS)}, got {deltas!r}") from None
     if not deltas:
-        raise ParameterError("spherical_overdensity: deltas is empty")
+        raise ParameterError(f"spherical_overdensity: deltas is empty; use any of {list(DELTAS)}")
     for d in deltas:
-        if d not in _KNOWN:
+        if d not in DELTAS:
             raise ParameterError(f"spherical_overdensity: unknown delta {d!r}; use any of "
-                                 f"{list(_KNOWN)}")
+                                 f"{list(DELTAS)}")
     if len(set(deltas)) != len(deltas):
-        raise ParameterError(f"spherical_overdensity: repeated delta in {deltas}")
+        raise ParameterError(f"spherical_overdensity: repeated delta in {list(deltas)}")
+    return deltas
+
+
+def check_parameters(snap, deltas=DELTAS) -> tuple[str, ...]:
+    """Raise ParameterError for what :func:`spherical_overdensity` cannot do with ``snap``
+    and ``deltas``, reading no particle data: an unknown, repeated or empty ``deltas``; a
+    snapshot without a box (isolated), scale factor, cosmology or masses, or whose units
+    do not fix the critical density. Returns the deltas as a tuple."""
+    deltas = check_deltas(deltas)
+    _densities(snap)
+    if snap.mass is None and snap.particle_mass is None:
+        raise ParameterError("spherical_overdensity: the snapshot has no masses")
+    return deltas
+
+
+def _thresholds(deltas, cosmo, a, rho_c0):
+    """Comoving mean-density thresholds of each delta."""
+    deltas = check_deltas(deltas)
     rho_crit = rho_c0 * float(cosmo.E(a)) ** 2  # physical
     rho_mean = cosmo.Omega_m * rho_c0 / a**3     # physical
     phys = {"200c": 200.0 * rho_crit, "200m": 200.0 * rho_mean,
@@ -322,6 +349,7 @@ def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center=
         Quantities that cannot be measured (threshold not crossed inside the search
         radius) are NaN.
     """
+    deltas = check_parameters(snap, deltas)  # the deltas first, then the snapshot
     rho_c0, G, cosmo, a, snap_units = _densities(snap)  # noqa: N806
     deltas, thresholds = _thresholds(deltas, cosmo, a, rho_c0)
     box = float(snap.box_size)
@@ -341,8 +369,6 @@ def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center=
     radii = _search_radii(search_radius, catalog, n_halo, rho_c0, a, cosmo, box)
     pu = product_units(snap_units or ZELDOVICH_UNITS)
 
-    if snap.mass is None and snap.particle_mass is None:
-        raise ParameterError("spherical_overdensity: the snapshot has no masses")
     if n_halo:
         pos_blocks = snap.pos.to_delayed().ravel()
         mass_blocks = (snap.mass.to_delayed().ravel() if snap.mass is not None
