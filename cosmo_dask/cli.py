@@ -397,7 +397,8 @@ def cmd_ics(args) -> int:
 
     snap = lpt_ics(args.n_side, box_size=args.box_size, redshift=args.redshift,
                    order=args.order, power_spectrum=args.power, cosmology=args.cosmology,
-                   seed=args.seed, precision=args.precision, chunks=args.chunk_size)
+                   seed=args.seed, precision=args.precision, chunks=args.chunk_size,
+                   fixed_amplitude=args.fixed_amplitude, paired=args.paired)
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
@@ -405,6 +406,9 @@ def cmd_ics(args) -> int:
         dt = time.perf_counter() - t0
     power = args.power or "Eisenstein & Hu no-wiggle"
     order = "2LPT" if args.order == 2 else "Zel'dovich (1LPT)"
+    field = ", ".join(k for k, on in (("fixed amplitudes", args.fixed_amplitude),
+                                      ("paired", args.paired)) if on)
+    order += f" ({field})" if field else ""
     _say(f"wrote {order} ICs at z = "
          f"{args.redshift:g}: {args.n_side}^3 particles in {args.box_size:g} Mpc/h, "
          f"P(k) {power} -> {path} ({_human_bytes(snap.nbytes)}, {dt:.2f} s)")
@@ -427,7 +431,7 @@ def cmd_simulate(args) -> int:
     analyses = tuple(a for a in (args.analyses or "").split(",") if a)
     params = dict(z_final=args.z_final, n_steps=args.n_steps, method=args.method,
                   n_mesh=args.n_mesh, softening=args.softening, theta=args.theta,
-                  outputs=args.outputs or (), out=args.out,
+                  steps=args.schedule, outputs=args.outputs or (), out=args.out,
                   checkpoint_every=args.checkpoint_every, resume=args.resume,
                   analyses=analyses, precision=args.precision, overwrite=args.overwrite,
                   write_particles=not args.no_particles, show=True)
@@ -1019,6 +1023,11 @@ def build_parser() -> argparse.ArgumentParser:
                     metavar="KEY=VALUE,...", help="cosmological parameters (Omega_m, Omega_b, "
                     "Omega_L, h, sigma8, n_s) on top of the Planck 2018-like defaults")
     ic.add_argument("--seed", type=int, default=0)
+    ic.add_argument("--fixed-amplitude", action="store_true",
+                    help="every mode's amplitude set to sqrt(P(k)) (random phases kept): "
+                    "much less sample variance in P(k) and the mass function")
+    ic.add_argument("--paired", action="store_true",
+                    help="the sign-flipped field (the pair of a paired-and-fixed set)")
     _add_generator_outputs(ic)
     ic.set_defaults(func=cmd_ics)
 
@@ -1032,7 +1041,11 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("out", metavar="OUT", help="simulation store (a directory)")
     sm.add_argument("--z-final", type=float, default=0.0, help="final redshift (default 0)")
     sm.add_argument("--steps", dest="n_steps", type=_positive_int, required=True,
-                    help="steps, uniform in log a, from the ICs to --z-final")
+                    help="steps from the ICs to --z-final (TreePM: 128 for P(k) converged "
+                    "to 1%% up to k = 1 h/Mpc at 1 Mpc/h spacing, see docs/simulation.md)")
+    sm.add_argument("--schedule", choices=("loga", "a"), default=None,
+                    help="steps uniform in log a or in a (default: log a for pm, a for "
+                    "treepm)")
     sm.add_argument("--method", choices=("pm", "treepm"), default="pm",
                     help="PM (FastPM kick/drift factors) or TreePM (default pm)")
     sm.add_argument("--n-mesh", type=_positive_int, default=None,

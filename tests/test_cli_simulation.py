@@ -60,3 +60,32 @@ def test_ics_power_errors_name_the_flag(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--power: no such file" in err and "Traceback" not in err
     assert not (tmp_path / "i.zarr").exists()
+
+
+def test_ics_fixed_and_paired_then_treepm_schedule(tmp_path, capsys):
+    """--fixed-amplitude --paired write the library's fields (the pair's first-order
+    displacements cancel); simulate --schedule is recorded and TreePM defaults to steps in a
+    with the FastPM factors."""
+    kw = ["--n-side", "8", "--box-size", "64", "--redshift", "19", "--seed", "4",
+          "--order", "1", "--precision", "float64", "--fixed-amplitude"]
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    assert main(["--cpu", "--workers", "1", "ics", str(a), *kw]) == 0
+    assert main(["--cpu", "--workers", "1", "ics", str(b), *kw, "--paired"]) == 0
+    assert "(fixed amplitudes, paired)" in capsys.readouterr().out
+    ref = lpt_ics(8, box_size=64.0, redshift=19.0, seed=4, order=1, precision="float64",
+                  fixed_amplitude=True)
+    pa, pb = open_snapshot(a).pos.compute(), open_snapshot(b).pos.compute()
+    np.testing.assert_array_equal(pa, ref.pos.compute())
+    q = (np.indices((8, 8, 8)).reshape(3, -1).T + 0.5) * 8.0
+    da, db = ((p - q + 32.0) % 64.0 - 32.0 for p in (pa, pb))
+    assert np.abs(da).max() > 1e-3 and np.abs(da + db).max() < 1e-12
+    for schedule, expect in ((None, "a"), ("loga", "loga")):
+        sim = tmp_path / f"sim-{schedule}"
+        extra = [] if schedule is None else ["--schedule", schedule]
+        assert main(["--cpu", "--workers", "1", "simulate", str(a), str(sim), "--steps", "2",
+                     "--method", "treepm", "--no-particles", *extra]) == 0
+        params = open_simulation(sim).parameters
+        assert params["steps"] == expect and params["factors"] == "fastpm"
+        sched = np.asarray(params["schedule"])
+        mid = sched[1] if expect == "a" else np.sqrt(sched[0] * sched[2])
+        assert sched[1] == pytest.approx(0.5 * (sched[0] + sched[2]) if expect == "a" else mid)

@@ -252,6 +252,44 @@ def test_positions_and_velocities_against_reference():
     assert err_v < 1e-10 and err_x < 1e-10
 
 
+def test_fixed_and_paired_fields_against_reference():
+    """Fixed amplitudes: |delta_k|^2 = V P / V_cell^2 mode by mode with the random field's
+    phases; pairing flips psi1 and keeps psi2 (the full-FFT references above, rescaled)."""
+    n, box, z, seed = 16, 120.0, 0.5, 9
+    power = COSMO.power_spectrum
+    ref = reference_delta_k(n, box, seed, power)  # Gaussian field, full layout
+    kx, ky, kz, nyq = full_k(n, box)
+    k = np.sqrt(kx**2 + ky**2 + kz**2)
+    keep = (k > 0) & ~nyq
+    # the fixed field: same phases, amplitude sqrt(P / V_cell) * sqrt(n^3)
+    fixed_ref = np.zeros_like(ref)
+    fixed_ref[keep] = (ref[keep] / np.abs(ref[keep]) * np.sqrt(power(k[keep]) / (box / n) ** 3)
+                       * n**1.5)
+    got, _ = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True)
+    full = np.fft.fftn(np.fft.irfftn(got, s=(n, n, n), axes=(0, 1, 2)))
+    assert np.abs(full - fixed_ref).max() < 1e-10 * np.abs(fixed_ref).max()
+    paired, _ = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True, paired=True)
+    assert np.array_equal(paired, -got)
+    # positions: s_a + s_b = 2 D2 psi2 and s_a - s_b = 2 D1 psi1 of the fixed field
+    kw = dict(box_size=box, redshift=z, seed=seed, precision="float64", chunks=1000,
+              fixed_amplitude=True)
+    s_a = displacement(lpt_ics(n, **kw).pos.compute(), n, box)
+    s_b = displacement(lpt_ics(n, paired=True, **kw).pos.compute(), n, box)
+    a = 1 / (1 + z)
+    d1 = float(COSMO.growth_factor(a))
+    d2 = float(COSMO.growth_factor_2lpt(a))
+    psi2 = second_order_displacement(got, box)
+    kf2 = kx**2 + ky**2 + kz**2
+    kf2[0, 0, 0] = np.inf
+    psi1 = np.stack([np.fft.ifftn(1j * kk * fixed_ref / kf2).real for kk in (kx, ky, kz)],
+                    axis=-1).reshape(-1, 3)
+    assert np.abs(0.5 * (s_a + s_b) - d2 * psi2).max() < 1e-9 * np.abs(d2 * psi2).max()
+    assert np.abs(0.5 * (s_a - s_b) - d1 * psi1).max() < 1e-9 * np.abs(d1 * psi1).max()
+    # and the default stays the Gaussian field
+    assert not np.allclose(np.abs(linear_density_k(n, box, COSMO, 1.0, seed)[0]),
+                           np.abs(got))
+
+
 def test_second_order_growth_against_ode():
     aa = np.array([0.02, 0.1, 0.25, 0.5, 1.0])
     for params in ({}, {"Omega_m": 0.25, "Omega_b": 0.04}):

@@ -326,7 +326,8 @@ def _gradient_into(out: np.ndarray, col: int, field_k: np.ndarray, factor: float
 
 
 def lpt2_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth1: float,
-              growth2: float, seed: int, dtype: np.dtype, power=None) -> np.ndarray:
+              growth2: float, seed: int, dtype: np.dtype, power=None, *, fixed: bool = False,
+              paired: bool = False) -> np.ndarray:
     """``[D1 psi1, D2 psi2]``: (n_side^3, 6) array in id order, Mpc/h, of ``dtype``.
 
     Same white noise and ``delta_k`` as :func:`~cosmo_dask.models.zeldovich.
@@ -335,9 +336,12 @@ def lpt2_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth1: float
     memory of the call (tracemalloc, n_side = 64 and 128): about ``81 n_side^3``
     bytes in float64, ``57 n_side^3`` in float32 (scipy's FFT work buffers are not
     counted by tracemalloc; they add up to one more complex mesh, ``8 n_side^3``).
+    ``fixed``, ``paired``: see :func:`~cosmo_dask.models.zeldovich.linear_density_k`
+    (pairing flips ``psi1``; ``psi2``, quadratic in the field, is the same).
     """
     n = n_side
-    delta_k, k2 = linear_density_k(n, box_size, cosmology, 1.0, seed, power)
+    delta_k, k2 = linear_density_k(n, box_size, cosmology, 1.0, seed, power, fixed=fixed,
+                                   paired=paired)
     delta_k /= k2  # u_k = delta_k / k^2 = -phi1_k (k = 0 and Nyquist already zero)
     del k2
     phi2_k = _second_order_potential_k(delta_k, n, box_size)
@@ -363,7 +367,8 @@ def _lpt2_chunk(mesh: np.ndarray, start: int, stop: int, *, n_side: int, box_siz
 # --------------------------------------------------------------------------- generator
 def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
             power_spectrum=None, cosmology: Cosmology | Mapping[str, Any] | None = None,
-            seed: int = 0, precision=None, chunks: int | None = None):
+            seed: int = 0, precision=None, chunks: int | None = None,
+            fixed_amplitude: bool = False, paired: bool = False):
     """Lagrangian-perturbation-theory initial conditions (Zel'dovich or 2LPT) in a
     periodic flat LambdaCDM box.
 
@@ -433,6 +438,17 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
         ``cosmo_dask.precision``); the Fourier work is float64.
     chunks : int, optional
         Particles per dask chunk (default: ``default_chunk_size()``).
+    fixed_amplitude : bool
+        Fix every mode's amplitude to ``sqrt(P(k))`` (random phases kept): the
+        realised linear power equals ``P`` mode by mode, which removes most of the
+        box's sample variance from P(k) and the halo mass function ("fixed" ICs,
+        Angulo & Pontzen 2016; Villaescusa-Navarro et al. 2018). The field is then not
+        Gaussian (no amplitude scatter); statistics beyond P(k) can be biased.
+    paired : bool
+        Flip the sign of the linear field (phases shifted by pi). A run from
+        ``paired=False`` and one from ``paired=True`` (same seed, usually both
+        ``fixed_amplitude=True``) average away the leading mode-coupling term of
+        the nonlinear P(k) ("paired-and-fixed", as EuclidEmulator2's simulations).
 
     Returns
     -------
@@ -473,12 +489,14 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     if power is None:
         cosmo.power_spectrum(1.0)  # fix the sigma8 normalisation here, once, not in the task
     n = n_side**3
+    fixed_amplitude, paired = bool(fixed_amplitude), bool(paired)
+    field = {"fixed": fixed_amplitude, "paired": paired}
     token = tokenize("lpt", order, n_side, box_size, redshift, cosmo.as_dict(), cosmo.T_cmb,
-                     seed, dtype.name, chunks, power)
+                     seed, dtype.name, chunks, power, field)
     outputs = [("pos", (3,), dtype), ("vel", (3,), dtype)]
     if order == 1:
         mesh = dask.delayed(displacement_mesh, pure=True)(
-            n_side, box_size, cosmo, growth1, seed, dtype, power,
+            n_side, box_size, cosmo, growth1, seed, dtype, power, **field,
             dask_key_name=f"lpt-mesh-{token}")
         arrays = from_mesh("lpt", token, mesh, _zeldovich_chunk, n=n, chunks=chunks,
                            outputs=outputs, n_side=n_side, box_size=box_size,
@@ -487,7 +505,7 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
         growth2 = float(cosmo.growth_factor_2lpt(a))
         vel_factor2 = hubble * float(cosmo.growth_rate_2lpt(a))
         mesh = dask.delayed(lpt2_mesh, pure=True)(
-            n_side, box_size, cosmo, growth1, growth2, seed, dtype, power,
+            n_side, box_size, cosmo, growth1, growth2, seed, dtype, power, **field,
             dask_key_name=f"lpt-mesh-{token}")
         arrays = from_mesh("lpt", token, mesh, _lpt2_chunk, n=n, chunks=chunks,
                            outputs=outputs, n_side=n_side, box_size=box_size,

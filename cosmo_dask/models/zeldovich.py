@@ -100,7 +100,8 @@ def mode_power(k2: np.ndarray, cosmology: Cosmology, power=None) -> np.ndarray:
 
 
 def linear_density_k(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
-                     seed: int, power=None) -> tuple[np.ndarray, np.ndarray]:
+                     seed: int, power=None, *, fixed: bool = False,
+                     paired: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Linear overdensity at growth ``D`` in Fourier space, and the mesh's ``|k|^2``.
 
     White noise ``w`` -> ``delta_k = FFT(w) sqrt(P(k) / V_cell) D`` (numpy's
@@ -109,9 +110,22 @@ def linear_density_k(n_side: int, box_size: float, cosmology: Cosmology, growth:
     :func:`mode_power` (``power=None``: the cosmology's EH98 no-wiggle spectrum).
     Returns ``(delta_k, k2)``: complex128 ``(n, n, n//2+1)`` and float64 of the same
     shape with ``k2[0, 0, 0] = 1`` (a placeholder: divide by it safely).
+
+    ``fixed=True`` keeps each mode's phase and sets its amplitude to the mean,
+    ``|FFT(w)| -> sqrt(n^3)`` (so ``|delta_k|^2`` is exactly ``V P D^2 / V_cell^2``:
+    "fixed" fields, Angulo & Pontzen 2016); ``paired=True`` flips the sign of the
+    field (the phases shifted by pi: the pair of a paired-and-fixed set). Both
+    default to False (the Gaussian field, unchanged).
     """
     n = n_side
     delta_k = scipy.fft.rfftn(white_noise(n, seed))
+    if fixed:
+        amp = np.abs(delta_k)
+        amp[amp == 0.0] = 1.0  # a mode of exactly zero amplitude has no phase to keep
+        delta_k *= math.sqrt(float(n) ** 3) / amp
+        del amp
+    if paired:
+        np.negative(delta_k, out=delta_k)
     kx, ky, kz = mesh_wavenumbers(n, box_size)
     k2 = kx * kx + ky * ky + kz * kz
     k2[0, 0, 0] = 1.0  # the k = 0 mode is zeroed below
@@ -126,17 +140,20 @@ def linear_density_k(n_side: int, box_size: float, cosmology: Cosmology, growth:
 
 
 def displacement_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
-                      seed: int, dtype: np.dtype, power=None) -> np.ndarray:
+                      seed: int, dtype: np.dtype, power=None, *, fixed: bool = False,
+                      paired: bool = False) -> np.ndarray:
     """Zel'dovich displacement at growth ``D``: (n_side^3, 3) array in id order, Mpc/h.
 
     ``delta_k`` from :func:`linear_density_k` (``power``: None for the cosmology's
     spectrum, or a callable ``P(k)`` at z = 0); ``psi_k = i k delta_k / k^2`` (so
     that ``delta = -div psi``), transformed back one component at a time. Returns
     ``3 n_side^3 * dtype.itemsize`` bytes; peak memory of the call is about
-    ``50 n_side^3`` bytes (measured, float32 or float64).
+    ``50 n_side^3`` bytes (measured, float32 or float64). ``fixed``, ``paired``: see
+    :func:`linear_density_k`.
     """
     n = n_side
-    delta_k, k2 = linear_density_k(n, box_size, cosmology, growth, seed, power)
+    delta_k, k2 = linear_density_k(n, box_size, cosmology, growth, seed, power, fixed=fixed,
+                                   paired=paired)
     delta_k /= k2
     del k2
     kx, ky, kz = mesh_wavenumbers(n, box_size)
