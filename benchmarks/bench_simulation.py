@@ -33,6 +33,10 @@ def main(argv=None):
     ap.add_argument("--z-init", type=float, default=9.0)
     ap.add_argument("--pm-mesh-factor", type=int, default=2,
                     help="PM-only runs: mesh = factor x n_side (TreePM: 1 x)")
+    ap.add_argument("--schedule", choices=("loga", "a"), default=None,
+                    help="step schedule (default: the method's)")
+    ap.add_argument("--split", action="store_true",
+                    help="gpu TreePM: time the force's pieces on the final state")
     args = ap.parse_args(argv)
 
     import dask
@@ -63,7 +67,7 @@ def main(argv=None):
                 n_mesh = n_side * (args.pm_mesh_factor if method == "pm" else 1)
                 t0 = time.perf_counter()
                 res = run(ics, z_final=0.0, n_steps=args.steps, method=method, n_mesh=n_mesh,
-                          precision="float32")
+                          precision="float32", steps=args.schedule)
                 total = time.perf_counter() - t0
                 later = res.log[1:] or res.log
                 step = statistics.median(r["seconds"] for r in later)
@@ -75,6 +79,10 @@ def main(argv=None):
                      first_step_s=round(res.log[0]["seconds"], 4),
                      log=[{k: r[k] for k in ("a", "seconds", "force_seconds")}
                           for r in res.log])
+                if args.split and method == "treepm" and args.device == "gpu":
+                    emit(env, n_side=n_side, what="treepm_split", n_mesh=n_mesh,
+                         z=round(1 / res.snapshot.scale_factor - 1, 4), step_s=round(step, 4),
+                         **force_split(res.snapshot, n_mesh, res.parameters))
             # the PM long-range force alone on the ICs, mesh 2 n_side (warm, median of 3)
             for factor in sorted({1, args.pm_mesh_factor}):
                 n_mesh = factor * n_side
@@ -89,6 +97,64 @@ def main(argv=None):
                 emit(env, n_side=n_side, n_particles=n_side**3, what="pm_force", n_mesh=n_mesh,
                      seconds=round(statistics.median(times[1:]), 4),
                      first_s=round(times[0], 4))
+
+
+def force_split(snap, n_mesh: int, params: dict, repeat: int = 3) -> dict:
+    """Seconds of the TreePM force's pieces on one GPU (medians of ``repeat`` after a
+    warm-up): the PM long range, the GPU tree's phases (CUDA events: build, walk,
+    forces = M2P + P2P in one kernel, with the interaction counts), the whole
+    ``treepm_accelerations`` graph, and what is left (domain scatter, the chunk
+    gathers, the sum)."""
+    import cupy
+
+    from cosmo_dask.gravity.parameters import R_SPLIT_CELLS, default_r_cut
+    from cosmo_dask.gravity.pm import pm_accelerations
+    from cosmo_dask.gravity.tree_gpu import _forces, _Timer
+    from cosmo_dask.gravity.treepm import treepm_accelerations
+    from cosmo_dask.progress import persist
+
+    box, m, G = snap.box_size, float(snap.particle_mass), float(snap.G)
+    rs = R_SPLIT_CELLS * box / n_mesh
+    kw = dict(G=G, theta=params["theta"], softening=params["softening"],
+              precision="float32", potential=False)
+    sync = cupy.cuda.get_current_stream().synchronize
+
+    def timed(fn):
+        times = []
+        for _ in range(repeat + 1):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[1:])
+
+    pos = snap.pos
+    flat = pos.compute()
+    out = {"pm_s": timed(lambda: persist(pm_accelerations(
+               pos, m, G=G, box_size=box, n_mesh=n_mesh, r_split=rs, precision="float32",
+               potential=False)[0], label=None, show=False)),
+           "force_s": timed(lambda: persist(treepm_accelerations(
+               pos, m, box_size=box, n_mesh=n_mesh, **kw)[0], label=None, show=False))}
+    tree_kw = dict(softening_kernel="plummer", max_leaf=64, max_group=64, quadrupole=True,
+                   box_size=box, rs=rs, r_cut=default_r_cut(rs), **kw)
+    stats = {}
+    _forces(flat, m, stats=stats, **tree_kw)
+    phases = []
+    for _ in range(repeat):
+        timer = _Timer()
+        _forces(flat, m, timer=timer, **tree_kw)
+        phases.append(timer.phases())
+    ph = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+    out["tree_build_s"] = sum(v for k, v in ph.items() if k.startswith("build"))
+    out["tree_walk_s"] = ph.get("walk_count", 0.0) + ph.get("walk_write", 0.0)
+    out["tree_forces_s"] = ph.get("forces", 0.0)
+    out["tree_s"] = sum(ph.values())
+    out["rest_s"] = out["force_s"] - out["pm_s"] - out["tree_s"]
+    out = {k: round(v, 4) for k, v in out.items()}
+    out["tree_phases_s"] = {k: round(v, 4) for k, v in ph.items()}
+    out["interactions"] = {k: int(v) for k, v in stats.items()}
+    return out
 
 
 if __name__ == "__main__":

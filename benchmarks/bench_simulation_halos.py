@@ -21,6 +21,32 @@ import numpy as np
 from timing import box_parser, emit, env_of
 
 
+def mass_function_rows(masses, m_p: float, box: float, cosmology, min_particles: int = 100,
+                       min_halos: int = 30):
+    """Per-bin ``dn/dlnM`` of FOF masses over Watson et al. 2013 (FoF), 0.2 dex bins from
+    ``min_particles`` particle masses; returns ``(rows, max |ratio - 1|)`` over the bins
+    holding >= ``min_halos`` halos (None when there is none)."""
+    from cosmo_dask.halos.mass_function import mass_function, theory_mass_function
+
+    masses = np.asarray(masses, dtype=np.float64)
+    lo = np.log10(min_particles * m_p)
+    hi = np.log10(max(masses.max(), 10 ** lo * 1.6)) if masses.size else lo + 0.2
+    edges = 10 ** np.arange(lo, hi + 0.2, 0.2)
+    mf = mass_function(masses, edges, box)
+    rows = []
+    for b in range(mf.sizes["mass_bin"]):
+        n = int(mf["counts"][b])
+        m0, m1 = float(mf["mass_lo"][b]), float(mf["mass_hi"][b])
+        grid = np.geomspace(m0, m1, 9)
+        theory = float(np.mean(theory_mass_function(grid, model="watson2013_fof",
+                                                    cosmology=cosmology)))
+        ratio = float(mf["dn_dlnM"][b]) / theory
+        rows.append({"mass_lo": m0, "mass_hi": m1, "counts": n, "ratio": round(ratio, 4),
+                     "poisson": round(1 / np.sqrt(n), 4) if n else None})
+    used = [abs(r["ratio"] - 1) for r in rows if r["counts"] >= min_halos]
+    return rows, (round(max(used), 4) if used else None)
+
+
 def main(argv=None):
     ap = box_parser(__doc__, n_side=128, box=256.0, steps=40)
     ap.add_argument("--min-halos", type=int, default=30)
@@ -28,7 +54,6 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.mass_function import mass_function, theory_mass_function
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
 
@@ -44,27 +69,11 @@ def main(argv=None):
         halos = fof(snap, 0.2, min_members=20)
         t_fof = time.perf_counter() - t0
     m_p = float(snap.particle_mass)
-    masses = halos.catalog["mass"].values
-    lo = np.log10(args.min_particles * m_p)
-    hi = np.log10(max(masses.max(), 10 ** lo * 1.6)) if masses.size else lo + 0.2
-    edges = 10 ** np.arange(lo, hi + 0.2, 0.2)
-    mf = mass_function(masses, edges, args.box)
-    rows = []
-    for b in range(mf.sizes["mass_bin"]):
-        n = int(mf["counts"][b])
-        m0, m1 = float(mf["mass_lo"][b]), float(mf["mass_hi"][b])
-        grid = np.geomspace(m0, m1, 9)
-        theory = float(np.mean(theory_mass_function(grid, model="watson2013_fof",
-                                                    cosmology=snap.cosmology)))
-        ratio = float(mf["dn_dlnM"][b]) / theory
-        rows.append({"mass_lo": m0, "mass_hi": m1, "counts": n, "ratio": round(ratio, 4),
-                     "poisson": round(1 / np.sqrt(n), 4) if n else None})
-    used = [r for r in rows if r["counts"] >= args.min_halos]
+    rows, worst = mass_function_rows(halos.catalog["mass"].values, m_p, args.box,
+                                     snap.cosmology, args.min_particles, args.min_halos)
     emit(env, particle_mass=m_p, n_halos=halos.n_halos, run_s=round(t_run, 1),
-         fof_s=round(t_fof, 1), bins=rows,
-         max_abs_ratio_minus_1=(round(max(abs(r["ratio"] - 1) for r in used), 4)
-                                if used else None),
-         n_bins_used=len(used))
+         fof_s=round(t_fof, 1), bins=rows, max_abs_ratio_minus_1=worst,
+         n_bins_used=sum(r["counts"] >= args.min_halos for r in rows))
 
 
 if __name__ == "__main__":
