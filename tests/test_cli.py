@@ -208,7 +208,7 @@ def test_halos_command(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--linking-length", "0"], "--linking-length must be a positive"),
+    (["--linking-length", "0"], "--linking-length must be a finite number > 0"),
     (["--min-members", "1"], "--min-members must be an integer >= 2"),
     (["--centers", "middle"], "subset of"),
     (["--linking-length", "5", "--domains", "27"], "not smaller than the domain side"),

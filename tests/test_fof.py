@@ -114,7 +114,7 @@ def test_isolated_snapshot(rng):
 
 def test_bad_parameters_and_empty(rng):
     snap = Snapshot.from_arrays(rng.random((1000, 3)), box_size=1.0)
-    with pytest.raises(ParameterError, match="linking_length must be a positive"):
+    with pytest.raises(ParameterError, match="linking_length must be a finite number > 0"):
         fof_labels(snap, 0.0)
     with pytest.raises(ParameterError, match="min_members must be an integer >= 2"):
         fof_labels(snap, 0.2, min_members=1)

@@ -36,6 +36,7 @@ import math
 import numba
 import numpy as np
 
+from ..checks import check_finite, check_positive
 from ..errors import ParameterError
 from .parameters import default_r_cut
 from .truncated import T_exact_nb, T_table_nb, check_level, get_table
@@ -46,16 +47,6 @@ __all__ = ["p2p_block", "check_kernel_params", "relative_positions", "SOFTENING_
 SOFTENING_KERNELS = ("plummer", "spline")
 SPLINE_SUPPORT = 2.8   # h = 2.8 eps for the Gadget-2 spline
 _EXCLUDE = {"none": 0, "index": 1, "zero": 2}
-
-
-def _finite_number(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if isinstance(value, bool) or not math.isfinite(v):
-        raise ParameterError(f"{name} must be a finite number, got {value!r}")
-    return v
 
 
 def check_kernel_params(*, G=1.0, softening=0.0, softening_kernel="plummer",
@@ -69,27 +60,19 @@ def check_kernel_params(*, G=1.0, softening=0.0, softening_kernel="plummer",
         ``softening_kernel``, ``box_size <= 0``, ``rs <= 0``, ``r_cut <= 0``,
         ``r_cut`` or ``table_level`` without ``rs``, ``table_level`` not 0..4.
     """
-    G = _finite_number(G, "G")
-    softening = _finite_number(softening, "softening")
-    if softening < 0:
-        raise ParameterError(f"softening must be >= 0 (length units), got {softening!r}")
+    G = check_finite(G, "G")
+    softening = check_positive(softening, "softening (length units)", allow_zero=True)
     if softening_kernel not in SOFTENING_KERNELS:
         raise ParameterError(
             f"softening_kernel must be one of {SOFTENING_KERNELS}, got {softening_kernel!r}")
     if box_size is not None:
-        box_size = _finite_number(box_size, "box_size")
-        if box_size <= 0:
-            raise ParameterError(f"box_size must be > 0 or None, got {box_size!r}")
+        box_size = check_positive(box_size, "box_size (or None)")
     if rs is None:
         if r_cut is not None or table_level is not None:
             raise ParameterError("r_cut and table_level need the split scale rs (truncated kernel)")
     else:
-        rs = _finite_number(rs, "rs")
-        if rs <= 0:
-            raise ParameterError(f"rs must be > 0, got {rs!r}")
-        r_cut = default_r_cut(rs) if r_cut is None else _finite_number(r_cut, "r_cut")
-        if r_cut <= 0:
-            raise ParameterError(f"r_cut must be > 0, got {r_cut!r}")
+        rs = check_positive(rs, "rs")
+        r_cut = default_r_cut(rs) if r_cut is None else check_positive(r_cut, "r_cut")
         if table_level is not None:
             table_level = check_level(table_level)
     return dict(G=G, softening=softening, softening_kernel=softening_kernel,

@@ -33,6 +33,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import array_module, empty_meta, host
+from ..checks import check_positive
 from ..errors import ParameterError, SnapshotError
 from ..progress import compute, persist
 from ..spatial import DomainPart, domain_grid, scatter_to_domains
@@ -264,10 +265,7 @@ def _chunk_labels(start: int, stop: int, *pieces):
 # ----------------------------------------------------------------------------- API
 def absolute_linking_length(snap, linking_length: float, absolute: bool) -> float:
     """The linking length in box units (mean interparticle spacing units unless absolute)."""
-    ok = isinstance(linking_length, (int, float, np.integer, np.floating)) and not isinstance(
-        linking_length, bool)
-    if not ok or not math.isfinite(float(linking_length)) or linking_length <= 0:
-        raise ParameterError(f"linking_length must be a positive number, got {linking_length!r}")
+    linking_length = check_positive(linking_length, "linking_length")
     if absolute:
         return float(linking_length)
     if snap.box_size is None:
