@@ -1,0 +1,324 @@
+"""Distributed 3-d real FFT of a mesh held in slabs (issue 19).
+
+Every mesh FFT elsewhere in cosmo_dask (PM gravity, P(k), paint's interlacing,
+the IC generators) transforms the whole mesh in one task on one worker. The two
+functions here split that work over the cluster, the classic slab
+decomposition:
+
+forward, :func:`rfftn`
+    1. ``fft-r2c`` (one task per real slab along axis 0, chunks ``(c0, n1, n2)``):
+       ``rfft`` along axis 2, then ``fft`` along axis 1; both axes are whole
+       inside a slab.
+    2. the transpose: ``rechunk`` to *k-space slabs along axis 1*, chunks
+       ``(n0, c1, n2 // 2 + 1)``. This is Dask's all-to-all (``rechunk-split`` /
+       ``rechunk-merge`` tasks, or Dask's P2P rechunk when a distributed client
+       is the default one and the graph is large): every real slab sends a piece
+       to every k-slab.
+    3. ``fft-c2c`` (one task per k-slab): ``fft`` along axis 0.
+
+inverse, :func:`irfftn`
+    the same steps backwards: ``fft-ic2c`` (inverse ``fft`` along axis 0 per
+    k-slab), the transpose back to real slabs along axis 0, ``fft-c2r``
+    (inverse ``fft`` along axis 1, ``irfft`` along axis 2, per slab).
+
+Conventions are NumPy's (unnormalised forward, ``1 / (n0 n1 n2)`` on the
+inverse): ``rfftn(x)`` holds the values of ``numpy.fft.rfftn(x)`` and
+``irfftn(k, shape)`` those of ``numpy.fft.irfftn(k, s=shape)``; even and odd
+sizes on every axis behave as in NumPy (the last axis of the k-space mesh has
+``n2 // 2 + 1`` entries, so :func:`irfftn` needs ``shape`` to tell an even
+``n2`` from an odd one). float32 meshes give complex64 k-space meshes and back,
+float64 meshes complex128.
+
+Chunks may be NumPy or CuPy arrays: each block function picks its module from
+the block it is given (:func:`cosmo_dask.backend.array_module`), ``scipy.fft``
+with ``workers=1`` on the CPU (one task is one thread; Dask runs the slabs in
+parallel, unlike the single-task paths, which give ``scipy.fft`` every core) and
+``cupy.fft`` on the GPU; the ``meta`` of every result keeps the input's array
+type, so a CuPy-backed mesh gives a CuPy-backed k-space mesh.
+
+Memory
+------
+Write ``M`` for the bytes of the complex k-space mesh (``n0 n1 (n2 // 2 + 1)``
+complex values, about the real mesh's bytes) and ``S`` for the number of slabs.
+One ``fft-r2c`` task holds one real slab in and one complex slab out (the
+second FFT runs in place on the output): about ``2 M / S``. One ``fft-c2c``
+task holds one k-slab in and one out: ``2 M / S``. A ``rechunk-merge`` task
+holds the ``S`` pieces of one k-slab and their concatenation: ``2 M / S``. So
+the peak per task is about **2/S of the mesh** (2/S of ``M``; with the default
+one slab per 64 MiB of ``M``, about 128 MiB). Summed over the cluster, the
+transpose is the transient: until the pieces are released both the slab and
+the k-slab copies of the mesh may be alive, up to ``2 M`` in all (P2P
+rechunking holds its shards on the workers' disks instead).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ..backend import array_module, empty_meta
+from ..errors import ParameterError
+
+__all__ = ["DEFAULT_SLAB_BYTES", "default_slab_count", "irfftn", "rfftn", "slab_chunks"]
+
+#: Target bytes of one complex k-space slab for the default slab count.
+DEFAULT_SLAB_BYTES = 64 * 2**20
+
+_COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64),
+               np.dtype(np.float64): np.dtype(np.complex128)}
+_REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
+
+
+# --------------------------------------------------------------------------- slab sizes
+def slab_chunks(n: int, n_slabs: int) -> tuple[int, ...]:
+    """Chunk sizes splitting an axis of ``n`` cells into ``n_slabs`` slabs.
+
+    Sizes differ by at most one, the larger ones first (as
+    ``numpy.array_split``). ``n_slabs`` above ``n`` is lowered to ``n``: a slab
+    holds at least one plane.
+
+    Raises
+    ------
+    ParameterError
+        For ``n < 1`` or ``n_slabs < 1``.
+    """
+    n, n_slabs = int(n), int(n_slabs)
+    if n < 1:
+        raise ParameterError(f"slab_chunks: the axis must have at least one cell, got n={n}")
+    if n_slabs < 1:
+        raise ParameterError(f"slab_chunks: n_slabs must be at least 1, got {n_slabs}")
+    n_slabs = min(n_slabs, n)
+    q, r = divmod(n, n_slabs)
+    return (q + 1,) * r + (q,) * (n_slabs - r)
+
+
+def _worker_threads() -> int:
+    """Threads of the default distributed client's workers, else this machine's cores."""
+    try:
+        from distributed import default_client
+
+        threads = sum(default_client().nthreads().values())
+    except (ImportError, ValueError):
+        threads = 0
+    return threads or os.cpu_count() or 1
+
+
+def default_slab_count(shape: tuple[int, int, int], dtype: Any) -> int:
+    """The default number of slabs of a mesh of ``shape`` and real ``dtype``.
+
+    The larger of: one slab per :data:`DEFAULT_SLAB_BYTES` (64 MiB) of the
+    complex k-space mesh, and one slab per worker thread (of the default
+    distributed client, else per core of this machine), so that every thread
+    has a slab. Never more than the mesh's planes along the split axes
+    (``min(n0, n1)``).
+    """
+    n0, n1, n2 = (int(s) for s in shape)
+    itemsize = _COMPLEX_OF.get(np.dtype(dtype), np.dtype(np.complex128)).itemsize
+    kbytes = n0 * n1 * (n2 // 2 + 1) * itemsize
+    by_size = math.ceil(kbytes / DEFAULT_SLAB_BYTES)
+    return max(1, min(max(by_size, _worker_threads()), n0, n1))
+
+
+def _count(slabs: int | None, what: str) -> int | None:
+    if slabs is None:
+        return None
+    if isinstance(slabs, bool) or not isinstance(slabs, (int, np.integer)) or slabs < 1:
+        raise ParameterError(f"{what}: slabs must be a positive integer or None, got {slabs!r}")
+    return int(slabs)
+
+
+# --------------------------------------------------------------------------- block functions
+def _scipy_fft():
+    import scipy.fft
+
+    return scipy.fft
+
+
+def _r2c_block(block):
+    """Real slab (c0, n1, n2) -> complex slab (c0, n1, n2 // 2 + 1): rfft axis 2, fft axis 1."""
+    xp = array_module(block)
+    if xp is np:
+        return _scipy_fft().rfftn(block, axes=(1, 2), workers=1)
+    return xp.fft.rfftn(block, axes=(1, 2))
+
+
+def _c2c_block(block, inverse: bool):
+    """fft (or inverse fft) along axis 0 of a k-slab (n0, c1, nk)."""
+    xp = array_module(block)
+    mod = _scipy_fft() if xp is np else xp.fft
+    func = mod.ifft if inverse else mod.fft
+    if xp is np:
+        return func(block, axis=0, workers=1)
+    return func(block, axis=0)
+
+
+def _c2r_block(block, n1: int, n2: int):
+    """Complex slab (c0, n1, n2 // 2 + 1) -> real slab (c0, n1, n2): ifft axis 1, irfft axis 2."""
+    xp = array_module(block)
+    if xp is np:
+        return _scipy_fft().irfftn(block, s=(n1, n2), axes=(1, 2), workers=1)
+    return xp.fft.irfftn(block, s=(n1, n2), axes=(1, 2))
+
+
+# --------------------------------------------------------------------------- checks
+def _as_dask(x, chunks) -> da.Array:
+    """A NumPy/CuPy (or array-like) mesh as a dask array of ``chunks``, keeping its type."""
+    if isinstance(x, da.Array):
+        return x
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    return da.from_array(x, chunks=chunks, asarray=False)
+
+
+def _check_3d(shape, what: str) -> None:
+    if len(shape) != 3:
+        raise ParameterError(f"{what}: the mesh must be 3-d, got shape {tuple(shape)}")
+    if any(math.isnan(s) for s in shape):
+        raise ParameterError(f"{what}: the mesh shape must be known, got {tuple(shape)} "
+                             "(call compute_chunk_sizes() first)")
+    if min(shape) < 1:
+        raise ParameterError(f"{what}: every axis needs at least one cell, got shape "
+                             f"{tuple(shape)}")
+
+
+# --------------------------------------------------------------------------- transforms
+def rfftn(mesh, slabs: int | None = None) -> da.Array:
+    """3-d real forward FFT of a mesh in slabs along axis 0: ``numpy.fft.rfftn(mesh)``.
+
+    Parameters
+    ----------
+    mesh : dask array (or NumPy/CuPy array), shape (n0, n1, n2), real
+        Best chunked in slabs along axis 0, ``chunks=((c0, ...), n1, n2)``
+        (see :func:`slab_chunks`). A dask mesh chunked along axis 1 or 2 as
+        well is first rechunked to slabs keeping its axis-0 chunks (one more
+        all-to-all: chunk meshes in slabs where they are made to avoid it). A
+        NumPy or CuPy array is wrapped in ``slabs`` slabs. float32 and float64
+        are kept; integer and bool meshes are transformed in float64 (NumPy's
+        rule); complex and other dtypes raise.
+    slabs : int, optional
+        Number of k-space slabs of the result (along axis 1), at most ``n1``;
+        default: as many as the input's slabs, or :func:`default_slab_count`
+        for a NumPy/CuPy input.
+
+    Returns
+    -------
+    dask array, shape (n0, n1, n2 // 2 + 1), complex64 (float32 input) or complex128
+        Laid out as **k-space slabs along axis 1**: chunks
+        ``(n0, (c1, ...), n2 // 2 + 1)``, each chunk whole along axes 0 and 2.
+        Same array type as the input chunks (NumPy or CuPy). Values as
+        ``numpy.fft.rfftn`` (no normalisation). Peak memory per task is about
+        2/S of the complex mesh for S slabs (module docstring).
+
+    Raises
+    ------
+    ParameterError
+        For a mesh that is not 3-d, has an empty axis or an unknown shape, is
+        complex or of an unsupported dtype, or for a bad ``slabs``.
+    """
+    slabs = _count(slabs, "rfftn")
+    shape = tuple(mesh.shape) if hasattr(mesh, "shape") else np.shape(mesh)
+    _check_3d(shape, "rfftn")
+    n0, n1, n2 = (int(s) for s in shape)
+    dtype = np.dtype(mesh.dtype) if hasattr(mesh, "dtype") else np.asarray(mesh).dtype
+    if dtype.kind in "biu":
+        dtype_in = np.dtype(np.float64)
+    elif dtype in _COMPLEX_OF:
+        dtype_in = dtype
+    elif dtype.kind == "c":
+        raise ParameterError(f"rfftn: the mesh must be real, got dtype {dtype}; "
+                             "use dask.array.fft.fftn for complex data")
+    else:
+        raise ParameterError(f"rfftn: the mesh must be float32 or float64 (or integer), "
+                             f"got dtype {dtype}")
+    if not isinstance(mesh, da.Array):
+        count = slabs or default_slab_count(shape, dtype_in)
+        mesh = _as_dask(mesh, (slab_chunks(n0, count), n1, n2))
+    if dtype_in != dtype:
+        mesh = mesh.astype(dtype_in)
+    if len(mesh.chunks[1]) > 1 or len(mesh.chunks[2]) > 1:
+        # each slab must hold whole planes for the first two 1-d FFTs
+        mesh = mesh.rechunk((mesh.chunks[0], -1, -1))
+    ctype = _COMPLEX_OF[dtype_in]
+    nk = n2 // 2 + 1
+    meta = empty_meta(mesh, 3, ctype)
+
+    kslab = da.map_blocks(_r2c_block, mesh, chunks=(mesh.chunks[0], (n1,), (nk,)),
+                          dtype=ctype, meta=meta, name=f"fft-r2c-{tokenize(mesh)}")
+    kchunks = slab_chunks(n1, slabs or len(mesh.chunks[0]))
+    pencils = kslab.rechunk(((n0,), kchunks, (nk,)))  # the all-to-all transpose
+    return da.map_blocks(_c2c_block, pencils, False, dtype=ctype, meta=meta,
+                         name=f"fft-c2c-{tokenize(pencils)}")
+
+
+def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
+    """3-d inverse real FFT, k-space slabs -> real slabs: ``numpy.fft.irfftn(kmesh, s=shape)``.
+
+    Parameters
+    ----------
+    kmesh : dask array (or NumPy/CuPy array), shape (n0, n1, n2 // 2 + 1), complex
+        Best laid out as :func:`rfftn` returns it, k-space slabs along axis 1
+        (chunks ``(n0, (c1, ...), n2 // 2 + 1)``); a dask array chunked along
+        axis 0 or 2 is first rechunked to that layout keeping its axis-1
+        chunks. A NumPy or CuPy array is wrapped in ``slabs`` k-slabs.
+        complex64 gives float32, complex128 float64.
+    shape : (n0, n1, n2)
+        The real mesh's shape. Must match ``kmesh``: ``(n0, n1)`` its first two
+        axes and ``n2 // 2 + 1`` its last (``n2`` tells even from odd; unlike
+        NumPy, no cropping or zero padding).
+    slabs : int, optional
+        Number of real slabs of the result (along axis 0), at most ``n0``;
+        default: as many as the input's k-slabs, or :func:`default_slab_count`.
+
+    Returns
+    -------
+    dask array, shape ``shape``, float32 or float64
+        Real slabs along axis 0 (chunks ``((c0, ...), n1, n2)``), chunks of the
+        input's array type. Values as ``numpy.fft.irfftn(kmesh, s=shape)``
+        (the ``1 / (n0 n1 n2)`` normalisation included; the imaginary parts
+        that a real mesh cannot have, at k2 = 0 and the Nyquist plane, are
+        dropped as NumPy does). Peak memory per task as for :func:`rfftn`.
+
+    Raises
+    ------
+    ParameterError
+        For a k-space mesh that is not 3-d or not complex, a ``shape`` that
+        does not match it, or a bad ``slabs``.
+    """
+    slabs = _count(slabs, "irfftn")
+    kshape = tuple(kmesh.shape) if hasattr(kmesh, "shape") else np.shape(kmesh)
+    _check_3d(kshape, "irfftn")
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ParameterError(f"irfftn: shape must be three integers, got {shape!r}") from None
+    if len(shape) != 3 or min(shape) < 1:
+        raise ParameterError(f"irfftn: shape must be three positive integers, got {shape}")
+    n0, n1, n2 = shape
+    nk = n2 // 2 + 1
+    if tuple(int(s) for s in kshape) != (n0, n1, nk):
+        raise ParameterError(f"irfftn: a real mesh of shape {shape} has a k-space mesh of "
+                             f"shape {(n0, n1, nk)}, got {kshape}")
+    dtype = np.dtype(kmesh.dtype) if hasattr(kmesh, "dtype") else np.asarray(kmesh).dtype
+    if dtype not in _REAL_OF:
+        raise ParameterError(f"irfftn: the k-space mesh must be complex64 or complex128, "
+                             f"got dtype {dtype}")
+    if not isinstance(kmesh, da.Array):
+        count = slabs or default_slab_count(shape, _REAL_OF[dtype])
+        kmesh = _as_dask(kmesh, (n0, slab_chunks(n1, count), nk))
+    if len(kmesh.chunks[0]) > 1 or len(kmesh.chunks[2]) > 1:
+        # each k-slab must hold whole lines along axis 0 for the first 1-d FFT
+        kmesh = kmesh.rechunk((-1, kmesh.chunks[1], -1))
+    rtype = _REAL_OF[dtype]
+
+    lines = da.map_blocks(_c2c_block, kmesh, True, dtype=dtype, meta=empty_meta(kmesh, 3, dtype),
+                          name=f"fft-ic2c-{tokenize(kmesh)}")
+    chunks0 = slab_chunks(n0, slabs or len(kmesh.chunks[1]))
+    slab = lines.rechunk((chunks0, (n1,), (nk,)))  # the all-to-all transpose back
+    return da.map_blocks(_c2r_block, slab, n1, n2, chunks=(chunks0, (n1,), (n2,)),
+                         dtype=rtype, meta=empty_meta(kmesh, 3, rtype),
+                         name=f"fft-c2r-{tokenize(slab, n2)}")
