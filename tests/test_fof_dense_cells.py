@@ -5,68 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fof_reference import canonical as _canonical
+from fof_reference import friend_pairs as _pairs
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
 
 from cosmo_dask.halos.fof_kernels import fof_local
 
 # ---------------------------------------------------------------- references
-
-
-def _wrapped(pos, periods):
-    out = np.array(pos, dtype=np.float64, copy=True)
-    for a, L in enumerate(periods):
-        if L > 0:
-            x = np.mod(out[:, a], L)
-            x[(x >= L) | (x < 0)] = 0.0
-            out[:, a] = x
-    return out
-
-
-def _brute_pairs(w, periods, ll):
-    """Pairs (i < j) within ``ll``, minimum image on periodic axes (float64)."""
-    m = len(w)
-    per = np.asarray(periods, dtype=np.float64)
-    out = []
-    for s in range(0, m, 512):
-        d = w[s:s + 512, None, :] - w[None, :, :]
-        for a in range(3):
-            if per[a] > 0:
-                da = d[..., a]
-                da[da > 0.5 * per[a]] -= per[a]
-                da[da < -0.5 * per[a]] += per[a]
-        d2 = d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1] + d[..., 2] * d[..., 2]
-        i, j = np.nonzero(d2 <= ll * ll)
-        i += s
-        keep = i < j
-        out.append(np.stack([i[keep], j[keep]], axis=1))
-    return np.concatenate(out) if out else np.empty((0, 2), np.int64)
-
-
-def _pairs(pos, periods, ll):
-    w = _wrapped(pos, periods)
-    per = np.asarray(periods, dtype=np.float64)
-    if np.all(per > 0) and np.all(per > 2 * ll):
-        return cKDTree(w, boxsize=per).query_pairs(ll, output_type="ndarray")
-    if np.all(per == 0):
-        return cKDTree(w).query_pairs(ll, output_type="ndarray")
-    if np.all((per == 0) | (per > 2 * ll)):  # mixed: query against shifted copies
-        m = len(w)
-        shifts = [(-1, 0, 1) if L > 0 else (0,) for L in per]
-        rep = np.concatenate([w + np.array([sx, sy, sz]) * per
-                              for sx in shifts[0] for sy in shifts[1] for sz in shifts[2]])
-        dm = cKDTree(w).sparse_distance_matrix(cKDTree(rep), ll, output_type="ndarray")
-        i, j = dm["i"].astype(np.int64), dm["j"].astype(np.int64) % m
-        keep = i < j
-        return np.unique(np.stack([i[keep], j[keep]], axis=1), axis=0).reshape(-1, 2)
-    assert len(w) <= 6000, "brute-force reference: keep the set small"
-    return _brute_pairs(w, per, ll)
-
-
-def _canonical(comp):
-    _, first, inv = np.unique(comp, return_index=True, return_inverse=True)
-    return first[inv].astype(np.int64)
 
 
 def _reference(pos, periods, ll, min_friends=1):

@@ -4,79 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fof_reference import brute_pairs as _brute_pairs
+from fof_reference import kdtree_pairs as _kdtree_pairs
+from fof_reference import wrap as _wrap
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos.fof_kernels import canonical_labels, fof_local
 
 # ---------------------------------------------------------------- references
-
-
-def _wrap(pos, periods):
-    """Periodic coordinates into [0, L) (the kernel's convention)."""
-    out = np.array(pos, dtype=np.float64, copy=True)
-    for a, L in enumerate(periods):
-        if L > 0:
-            x = np.mod(out[:, a], L)
-            x[(x >= L) | (x < 0)] = 0.0
-            out[:, a] = x
-    return out
-
-
-def _kdtree_pairs(pos, periods, ll):
-    """Friend pairs (i < j) from cKDTree; periodic axes by replicating the points.
-
-    Fully periodic uses ``boxsize``, fully open a plain tree; mixed
-    periodicity queries the points against copies shifted by -L, 0, +L along
-    each periodic axis (valid for ``L >= 2 * ll``).
-    """
-    periods = np.asarray(periods, dtype=np.float64)
-    m = len(pos)
-    if np.all(periods > 0):
-        w = _wrap(pos, periods)
-        return cKDTree(w, boxsize=periods).query_pairs(ll, output_type="ndarray")
-    if np.all(periods == 0):
-        return cKDTree(pos).query_pairs(ll, output_type="ndarray")
-    w = _wrap(pos, periods)
-    axes = [(-1, 0, 1) if L > 0 else (0,) for L in periods]
-    copies = []
-    for sx in axes[0]:
-        for sy in axes[1]:
-            for sz in axes[2]:
-                copies.append(w + np.array([sx, sy, sz]) * periods)
-    rep = np.concatenate(copies)
-    dm = cKDTree(w).sparse_distance_matrix(cKDTree(rep), ll, output_type="ndarray")
-    i = dm["i"].astype(np.int64)
-    j = dm["j"].astype(np.int64) % m
-    keep = i < j
-    return np.unique(np.stack([i[keep], j[keep]], axis=1), axis=0).reshape(-1, 2)
-
-
-def _brute_pairs(pos, periods, ll):
-    """Friend pairs (i < j) by brute force with minimum-image differences."""
-    w = _wrap(pos, periods)
-    m = len(w)
-    out = []
-    with np.errstate(over="ignore", invalid="ignore"):
-        chunks = [_brute_chunk(w, i0, periods, ll) for i0 in range(0, m, 512)]
-    for ii, jj in chunks:
-        keep = ii < jj
-        out.append(np.stack([ii[keep], jj[keep]], axis=1))
-    return np.concatenate(out) if out else np.empty((0, 2), dtype=np.int64)
-
-
-def _brute_chunk(w, i0, periods, ll):
-    """Pairs (i, j) within ``ll`` for the rows ``i0 .. i0 + 511`` against all points."""
-    d = w[i0 : i0 + 512, None, :] - w[None, :, :]
-    for a, L in enumerate(periods):
-        if L > 0:
-            da = d[..., a]
-            d[..., a] = np.where(da > 0.5 * L, da - L, np.where(da < -0.5 * L, da + L, da))
-    d2 = d[..., 0] ** 2 + d[..., 1] ** 2 + d[..., 2] ** 2
-    ii, jj = np.nonzero(d2 <= ll * ll)
-    return ii + i0, jj
 
 
 def _labels(m, pairs):
