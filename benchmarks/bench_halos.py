@@ -8,7 +8,9 @@ Workloads (periodic box, b = 0.2 mean spacings, min_members = 20):
              (2^21: 500 halos of >= 20, the largest 320k, 1.7e8 friend pairs;
              spheres on faces and an edge), wrapped into the box;
   zeldovich  Zel'dovich-approximation particles at z = 0 (cosmo_dask.models), box
-             N^(1/3) Mpc/h.
+             N^(1/3) Mpc/h;
+  evolved    a simulated box at z = 0 (2LPT from z = 19, 40 PM steps, FastPM factors,
+             mesh 2 N^(1/3)), box N^(1/3) Mpc/h.
 
 For each, in one run: cosmo_dask ``fof_labels`` end to end from an in-memory
 snapshot on the local threaded scheduler (all cores), then the scipy reference
@@ -101,6 +103,13 @@ def particles(n_side: int, kind: str, seed: int = 1):
 
         snap = zeldovich(n_side, box_size=box, redshift=0.0, seed=seed, precision="float64")
         return np.mod(snap.pos.compute(), box), box
+    if kind == "evolved":  # a simulated box at z = 0: 2LPT from z = 19, 40 PM steps
+        from cosmo_dask.models import lpt_ics
+        from cosmo_dask.simulation import run
+
+        ics = lpt_ics(n_side, box_size=box, redshift=19.0, seed=seed, precision="float32")
+        snap = run(ics, z_final=0.0, n_steps=40, method="pm", precision="float32").snapshot
+        return np.mod(snap.pos.compute().astype(np.float64), box), box
     half = n // 2
     pos = [rng.random((n - half, 3)) * box]
     sizes = np.maximum(20, (rng.pareto(1.0, size=half // 50) + 1) * 20).astype(int)
@@ -141,7 +150,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-side", type=int, nargs="+", default=[128])
     ap.add_argument("--kinds", nargs="+", default=["clustered", "uniform"],
-                    choices=("clustered", "uniform", "plummer", "zeldovich"))
+                    choices=("clustered", "uniform", "plummer", "zeldovich", "evolved"))
     ap.add_argument("--kdcount", action="store_true",
                     help="side-by-side kdcount FOF and single-thread kernel timings")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
