@@ -64,7 +64,8 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta
 from ..errors import ParameterError
 
-__all__ = ["DEFAULT_SLAB_BYTES", "default_slab_count", "irfftn", "rfftn", "slab_chunks"]
+__all__ = ["DEFAULT_SLAB_BYTES", "default_slab_count", "irfftn", "kslab_wavenumbers",
+           "map_kslabs", "rfftn", "slab_chunks"]
 
 #: Target bytes of one complex k-space slab for the default slab count.
 DEFAULT_SLAB_BYTES = 64 * 2**20
@@ -322,3 +323,93 @@ def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
     return da.map_blocks(_c2r_block, slab, n1, n2, chunks=(chunks0, (n1,), (n2,)),
                          dtype=rtype, meta=empty_meta(kmesh, 3, rtype),
                          name=f"fft-c2r-{tokenize(slab, n2)}")
+
+
+# --------------------------------------------------------------------------- k-space slabs
+def kslab_wavenumbers(shape, box_size: float, rows: slice, xp: Any = np, dtype: Any = np.float64):
+    """Wavenumbers of one k-space slab, broadcastable against it.
+
+    The k-space mesh of a real mesh of ``shape = (n0, n1, n2)`` is
+    ``(n0, n1, n2 // 2 + 1)`` (:func:`rfftn`), held in slabs along axis 1; the
+    slab ``rows`` is ``kmesh[:, rows, :]``. The wavenumbers follow
+    ``numpy.fft.fftfreq`` / ``rfftfreq`` times ``2 pi n / box_size``.
+
+    Parameters
+    ----------
+    shape : (n0, n1, n2)
+        The real mesh's shape.
+    box_size : float
+        Side of the periodic box (length); ``2 pi / box_size`` is the
+        fundamental wavenumber (1 / length).
+    rows : slice
+        The slab's rows along axis 1 (``slice(start, stop)``).
+    xp : module
+        ``numpy`` or ``cupy``: the arrays' module.
+    dtype : dtype
+        Real dtype of the returned arrays.
+
+    Returns
+    -------
+    kx : (n0, 1, 1) array
+    ky : (1, stop - start, 1) array
+    kz : (1, 1, n2 // 2 + 1) array
+        Wavenumbers along the three axes (1 / length), so ``kx**2 + ky**2 +
+        kz**2`` broadcasts to the slab's shape.
+    """
+    n0, n1, n2 = (int(s) for s in shape)
+    scale = 2.0 * math.pi / float(box_size)
+    fx = np.fft.fftfreq(n0, d=1.0 / n0)
+    fy = np.fft.fftfreq(n1, d=1.0 / n1)[rows]
+    fz = np.fft.rfftfreq(n2, d=1.0 / n2)
+    kx = xp.asarray((scale * fx).astype(dtype)).reshape(n0, 1, 1)
+    ky = xp.asarray((scale * fy).astype(dtype)).reshape(1, fy.size, 1)
+    kz = xp.asarray((scale * fz).astype(dtype)).reshape(1, 1, fz.size)
+    return kx, ky, kz
+
+
+def _kslab_block(block, *args, kfunc, shape, box_size, block_info=None, **kwargs):
+    lo, hi = block_info[0]["array-location"][1]
+    xp = array_module(block)
+    real = _REAL_OF.get(np.dtype(block.dtype), np.dtype(np.float64))
+    k = kslab_wavenumbers(shape, box_size, slice(lo, hi), xp, real)
+    return kfunc(block, *k, *args, **kwargs)
+
+
+def map_kslabs(func, kmesh: da.Array, *args, shape, box_size: float, name: str,
+               dtype: Any = None, **kwargs) -> da.Array:
+    """Apply ``func(block, kx, ky, kz, *args, **kwargs)`` to every k-space slab.
+
+    The one way to act on a k-space mesh slab by slab (Green's functions,
+    filters, transfer functions, IC fields): each task gets its slab and the
+    slab's wavenumbers from :func:`kslab_wavenumbers` in the block's module
+    (NumPy or CuPy) and real dtype, and returns a block of the same shape.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(block, kx, ky, kz, *args, **kwargs) -> array`` of the block's shape.
+    kmesh : dask array, (n0, n1, n2 // 2 + 1)
+        A k-space mesh in slabs along axis 1, as :func:`rfftn` returns it.
+    shape : (n0, n1, n2)
+        The real mesh's shape.
+    box_size : float
+        Periodic box side (length).
+    name : str
+        Task-name prefix (dashboard kind), e.g. ``"pm-green"``.
+    dtype : dtype, optional
+        Result dtype; default the input's.
+
+    Returns
+    -------
+    dask array, the k-space slabs ``func`` returned (same chunks and array type).
+    """
+    if len(kmesh.chunks[0]) > 1 or len(kmesh.chunks[2]) > 1:
+        raise ParameterError(f"{name}: the k-space mesh must be in slabs along axis 1 "
+                             f"(chunks (n0, (c1, ...), nk)), got chunks {kmesh.chunks}")
+    dtype = np.dtype(kmesh.dtype if dtype is None else dtype)
+    shape = tuple(int(s) for s in shape)
+    return da.map_blocks(_kslab_block, kmesh, *args, kfunc=func, shape=shape,
+                         box_size=float(box_size), dtype=dtype,
+                         meta=empty_meta(kmesh, 3, dtype),
+                         name=f"{name}-{tokenize(kmesh, func, args, kwargs, shape, box_size)}",
+                         **kwargs)
