@@ -22,10 +22,11 @@ from timing import box_parser, emit, env_of
 
 
 def mass_function_rows(masses, m_p: float, box: float, cosmology, min_particles: int = 100,
-                       min_halos: int = 30):
+                       min_halos: int = 30, power_spectrum=None):
     """Per-bin ``dn/dlnM`` of FOF masses over Watson et al. 2013 (FoF), 0.2 dex bins from
     ``min_particles`` particle masses; returns ``(rows, max |ratio - 1|)`` over the bins
-    holding >= ``min_halos`` halos (None when there is none)."""
+    holding >= ``min_halos`` halos (None when there is none). ``power_spectrum``: the
+    linear spectrum under the fit's sigma(M) (the run's own; default EH98)."""
     from cosmo_dask.halos.mass_function import mass_function, theory_mass_function
 
     masses = np.asarray(masses, dtype=np.float64)
@@ -39,7 +40,8 @@ def mass_function_rows(masses, m_p: float, box: float, cosmology, min_particles:
         m0, m1 = float(mf["mass_lo"][b]), float(mf["mass_hi"][b])
         grid = np.geomspace(m0, m1, 9)
         theory = float(np.mean(theory_mass_function(grid, model="watson2013_fof",
-                                                    cosmology=cosmology)))
+                                                    cosmology=cosmology,
+                                                    power_spectrum=power_spectrum)))
         ratio = float(mf["dn_dlnM"][b]) / theory
         rows.append({"mass_lo": m0, "mass_hi": m1, "counts": n, "ratio": round(ratio, 4),
                      "poisson": round(1 / np.sqrt(n), 4) if n else None})

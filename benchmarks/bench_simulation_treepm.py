@@ -53,6 +53,16 @@ def parse_config(text: str) -> dict:
             "precision": precision, "steps": schedule}
 
 
+def _member_histogram(masses, m_p: float) -> dict:
+    """Halo member counts of every run as (count, how many halos) pairs, so the mass
+    function can be re-binned later without the device."""
+    out = {}
+    for i, m in enumerate(masses):
+        n, c = np.unique(np.rint(np.asarray(m) / m_p).astype(np.int64), return_counts=True)
+        out[str(i)] = [n.tolist(), c.tolist()]
+    return out
+
+
 def _host(values):
     return values.get() if hasattr(values, "get") else np.asarray(values)
 
@@ -159,12 +169,18 @@ def main(argv=None):
                     final[cfg["name"]] = (k[keep], p[keep])
             if masses:
                 # the pair's mean mass function: all halos, the volume counted per run
-                rows, used = mass_function_rows(np.concatenate(masses),
-                                                float(ics.particle_mass),
-                                                args.box * len(masses) ** (1 / 3),
-                                                ics.cosmology)
+                # the fit's sigma(M) from the run's own linear spectrum (--power), and
+                # from EH98 for comparison with earlier logs
+                mf_args = (np.concatenate(masses), float(ics.particle_mass),
+                           args.box * len(masses) ** (1 / 3), ics.cosmology)
+                rows, used = mass_function_rows(*mf_args, power_spectrum=args.power)
+                _, used_eh = mass_function_rows(*mf_args)
                 row["halos"] = {"n_halos": [int(m.size) for m in masses], "bins": rows,
-                                "max_abs_ratio_minus_1": used}
+                                "power": args.power or "eisenstein_hu",
+                                "max_abs_ratio_minus_1": used,
+                                "max_abs_ratio_minus_1_eh98": used_eh,
+                                "member_counts": _member_histogram(masses,
+                                                                   float(ics.particle_mass))}
             row["outputs"] = boosts
             emit(env, **row, log=[{k: r[k] for k in ("a", "seconds", "force_seconds")}
                                   for r in log])

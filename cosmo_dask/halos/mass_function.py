@@ -277,18 +277,42 @@ def _growth(cosmo: Cosmology, redshift: Any, caller: str) -> float:
     return 1.0 if z == 0.0 else float(cosmo.growth_factor(1.0 / (1.0 + z)))
 
 
-def _sigma_and_slope(m: np.ndarray, cosmo: Cosmology, growth: float):
+def _linear_power(cosmo: Cosmology, power_spectrum: Any, caller: str):
+    """The z = 0 linear spectrum to integrate and its k range (h/Mpc).
+
+    ``None``: the cosmology's EH98 no-wiggle spectrum on ``[_K_MIN, inf)``; otherwise
+    whatever :func:`cosmo_dask.models.resolve_power_spectrum` accepts (a callable, a
+    two-column table file, ``"camb"`` / ``"class"``); a table is integrated over the
+    k range it covers (it never extrapolates).
+    """
+    if power_spectrum is None:
+        return cosmo.power_spectrum, _K_MIN, math.inf
+    from ..models.lpt import TabulatedPower, resolve_power_spectrum
+
+    try:
+        power = resolve_power_spectrum(power_spectrum, cosmo)
+    except ParameterError as err:
+        raise ParameterError(f"{caller}: {err}") from None
+    if isinstance(power, TabulatedPower):
+        return power, power.k_min, power.k_max
+    return power, _K_MIN, math.inf
+
+
+def _sigma_and_slope(m: np.ndarray, cosmo: Cosmology, growth: float, power_spectrum=None,
+                     caller: str = "sigma_of_mass"):
     """``sigma(M)`` and ``dln sigma / dln M`` (flattened), by quadrature on a log-k grid."""
+    power, k_lo, k_hi = _linear_power(cosmo, power_spectrum, caller)
     flat = m.ravel()
     if flat.size == 0:
         return flat.copy(), flat.copy()
     radius = np.cbrt(3.0 * flat / (4.0 * np.pi * _mean_density(cosmo)))
     order = np.argsort(radius)
-    lnk_lo, lnk_hi = math.log(_K_MIN), math.log(_X_MAX / float(radius[order[0]]))
+    lnk_lo = math.log(k_lo)
+    lnk_hi = min(math.log(_X_MAX / float(radius[order[0]])), math.log(k_hi))
     n_k = 2 * math.ceil((lnk_hi - lnk_lo) / (2.0 * _DLNK)) + 1  # odd: Simpson panels
     lnk = np.linspace(lnk_lo, lnk_hi, n_k)
     k = np.exp(lnk)
-    k3p = k**3 * cosmo.power_spectrum(k) / (2.0 * np.pi**2)  # today's spectrum
+    k3p = k**3 * np.asarray(power(k), dtype=np.float64) / (2.0 * np.pi**2)  # today's spectrum
     sig2 = np.empty_like(radius)
     dsig2 = np.empty_like(radius)  # R dsigma^2/dR / 2 = ∫ k^3 P W W'(kR) kR dlnk / (2 pi^2)
     block = max(1, _BLOCK_ELEMENTS // n_k)
@@ -309,7 +333,8 @@ def _sigma_and_slope(m: np.ndarray, cosmo: Cosmology, growth: float):
     return sigma, slope
 
 
-def sigma_of_mass(M: Any, cosmology: Any = None, redshift: float = 0.0):  # noqa: N803
+def sigma_of_mass(M: Any, cosmology: Any = None, redshift: float = 0.0,  # noqa: N803
+                  power_spectrum: Any = None):
     """Linear rms overdensity in top-hat spheres enclosing mass ``M``.
 
     Parameters
@@ -322,21 +347,29 @@ def sigma_of_mass(M: Any, cosmology: Any = None, redshift: float = 0.0):  # noqa
         Cosmology (default Planck 2018-like), see :meth:`Cosmology.coerce`.
     redshift : float
         Redshift; ``sigma`` scales with the linear growth factor ``D(z)``.
+    power_spectrum : None, callable, path, "camb" or "class"
+        The linear ``P(k, z = 0)`` (k in h/Mpc, P in (Mpc/h)^3), as
+        :func:`cosmo_dask.models.lpt_ics` takes it, so that a simulation's mass
+        function is compared with the fit on its own initial spectrum. ``None``:
+        the cosmology's EH98 no-wiggle spectrum normalised to ``sigma8``. A table is
+        integrated over the k range it covers (no extrapolation).
 
     Returns
     -------
     numpy.ndarray or float
-        ``sigma(M, z)`` (dimensionless), shaped like ``M``. Equal to
-        ``cosmology.sigma(R)`` (same integral and k range), so ``sigma8`` is
-        recovered at ``R = 8`` Mpc/h.
+        ``sigma(M, z)`` (dimensionless), shaped like ``M``. With the default
+        spectrum equal to ``cosmology.sigma(R)`` (same integral and k range), so
+        ``sigma8`` is recovered at ``R = 8`` Mpc/h.
     """
     cosmo = Cosmology.coerce(cosmology)
     m = _check_masses(M, "sigma_of_mass")
-    sigma, _ = _sigma_and_slope(m, cosmo, _growth(cosmo, redshift, "sigma_of_mass"))
+    sigma, _ = _sigma_and_slope(m, cosmo, _growth(cosmo, redshift, "sigma_of_mass"),
+                                power_spectrum, "sigma_of_mass")
     return sigma.reshape(m.shape)[()]
 
 
-def dlnsigma_dlnM(M: Any, cosmology: Any = None):  # noqa: N802, N803 (physics symbols)
+def dlnsigma_dlnM(M: Any, cosmology: Any = None,  # noqa: N802, N803 (physics symbols)
+                  power_spectrum: Any = None):
     """Logarithmic slope ``dln sigma / dln M`` of the top-hat rms overdensity.
 
     Analytic: differentiating the window under the integral,
@@ -352,6 +385,8 @@ def dlnsigma_dlnM(M: Any, cosmology: Any = None):  # noqa: N802, N803 (physics s
         Mass in 1e10 Msun/h (> 0).
     cosmology : Cosmology, dict or None
         Cosmology, see :meth:`Cosmology.coerce`.
+    power_spectrum : None, callable, path, "camb" or "class"
+        The linear spectrum, as for :func:`sigma_of_mass`.
 
     Returns
     -------
@@ -360,7 +395,7 @@ def dlnsigma_dlnM(M: Any, cosmology: Any = None):  # noqa: N802, N803 (physics s
     """
     cosmo = Cosmology.coerce(cosmology)
     m = _check_masses(M, "dlnsigma_dlnM")
-    _, slope = _sigma_and_slope(m, cosmo, 1.0)
+    _, slope = _sigma_and_slope(m, cosmo, 1.0, power_spectrum, "dlnsigma_dlnM")
     return slope.reshape(m.shape)[()]
 
 
@@ -432,6 +467,7 @@ def theory_mass_function(
     model: str = "warren2006",
     cosmology: Any = None,
     redshift: float = 0.0,
+    power_spectrum: Any = None,
 ):
     """Fitting-function halo mass function ``dn/dlnM``.
 
@@ -449,6 +485,9 @@ def theory_mass_function(
         Cosmology, see :meth:`Cosmology.coerce`.
     redshift : float
         Redshift (comoving number densities).
+    power_spectrum : None, callable, path, "camb" or "class"
+        The linear ``P(k, z = 0)`` under ``sigma(M)``, as for :func:`sigma_of_mass`:
+        pass a simulation's own initial spectrum to compare its halos with the fit.
 
     Returns
     -------
@@ -463,7 +502,7 @@ def theory_mass_function(
     cosmo = Cosmology.coerce(cosmology)
     m = _check_masses(M, "theory_mass_function")
     growth = _growth(cosmo, redshift, "theory_mass_function")
-    sigma, slope = _sigma_and_slope(m, cosmo, growth)
+    sigma, slope = _sigma_and_slope(m, cosmo, growth, power_spectrum, "theory_mass_function")
     if sigma.size == 0:
         return sigma.reshape(m.shape)
     f = MULTIPLICITY_FUNCTIONS[model](sigma)
