@@ -1,0 +1,148 @@
+"""CUDA C kernels run on the host, for tests on machines without a GPU.
+
+The kernel source is compiled as C++ (g++, no fused multiply-adds) with a small shim:
+``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
+are per-thread variables set before each call, atomics are GCC builtins, and a warp has
+one lane (``__match_any_sync`` answers "this lane only"). Each ``extern "C"`` kernel is
+called through ctypes with NumPy arrays and NumPy scalars (``np.int64`` -> ``long long``,
+``np.int32`` -> ``int``, ``np.float64`` -> ``double``). Kernels must use grid-stride
+loops (every launch here covers all items whatever the thread count).
+
+``order`` picks how a launch runs: ``"serial"`` (one thread does every item in order),
+``"reversed"`` (``threads`` threads one after the other, the last first), or
+``"concurrent"`` (``threads`` OS threads at once: ctypes releases the GIL, so atomics
+and benign races run for real). Results that must not depend on thread order are
+checked under each.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+SHIM = r"""
+#include <cmath>
+#include <cstdint>
+using std::isfinite;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+struct host_dim3 { unsigned x, y, z; };
+static thread_local host_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};
+static thread_local host_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+extern "C" void host_launch_index(unsigned b, unsigned t, unsigned nb, unsigned nt)
+{
+    blockIdx.x = b; threadIdx.x = t; gridDim.x = nb; blockDim.x = nt;
+}
+inline int atomicCAS(int* p, int c, int v) { return __sync_val_compare_and_swap(p, c, v); }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long c,
+                                    unsigned long long v)
+{
+    return __sync_val_compare_and_swap(p, c, v);
+}
+template <class T> inline T host_atomic_min(T* p, T v)
+{
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v < old) {
+        const T prev = __sync_val_compare_and_swap(p, old, v);
+        if (prev == old) break;
+        old = prev;
+    }
+    return old;
+}
+inline int atomicMin(int* p, int v) { return host_atomic_min(p, v); }
+inline long long atomicMin(long long* p, long long v) { return host_atomic_min(p, v); }
+inline int atomicOr(int* p, int v) { return __sync_fetch_and_or(p, v); }
+inline int atomicAdd(int* p, int v) { return __sync_fetch_and_add(p, v); }
+inline unsigned __activemask() { return 1u << (threadIdx.x & 31); }
+template <class T> inline unsigned __match_any_sync(unsigned, T)
+{
+    return 1u << (threadIdx.x & 31);
+}
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+"""
+
+
+def compiler() -> str | None:
+    """The C++ compiler used (``g++``), or None when there is none."""
+    return shutil.which("g++")
+
+
+@functools.cache
+def _library(source: str) -> ctypes.CDLL:
+    tag = hashlib.sha256((SHIM + source).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "cosmo_dask_cuda_host"
+    folder.mkdir(exist_ok=True)
+    lib = folder / f"k{tag}.so"
+    if not lib.exists():
+        src = folder / f"k{tag}.cpp"
+        src.write_text(SHIM + source)
+        tmp = folder / f"k{tag}.{threading.get_ident()}.so"
+        subprocess.run([compiler(), "-O1", "-std=c++17", "-shared", "-fPIC",
+                        "-ffp-contract=off", str(src), "-o", str(tmp)], check=True,
+                       capture_output=True, text=True)
+        tmp.replace(lib)
+    return ctypes.CDLL(str(lib))
+
+
+def _argument(a):
+    if isinstance(a, np.ndarray):
+        if not a.flags.c_contiguous:
+            raise ValueError("kernel arguments must be C-contiguous arrays")
+        return ctypes.c_void_p(a.ctypes.data)
+    if isinstance(a, np.int64):
+        return ctypes.c_longlong(int(a))
+    if isinstance(a, np.int32):
+        return ctypes.c_int(int(a))
+    if isinstance(a, np.float64):
+        return ctypes.c_double(float(a))
+    raise TypeError(f"unsupported kernel argument type {type(a).__name__}")
+
+
+class HostKernels:
+    """The kernels of one CUDA source, run on the host (see the module docstring)."""
+
+    def __init__(self, source: str, order: str = "serial", threads: int = 7):
+        self.lib = _library(source)
+        self.order = order
+        self.threads = threads
+
+    def __getitem__(self, name: str):
+        fn = getattr(self.lib, name)
+        fn.restype = None
+        return functools.partial(self._launch, fn)
+
+    def _launch(self, fn, grid, block, args):
+        cargs = [_argument(a) for a in args]
+        lib = self.lib
+        if self.order == "serial":
+            lib.host_launch_index(0, 0, 1, 1)
+            fn(*cargs)
+            return
+        n = self.threads
+        if self.order == "reversed":
+            for t in reversed(range(n)):
+                lib.host_launch_index(0, t, 1, n)
+                fn(*cargs)
+            return
+        if self.order != "concurrent":
+            raise ValueError(f"unknown order {self.order!r}")
+
+        def run(t):
+            lib.host_launch_index(0, t, 1, n)
+            fn(*cargs)
+
+        workers = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
