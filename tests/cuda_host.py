@@ -8,6 +8,11 @@ called through ctypes with NumPy arrays and NumPy scalars (``np.int64`` -> ``lon
 ``np.int32`` -> ``int``, ``np.float64`` -> ``double``). Kernels must use grid-stride
 loops (every launch here covers all items whatever the thread count).
 
+Every launch checks its arguments against the kernel's declared parameters (typedefs
+resolved): a pointer takes a C-contiguous array of that element type, ``long long``
+(``i64``) an ``np.int64``, ``int`` an ``np.int32``, ``double`` an ``np.float64``, as
+CuPy needs them to lay out the parameter buffer.
+
 ``order`` picks how a launch runs: ``"serial"`` (one thread does every item in order),
 ``"reversed"`` (``threads`` threads one after the other, the last first), or
 ``"concurrent"`` (``threads`` OS threads at once: ctypes releases the GIL, so atomics
@@ -20,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,7 +37,6 @@ import numpy as np
 SHIM = r"""
 #include <cmath>
 #include <cstdint>
-using std::isfinite;
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -108,20 +113,60 @@ def _argument(a):
     raise TypeError(f"unsupported kernel argument type {type(a).__name__}")
 
 
+_C_TYPES = {"double": np.float64, "float": np.float32, "long long": np.int64,
+            "unsigned long long": np.uint64, "int": np.int32, "unsigned int": np.uint32,
+            "unsigned char": np.uint8, "bool": np.bool_}
+
+
+@functools.cache
+def signatures(source: str) -> dict:
+    """``name -> [(numpy type, is pointer), ...]`` of every ``extern "C"`` kernel."""
+    typedefs = dict((b, a) for a, b in re.findall(r"typedef\s+([\w ]+?)\s+(\w+)\s*;", source))
+
+    def resolve(t):
+        while t in typedefs:
+            t = typedefs[t]
+        return _C_TYPES[t]
+
+    out = {}
+    for name, params in re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', source):
+        sig = []
+        for p in params.split(","):
+            p = re.sub(r"\b(const|__restrict__)\b", " ", p).strip()
+            pointer = "*" in p
+            ctype = " ".join(p.replace("*", " ").split()[:-1])
+            sig.append((resolve(ctype), pointer))
+        out[name] = sig
+    return out
+
+
 class HostKernels:
     """The kernels of one CUDA source, run on the host (see the module docstring)."""
 
     def __init__(self, source: str, order: str = "serial", threads: int = 7):
         self.lib = _library(source)
+        self.signatures = signatures(source)
         self.order = order
         self.threads = threads
 
     def __getitem__(self, name: str):
         fn = getattr(self.lib, name)
         fn.restype = None
-        return functools.partial(self._launch, fn)
+        return functools.partial(self._launch, name, fn)
 
-    def _launch(self, fn, grid, block, args):
+    def _launch(self, name, fn, grid, block, args):
+        sig = self.signatures[name]
+        if len(args) != len(sig):
+            raise TypeError(f"{name}: {len(args)} arguments for {len(sig)} parameters")
+        for k, (a, (ctype, pointer)) in enumerate(zip(args, sig, strict=True)):
+            if pointer:
+                ok = isinstance(a, np.ndarray) and a.dtype == ctype
+            else:
+                ok = type(a) is ctype
+            if not ok:
+                got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+                raise TypeError(f"{name}: argument {k} is {got}, the kernel takes "
+                                f"{np.dtype(ctype)}{' *' if pointer else ''}")
         cargs = [_argument(a) for a in args]
         lib = self.lib
         if self.order == "serial":

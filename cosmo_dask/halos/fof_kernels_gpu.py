@@ -178,7 +178,7 @@ extern "C" __global__ void fof_check(
         for (int a = 0; a < 3; ++a) {
             const double x = pos[3 * i + a];
             const double L = (a == 0) ? L0 : ((a == 1) ? L1 : L2);
-            if (!isfinite(x)) {
+            if (!(fabs(x) <= 1.7976931348623157e308)) {  // inf or nan
                 found |= 1;
             } else if (L > 0.0 && (x < 0.0 || x >= L)) {
                 found |= 2;
