@@ -80,10 +80,15 @@ of which 31 ms is the pair kernel. The dense-cell path is not measured yet
 
 Memory: indices, cell and unit offsets and the forest are int32 below 2^31
 particles (int64 above); the permutation and the keys are int64. Besides the
-input, the sort holds about 24 bytes per particle plus CuPy's sort buffers;
-the dense path then about 12 (float32 sorted coordinates) + 8 (permutation)
-+ 16 per unit + 13 per occupied coarse cell + 48 per multi-particle unit; the
-counting path about 12 + 8 + 12 per particle.
+input, the sort holds the keys and the permutation (16 bytes per particle) plus
+CuPy's sort buffers. Then both paths keep 8 (permutation) + 12 (float32 sorted
+coordinates; 24 in float64) bytes per particle; the counting path adds 12 per
+particle (cell index, forest, counts); the dense path 16 per unit (offset, box
+row, cell, forest), 13 per occupied coarse cell and 48 per multi-particle unit,
+and while the units are built about 36 per fine cell. With every particle in a
+cell of its own (uniform data) that is about 70 bytes per particle at the peak,
+much less on clustered data (estimated from the buffers; ``bench_halos.py
+--device gpu`` measures it).
 
 Limits: ``friends`` is int32 as on the CPU.
 """
