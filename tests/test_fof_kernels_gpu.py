@@ -16,9 +16,7 @@ import itertools
 import cuda_host
 import numpy as np
 import pytest
-from fof_reference import canonical, friend_pairs
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from fof_reference import reference as scipy_reference
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos import fof_kernels, fof_kernels_gpu
@@ -89,20 +87,6 @@ def rng():
 
 
 # ---------------------------------------------------------------- references and data
-def _reference(pos, periods, ll, min_friends=1):
-    """(canonical labels, friend counts) from scipy/brute-force friend pairs, float64."""
-    m = len(pos)
-    pairs = friend_pairs(np.asarray(pos, dtype=np.float64), periods, ll)
-    friends = np.bincount(pairs.ravel(), minlength=m)
-    if min_friends > 1:
-        core = friends >= min_friends
-        pairs = pairs[core[pairs[:, 0]] & core[pairs[:, 1]]]
-    graph = coo_matrix((np.ones(len(pairs), np.int8), (pairs[:, 0], pairs[:, 1])),
-                       shape=(m, m))
-    _, comp = connected_components(graph, directed=False)
-    return canonical(comp), friends
-
-
 def _same(backend, pos, periods, ll, min_friends=1, reference=False):
     """Both GPU paths equal the CPU kernel element for element (and, with ``reference``,
     scipy's partition and counts); returns the CPU ``(root, friends)``."""
@@ -118,7 +102,8 @@ def _same(backend, pos, periods, ll, min_friends=1, reference=False):
     else:  # min_friends > 1 counts anyway, as on the CPU
         np.testing.assert_array_equal(friends_d, friends_c)
     if reference:
-        ref, friends_ref = _reference(pos, periods, ll, min_friends)
+        ref, friends_ref = scipy_reference(np.asarray(pos, dtype=np.float64), periods, ll,
+                                           min_friends)
         np.testing.assert_array_equal(root_c, ref)
         np.testing.assert_array_equal(friends_c, friends_ref)
     return root_c, friends_c
