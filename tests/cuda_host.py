@@ -3,7 +3,8 @@
 The kernel source is compiled as C++ (g++, no fused multiply-adds) with a small shim:
 ``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
 are per-thread variables set before each call, atomics are GCC builtins, and a warp has
-one lane (``__match_any_sync`` answers "this lane only"). Each ``extern "C"`` kernel is
+one lane (``__ballot_sync`` and ``__match_any_sync`` answer for this lane only; a lane
+is ``threadIdx.x % 32``, so at most 32 threads per launch here). Each ``extern "C"`` kernel is
 called through ctypes with NumPy arrays and NumPy scalars (``np.int64`` -> ``long long``,
 ``np.int32`` -> ``int``, ``np.float64`` -> ``double``). Kernels must use grid-stride
 loops (every launch here covers all items whatever the thread count).
@@ -67,7 +68,7 @@ inline int atomicMin(int* p, int v) { return host_atomic_min(p, v); }
 inline long long atomicMin(long long* p, long long v) { return host_atomic_min(p, v); }
 inline int atomicOr(int* p, int v) { return __sync_fetch_and_or(p, v); }
 inline int atomicAdd(int* p, int v) { return __sync_fetch_and_add(p, v); }
-inline unsigned __activemask() { return 1u << (threadIdx.x & 31); }
+inline unsigned __ballot_sync(unsigned, bool p) { return p ? 1u << (threadIdx.x & 31) : 0u; }
 template <class T> inline unsigned __match_any_sync(unsigned, T)
 {
     return 1u << (threadIdx.x & 31);
@@ -144,6 +145,8 @@ class HostKernels:
     """The kernels of one CUDA source, run on the host (see the module docstring)."""
 
     def __init__(self, source: str, order: str = "serial", threads: int = 7):
+        if not 1 <= threads <= 32:
+            raise ValueError("threads must be 1..32 (one warp)")
         self.lib = _library(source)
         self.signatures = signatures(source)
         self.order = order

@@ -991,21 +991,28 @@ extern "C" __global__ void fof_unit_labels(
 
 // ------------------------------------------------------------------ per-group rows
 // One thread per owned row i: member count and smallest id of its local group
-// (root[i], a row index). Lanes of a warp with the same group add their count at once.
+// (root[i], a row index). Lanes of a warp with the same group add their count at once;
+// the loop runs the same iterations on every lane of a warp (blockDim a multiple of 32).
 extern "C" __global__ void group_reduce(
     const idx_t* __restrict__ root, const i64* __restrict__ ids, const i64 n,
     int* __restrict__ count, long long* __restrict__ min_id)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const idx_t r = root[i];
-        const unsigned same = __match_any_sync(__activemask(), (long long)r);
-        if ((int)(threadIdx.x & 31) == __ffs(same) - 1) {
-            atomicAdd(count + r, __popc(same));
-        }
-        const long long v = ids[i];
-        if (v < min_id[r]) {
-            atomicMin(min_id + r, v);
+    const int lane = threadIdx.x & 31;
+    for (i64 w = (i64)blockIdx.x * blockDim.x + (threadIdx.x - lane); w < n; w += stride) {
+        const i64 i = w + lane;
+        const bool active = i < n;
+        const unsigned mask = __ballot_sync(0xffffffffu, active);
+        if (active) {
+            const idx_t r = root[i];
+            const unsigned same = __match_any_sync(mask, (long long)r);
+            if (lane == __ffs(same) - 1) {
+                atomicAdd(count + r, __popc(same));
+            }
+            const long long v = ids[i];
+            if (v < min_id[r]) {
+                atomicMin(min_id + r, v);
+            }
         }
     }
 }
