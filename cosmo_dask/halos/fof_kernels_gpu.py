@@ -1183,20 +1183,25 @@ def fof_pipeline(xp, kernels, pos, per, ll: float, kmin: int, counts: bool, even
     del skeys, starts
     _mark(events, "cells")
 
+    # the buffers go to the path in a dict it empties, so that each is freed when done
+    bufs = {"sx": sx, "sy": sy, "sz": sz, "perm": perm, "run_keys": run_keys,
+            "run_start": run_start}
+    del sx, sy, sz, perm, run_keys, run_start
     if counts:
         pcell = xp.cumsum(new, dtype=itype)
         pcell -= 1
         del new
-        return _count_path(xp, k, sx, sy, sz, pcell, run_keys, run_start, perm, m, dims, per,
-                           geometry, kmin, itype, events)
+        bufs["pcell"] = pcell
+        del pcell
+        return _count_path(xp, k, bufs, m, dims, per, geometry, kmin, itype, events)
     del new
-    return _dense_path(xp, k, sx, sy, sz, run_keys, run_start, perm, m, dims, per, geometry,
-                       ks, itype, events), None
+    return _dense_path(xp, k, bufs, m, dims, per, geometry, ks, itype, events), None
 
 
-def _count_path(xp, k, sx, sy, sz, pcell, cell_keys, cell_start, perm, m, dims, per, geometry,
-                kmin, itype, events):
+def _count_path(xp, k, bufs, m, dims, per, geometry, kmin, itype, events):
     """Friend counts and links by pair tests (step 3 of the module docstring)."""
+    sx, sy, sz, pcell, perm = (bufs.pop(n) for n in ("sx", "sy", "sz", "pcell", "perm"))
+    cell_keys, cell_start = bufs.pop("run_keys"), bufs.pop("run_start")
     i64, i32 = np.int64, np.int32
     mm = i64(m)
     friends_s = xp.zeros(m, dtype=np.int32)
@@ -1219,9 +1224,10 @@ def _count_path(xp, k, sx, sy, sz, pcell, cell_keys, cell_start, perm, m, dims, 
     return root, friends
 
 
-def _dense_path(xp, k, sx, sy, sz, fine_keys, fine_start, perm, m, dims, per, geometry, ks,
-                itype, events):
+def _dense_path(xp, k, bufs, m, dims, per, geometry, ks, itype, events):
     """Labels by dense-cell linking (step 4 of the module docstring)."""
+    sx, sy, sz, perm = (bufs.pop(n) for n in ("sx", "sy", "sz", "perm"))
+    fine_keys, fine_start = bufs.pop("run_keys"), bufs.pop("run_start")
     i64, i32 = np.int64, np.int32
     nfine = int(fine_keys.size)
     K = i64(ks[0] * ks[1] * ks[2])
