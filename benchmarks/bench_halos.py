@@ -15,8 +15,19 @@ Workloads (periodic box, b = 0.2 mean spacings, min_members = 20):
 For each, in one run: cosmo_dask ``fof_labels`` end to end from an in-memory
 snapshot on the local threaded scheduler (all cores), then the scipy reference
 (cKDTree(boxsize).query_pairs + csgraph.connected_components, what the tests
-compare against), and the ratio. Partitions are checked equal. ``--device gpu``
-times FOF on CuPy chunks from a Zarr store (particles/s, end to end).
+compare against), and the ratio. Partitions are checked equal.
+
+``--device gpu`` (one GPU, float32 positions, medians of ``--repeat`` runs after a
+warm-up, synchronised) prints three rows per set: ``fof-gpu-kernel``, the kernel
+``fof_local_gpu`` alone on device-resident positions (CUDA events; the dense-cell
+path that ``fof_labels`` runs, with stage times and peak GPU memory, and the
+friend-counting pair path beside it), ``fof-gpu-device``, ``fof_labels`` from a
+snapshot already on the GPU (one 2^24-row chunk per GPU read, as a store opened on
+the GPU), and ``fof-gpu-store``, end to end from a Zarr store opened with
+``device="gpu"``, with the store read (read, value checks, copy to the GPU) timed
+alone. ``--check-cpu`` compares the kernel's labels with the CPU kernel's and the
+halo labels with the CPU ``fof_labels`` (``--check-cpu kernel``: the kernel's only);
+``--no-store`` skips the store row.
 ``--mbp`` times exact vs grid most-bound particles on the largest halos.
 ``--kdcount`` adds, in the same process, kdcount's FOF (``kdcount.cluster.fof``, one
 thread, checked to give the same partition) and ratios ours / kdcount for: the full
@@ -32,7 +43,7 @@ full ``fof`` with its catalog).
 Prints one JSON object per measurement.
 
     python benchmarks/bench_halos.py [--n-side 128 256] [--device cpu|gpu] [--mbp] [--memory]
-        [--kinds plummer zeldovich uniform clustered] [--kdcount]
+        [--kinds plummer zeldovich uniform clustered] [--kdcount] [--check-cpu] [--no-store]
 """
 
 from __future__ import annotations
@@ -157,14 +168,16 @@ def main(argv=None):
     ap.add_argument("--no-scipy", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of ours (median)")
     ap.add_argument("--mbp", action="store_true")
-    ap.add_argument("--check-cpu", action="store_true", help="gpu: compare labels with the CPU")
+    ap.add_argument("--check-cpu", nargs="?", const="all", choices=("all", "kernel"),
+                    help="gpu: compare labels with the CPU (kernel: the kernel's only)")
+    ap.add_argument("--no-store", action="store_true", help="gpu: skip the Zarr store row")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--memory-child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_child:
         return _memory_child(*args.memory_child)
 
-    from cosmo_dask import Snapshot, open_snapshot
+    from cosmo_dask import Snapshot
     from cosmo_dask.halos.fof import fof_labels
 
     env = {
@@ -177,25 +190,28 @@ def main(argv=None):
     ll, min_members = 0.2, 20
     for n_side in args.n_side:
         for kind in args.kinds:
+            t0 = time.perf_counter()
             pos, box = particles(n_side, kind)
             pos = pos.astype(np.float32)
             pos[pos >= box] = 0.0  # float32 rounding can land on the box edge
             n = len(pos)
             snap = Snapshot.from_arrays(pos, box_size=box, ids=np.arange(n, dtype=np.int64))
-            with tempfile.TemporaryDirectory() as tmp:
-                if args.device == "gpu":
-                    snap.to_zarr(f"{tmp}/s.zarr")
-                    run_snap = open_snapshot(f"{tmp}/s.zarr", device="gpu")
-                else:
-                    run_snap = snap
-                fof_labels(run_snap, ll, min_members=min_members)  # warm-up (numba/CUDA)
-                times = []
-                for _ in range(args.repeat):
-                    t0 = time.perf_counter()
-                    res = fof_labels(run_snap, ll, min_members=min_members)
-                    labels = res.labels.compute()
-                    times.append(time.perf_counter() - t0)
-                t_ours = float(np.median(times))
+            setup_s = time.perf_counter() - t0
+            if args.device == "gpu":
+                res = bench_gpu(snap, kind, ll, min_members, args, {**env, "setup_s": setup_s})
+                if args.mbp and kind == "clustered":
+                    bench_mbp(snap, res, box, env, args.device)
+                if args.memory and kind == "clustered":
+                    bench_memory(snap, ll, min_members, env, device=args.device)
+                continue
+            fof_labels(snap, ll, min_members=min_members)  # warm-up (numba)
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                res = fof_labels(snap, ll, min_members=min_members)
+                labels = res.labels.compute()
+                times.append(time.perf_counter() - t0)
+            t_ours = float(np.median(times))
             row = {
                 "workload": f"fof-{kind}",
                 "n_particles": n,
@@ -208,9 +224,6 @@ def main(argv=None):
                 "domains": res.parameters["n_domains"],
                 **env,
             }
-            if args.device == "gpu" and args.check_cpu:
-                cpu = fof_labels(snap, ll, min_members=min_members).labels.compute()
-                row["identical_to_cpu"] = bool(np.array_equal(labels.get(), cpu))
             if not args.no_scipy:
                 t0 = time.perf_counter()
                 comp, n_ref = scipy_fof(snap.pos.compute().astype(np.float64), box, ll, min_members)
@@ -230,6 +243,160 @@ def main(argv=None):
                 bench_mbp(snap, res, box, env, args.device)
             if args.memory and kind == "clustered":
                 bench_memory(snap, ll, min_members, env, device=args.device)
+
+
+def gpu_memory_hook():
+    """A CuPy memory hook counting the bytes of GPU memory in use (every pool allocation
+    and release) and their peak since it was entered: ``with hook: ...; hook.peak``."""
+    from cupy.cuda.memory_hook import MemoryHook
+
+    class InUse(MemoryHook):
+        name = "in-use"
+
+        def __init__(self):
+            self.now = self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            self.now += kw["mem_size"]
+            self.peak = max(self.peak, self.now)
+
+        def free_postprocess(self, **kw):
+            self.now -= kw["mem_size"]
+
+    return InUse()
+
+
+def _gpu_seconds(cupy, fn, repeat):
+    """Median wall-clock seconds of ``fn()`` (device synchronised) over ``repeat`` runs
+    after one warm-up run, all runs, and the last result."""
+    out = fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times, out
+
+
+def bench_gpu(snap, kind, ll, min_members, args, env):
+    """The GPU rows of one set (see the module docstring); returns the device-resident
+    ``fof_labels`` result."""
+    import cupy
+
+    from cosmo_dask import Snapshot, open_snapshot
+    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_kernels import fof_local
+    from cosmo_dask.halos.fof_kernels_gpu import fof_local_gpu
+    from cosmo_dask.snapshot import GPU_READ_ROWS
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    env = {**env, "gpu": name, "cupy": cupy.__version__}
+    pos = snap.pos.compute()
+    n = len(pos)
+    box = float(snap.box_size)
+    periods = (box, box, box)
+    base = {"set": kind, "n_particles": n, "linking_length": ll, "min_members": min_members}
+    pool = cupy.get_default_memory_pool()
+
+    # 1. the kernel alone on device-resident positions: CUDA events around each stage
+    d_pos = cupy.asarray(pos)
+    fof_local_gpu(d_pos, periods, ll, count_friends=False)  # compiles the kernels
+    fof_local_gpu(d_pos, periods, ll)
+    stages, totals = [], []
+    for _ in range(args.repeat):
+        marks = []
+
+        def mark(stage, marks=marks):
+            ev = cupy.cuda.Event()
+            ev.record()
+            marks.append((stage, ev))
+
+        mark("start")
+        root, _ = fof_local_gpu(d_pos, periods, ll, count_friends=False, events=mark)
+        marks[-1][1].synchronize()
+        st = {b[0]: cupy.cuda.get_elapsed_time(a[1], b[1])
+              for a, b in zip(marks[:-1], marks[1:], strict=True)}
+        stages.append(st)
+        totals.append(cupy.cuda.get_elapsed_time(marks[0][1], marks[-1][1]) / 1e3)
+    t_kernel = float(np.median(totals))
+    t_count, _, (root_c, friends) = _gpu_seconds(
+        cupy, lambda: fof_local_gpu(d_pos, periods, ll), args.repeat)
+    hook = gpu_memory_hook()
+    with hook:
+        fof_local_gpu(d_pos, periods, ll, count_friends=False)
+    sizes = cupy.bincount(root)
+    row = {"workload": "fof-gpu-kernel", **base,
+           "seconds": t_kernel, "seconds_all": [round(t, 5) for t in totals],
+           "particles_per_s": n / t_kernel,
+           "stages_ms": {k: round(float(np.median([s[k] for s in stages])), 3)
+                         for k in stages[0]},
+           "peak_gpu_bytes_over_input": round(hook.peak / d_pos.nbytes, 2),
+           "peak_gpu_bytes": int(hook.peak) + int(d_pos.nbytes),
+           "count_path_seconds": t_count, "count_path_particles_per_s": n / t_count,
+           "paths_agree": bool((root == root_c).all()),
+           "mean_friends": float(friends.mean()),
+           "groups_ge2": int((sizes >= 2).sum()), "in_groups": int(sizes[sizes >= 2].sum())}
+    if args.check_cpu:
+        root_cpu, _ = fof_local(pos, periods, ll, count_friends=False)
+        row["identical_to_cpu_kernel"] = bool(np.array_equal(cupy.asnumpy(root), root_cpu))
+        del root_cpu
+    del root, root_c, friends, sizes
+    d_pos = None  # frees the device copy
+    print(json.dumps({**row, **env}), flush=True)
+
+    # 2. fof_labels from a snapshot already on the GPU
+    cpu_labels = None
+    if args.check_cpu == "all":
+        cpu_labels = fof_labels(snap, ll, min_members=min_members).labels.compute()
+    d_snap = Snapshot.from_arrays(pos, ids=snap.ids.compute(), box_size=box,
+                                  chunks=GPU_READ_ROWS).to_device("gpu").persist()
+
+    def run_device():
+        res = fof_labels(d_snap, ll, min_members=min_members)
+        return res, res.labels.compute()
+
+    t_dev, times, (res, labels) = _gpu_seconds(cupy, run_device, args.repeat)
+    resident = pool.used_bytes()
+    hook = gpu_memory_hook()
+    with hook:
+        run_device()
+    row = {"workload": "fof-gpu-device", **base, "seconds": t_dev,
+           "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_dev,
+           "kernel_share": round(t_kernel / t_dev, 3),
+           "resident_gpu_bytes": int(resident), "peak_gpu_bytes": int(resident + hook.peak),
+           "n_halos": res.n_halos, "largest": int(res.n_members[0]) if res.n_halos else 0,
+           "domains": res.parameters["n_domains"]}
+    if cpu_labels is not None:
+        row["identical_to_cpu"] = bool(np.array_equal(cupy.asnumpy(labels), cpu_labels))
+    del labels
+    d_snap = None  # frees the resident copy
+    print(json.dumps({**row, **env}), flush=True)
+
+    # 3. end to end from a Zarr store opened on the GPU; the store read alone
+    if not args.no_store:
+        with tempfile.TemporaryDirectory() as tmp:
+            snap.to_zarr(f"{tmp}/s.zarr")
+            store = open_snapshot(f"{tmp}/s.zarr", device="gpu")
+            t_read, _, _ = _gpu_seconds(cupy, lambda: dask.compute(store.pos, store.ids),
+                                        args.repeat)
+
+            def run_store():
+                r = fof_labels(store, ll, min_members=min_members)
+                return r.labels.compute()
+
+            t_e2e, times, labels = _gpu_seconds(cupy, run_store, args.repeat)
+            row = {"workload": "fof-gpu-store", **base, "seconds": t_e2e,
+                   "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_e2e,
+                   "store_read_seconds": t_read, "after_read_seconds": t_e2e - t_read}
+            if cpu_labels is not None:
+                row["identical_to_cpu"] = bool(np.array_equal(cupy.asnumpy(labels), cpu_labels))
+            del labels
+            print(json.dumps({**row, **env}), flush=True)
+    pool.free_all_blocks()
+    return res
 
 
 def bench_kdcount(snap, box, ll, min_members, labels, t_ours, repeat):
@@ -430,22 +597,8 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     hook = None
     if gpu:
         import cupy
-        from cupy.cuda.memory_hook import MemoryHook
 
-        class InUse(MemoryHook):
-            name = "in-use"
-
-            def __init__(self):
-                self.now = self.peak = 0
-
-            def malloc_postprocess(self, **kw):
-                self.now += kw["mem_size"]
-                self.peak = max(self.peak, self.now)
-
-            def free_postprocess(self, **kw):
-                self.now -= kw["mem_size"]
-
-        hook = InUse()
+        hook = gpu_memory_hook()
         hook.__enter__()
     base_rss = rss()
     if probe == "rss":

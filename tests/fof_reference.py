@@ -5,6 +5,8 @@ force with minimum-image differences, in float64."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 
@@ -79,3 +81,19 @@ def canonical(comp):
     """Labels -> the smallest index of each group."""
     _, first, inv = np.unique(comp, return_index=True, return_inverse=True)
     return first[inv].astype(np.int64)
+
+
+def reference(pos, periods, ll, min_friends=1):
+    """(canonical labels, friend counts) of the FOF partition from :func:`friend_pairs`
+    and scipy's connected components; with ``min_friends = k > 1`` only pairs of two
+    particles with at least ``k`` friends link."""
+    m = len(pos)
+    pairs = friend_pairs(pos, periods, ll)
+    friends = np.bincount(pairs.ravel(), minlength=m)
+    if min_friends > 1:
+        core = friends >= min_friends
+        pairs = pairs[core[pairs[:, 0]] & core[pairs[:, 1]]]
+    graph = coo_matrix((np.ones(len(pairs), np.int8), (pairs[:, 0], pairs[:, 1])),
+                       shape=(m, m))
+    _, comp = connected_components(graph, directed=False)
+    return canonical(comp), friends

@@ -5,28 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fof_reference import canonical as _canonical
-from fof_reference import friend_pairs as _pairs
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from fof_reference import reference as _reference
 
 from cosmo_dask.halos.fof_kernels import fof_local
 
 # ---------------------------------------------------------------- references
-
-
-def _reference(pos, periods, ll, min_friends=1):
-    """(canonical labels, friend counts) from the pair list."""
-    m = len(pos)
-    pairs = _pairs(pos, periods, ll)
-    friends = np.bincount(pairs.ravel(), minlength=m)
-    if min_friends > 1:
-        core = friends >= min_friends
-        pairs = pairs[core[pairs[:, 0]] & core[pairs[:, 1]]]
-    graph = coo_matrix((np.ones(len(pairs), np.int8), (pairs[:, 0], pairs[:, 1])),
-                       shape=(m, m))
-    _, comp = connected_components(graph, directed=False)
-    return _canonical(comp), friends
 
 
 def _check(pos, periods, ll, *, dtypes=(np.float64, np.float32)):

@@ -84,18 +84,21 @@ class FOFLabels:
 def _local(part: DomainPart, periods, ll: float, min_friends: int,
            with_members: bool = False) -> dict:
     xp = array_module(part.pos)
+    # friend counts are read only by the members tables (the catalog's MCP)
     if xp is not np:
         from .fof_kernels_gpu import fof_local_gpu
 
-        root, friends = fof_local_gpu(part.pos, periods, ll, min_friends)
+        root, friends = fof_local_gpu(part.pos, periods, ll, min_friends,
+                                      count_friends=with_members)
     else:
         from .fof_kernels import fof_local
 
-        # friend counts are read only by the members tables (the catalog's MCP)
         root, friends = fof_local(part.pos, periods, ll, min_friends,
                                   count_friends=with_members)
     rep = part.index[root]
     n_own = part.n_owned  # owned rows come first, ghosts after
+    # GPU: the owned rows' local groups, so that fof-count needs no sort (group_rows_gpu)
+    gpu = {} if xp is np else {"root": root[:n_own]}
     ids = part.extra.get("ids", part.index)
     extra = {k: v[:n_own] for k, v in (("vel", part.extra.get("vel")),
                                        ("mass", part.extra.get("mass"))) if v is not None}
@@ -111,6 +114,7 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
         "ghost_rep": host(rep[n_own:]),
         "export_index": host(part.index[part.exported]),
         "export_rep": host(rep[part.exported]),
+        **gpu,
     }
 
 
@@ -175,9 +179,9 @@ def _count(local: dict, merged, min_members: int) -> np.ndarray:
         from .fof_kernels import class_rows
 
         return class_rows(cls, local["ids"], crossing, min_members)
-    from .fof_kernels_gpu import class_rows_gpu
+    from .fof_kernels_gpu import group_rows_gpu
 
-    return class_rows_gpu(cls, local["ids"], crossing, min_members)
+    return group_rows_gpu(local["root"], cls, local["ids"], crossing, min_members)
 
 
 def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,65 +5,90 @@ friends when the float64 distance is ``<= linking_length`` (minimum image on
 axes of period ``L > 0``), ``friends[i]`` counts the other particles within the
 linking length, ``root[i]`` is the smallest input index of ``i``'s group, and
 with ``min_friends = k > 1`` only pairs whose two members both have at least
-``k`` friends link.
+``k`` friends link. As on the CPU there are two paths: plain FOF without
+friend counts (``count_friends=False``, ``min_friends == 1``: what
+``fof_labels`` runs) links dense cells as units, so that its cost is bounded by
+particles and occupied cells; with counts every pair in neighbouring cells is
+tested.
 
 Method (the binned "virtual edge list" of HACC's PISTON halo finder, with a
 lock-free union-find instead of PISTON's iterated min-label propagation):
 
-1. Positions are read in their dtype (float32 or float64) and, in float64,
-   wrapped into ``[0, L)`` on periodic axes. Cells have side at least the
-   linking length: ``n = max(1, floor(L / ll))`` cells of side ``L / n`` on a
-   periodic axis, cells of side ``ll`` from the smallest coordinate on an open
-   axis (the grid is the CPU kernel's, computed the same way). Each particle
-   gets the int64 cell id ``(cx * ny + cy) * nz + cz``.
-2. The particles are sorted by cell id (``cupy.argsort``). Occupied cells are
-   the runs of equal ids: their sorted ids, particle start offsets and, for
-   every particle, the index of its occupied cell come from a flag / cumsum.
-   Then the wrapped coordinates are gathered in sorted order (structure of
-   arrays): float32 when the input is float32 with nothing to wrap (it converts
-   to float64 exactly in the distance test), else float64.
-3. One thread per (sorted) particle ``i`` walks the distinct neighbour cells
-   (27, fewer when a periodic axis has fewer than three cells or at the edges of
-   an open axis). The up to three cells along the last axis are one run of
-   consecutive ids unless they wrap, so nine (or fewer) runs are located by a
-   galloping binary search in the sorted occupied-cell ids, started from the
-   particle's own cell (searches for the same ``cx`` are short, the first for
-   ``cx +- 1`` is long, the ``cy +- 1`` ones after it short again). A run of
-   occupied cells is one contiguous range of sorted particles. Every friend is
-   counted (so each thread owns its count: no atomics); friends ``j > i`` are
-   merged in a union-find forest without an edge list: both roots are found
-   (path halving), and the larger root is hooked under the smaller with
-   ``atomicCAS(parent[r], r, other)``, retrying from the value the failed CAS
-   returns. ``parent[x] <= x`` always holds, so the forest cannot form a cycle
-   and every root is the smallest sorted index of its tree. With
-   ``min_friends > 1`` a first launch only counts, a second links core pairs.
-4. Every particle's root is found (path halving), the smallest input index of
-   each tree is taken with ``atomicMin``, and roots and counts are scattered
-   back to input order.
+1. One pass checks the positions (read in their dtype, float32 or float64):
+   non-finite values are an error; periodic coordinates outside ``[0, L)`` are
+   wrapped in float64 when read. Coarse cells have side at least the linking
+   length, as on the CPU (``n = max(1, floor(L / ll))`` cells of side ``L / n``
+   on a periodic axis, cells of side ``ll`` from the smallest coordinate on an
+   open axis). Without counts each coarse cell is cut into ``k0 x k1 x k2``
+   fine cells of side at most ``ll / sqrt(3)`` (the CPU's sub-division, fewer
+   if the key would overflow). Each particle gets the int64 key
+   ``coarse id * (k0 k1 k2) + fine id`` (the fine id is 0 with counts).
+2. The particles are sorted by key (``cupy.argsort``); the wrapped coordinates
+   are gathered in sorted order (structure of arrays; float32 when the input is
+   float32 with nothing to wrap, else float64). The runs of equal keys are the
+   occupied cells (fine cells without counts), found with a flag and one
+   ``flatnonzero``.
+3. **With friend counts** (the PISTON scheme): one thread per sorted particle
+   walks the distinct neighbour coarse cells (27, fewer when a periodic axis
+   has fewer than three cells or at the edges of an open axis); the up to three
+   cells along the last axis are one run of consecutive ids unless they wrap,
+   so nine (or fewer) runs are located by a galloping binary search in the
+   sorted occupied-cell ids, started from the particle's own cell. Every friend
+   is counted (each thread owns its count: no atomics); friends ``j > i`` are
+   merged in a union-find forest. With ``min_friends > 1`` a first launch only
+   counts, a second links core pairs. Each pair is tested twice.
+4. **Without counts** (dense-cell linking, the GPU twin of the CPU's
+   ``_dense_pass``): a fine cell whose bounding box proves every pair inside it
+   friends is one *unit*; any other fine cell (one particle, or not provable,
+   e.g. with a period shorter than ``3 ll``) is split into one-particle units.
+   Units are the nodes of the union-find forest (32-bit below 2^31 particles).
+   Three launches link them: (a) one thread per unit joins it to the later
+   units of its coarse cell; (b) one thread per coarse cell marks the cells
+   whose units are now one set; (c) one thread per unit, or one per coarse cell
+   whose units are one set (the cell then acts as one node with its bounding
+   box), walks the neighbour coarse cells of larger id. A neighbour cell
+   already in the same set is skipped whole, a neighbour unit in the same set is
+   skipped; otherwise the two bounding boxes decide: no pair can be friends
+   (skip), every pair is (join), or undecided, and then particle pairs are
+   tested (a point-against-box test skips or accepts whole rows) until the
+   first friend pair, which joins the two units. The work per unit is a few
+   ``find`` and box tests per neighbour unit, not one test per particle pair.
+5. Union-find: both roots are found (path halving) and the larger root is
+   hooked under the smaller with ``atomicCAS(parent[r], r, other)``, retrying
+   from the value a failed CAS returns. ``parent[x] <= x`` always holds, so the
+   forest cannot form a cycle and every root is its tree's smallest node. At the
+   end the smallest input index of each tree is taken with ``atomicMin`` and
+   labels (and counts) are scattered back to input order.
 
 Exactness: the kernels are compiled with ``--fmad=false`` so the distance test
 ``d*d + e*e + f*f <= ll*ll`` and the wrapping ``x - L*floor(x/L)`` round exactly
-as the (unfused) numba code does; the test is symmetric in ``i`` and ``j``.
+as the (unfused) numba code does; the test is symmetric in ``i`` and ``j``. The
+box tests are exact, as on the CPU: the pair test computes ``fl(x_i - x_j)``,
+one minimum-image shift, squares and their sum, each monotone in IEEE
+arithmetic, so the same operations on the boxes' extreme coordinates bound
+every pair's computed ``d2``; where the pairs would take different
+minimum-image branches the test answers "undecided". Partitions therefore do
+not depend on the path, the sub-division or the order in which threads run.
 
-Performance: for ``m`` particles the work is O(m log(occupied cells)) searches
-plus one distance test per particle pair in neighbouring cells (each pair is
-tested twice, once from each side, which buys atomic-free friend counts).
-Measured on one H200 (CuPy 14.2, :func:`benchmark_gpu`, 256**3 = 16.7M
-particles, ll = 0.2 mean spacing, median of 5, device-resident float64 input):
-uniform 9.3 ms end to end (1.8e9 particles/s; pair kernel 3.2 ms, argsort 1.6,
+Performance: the friend-counting path on one H200 (CuPy 14.2, 2026-11-21,
+256**3 = 16.7M particles, ll = 0.2 mean spacing, device-resident float64
+input): uniform 9.3 ms (1.8e9 particles/s; pair kernel 3.2 ms, argsort 1.6,
 occupied cells 1.7, roots and scatter 2.3); clustered (half the particles in
-halos with ~1e4-overdensity cores, 13 friends per particle on average) 38 ms
-(4.4e8 particles/s), of which the pair kernel is 31 ms: distance tests and
-union finds in the dense cells dominate. ``min_friends = 5`` adds a second pair
-pass (40 ms). Next steps if that is too slow: one warp per dense cell with the
-neighbour particles staged in shared memory, sub-cells of side ``ll / sqrt(3)``
-whose members are all friends (one union per sub-cell instead of one per pair),
-half-shell pairs with atomic friend counts, a 32-bit union-find forest.
+halos with ~1e4-overdensity cores, 13 friends per particle) 38 ms (4.4e8/s),
+of which 31 ms is the pair kernel. The dense-cell path is not measured yet
+(``benchmarks/bench_halos.py --device gpu`` times both on the same data).
 
-Memory: cell offsets and per-particle cell indices are int32 below 2^31
-particles, the permutation and the union-find forest int64. For float32 input
-the pair pass holds about 48 bytes per particle besides the input; the memory
-figures of whole FOF runs are in ``benchmarks/RESULTS.md``.
+Memory: indices, cell and unit offsets and the forest are int32 below 2^31
+particles (int64 above); the permutation and the keys are int64. Besides the
+input, the sort holds the keys and the permutation (16 bytes per particle) plus
+CuPy's sort buffers. Then both paths keep 8 (permutation) + 12 (float32 sorted
+coordinates; 24 in float64) bytes per particle; the counting path adds 12 per
+particle (cell index, forest, counts); the dense path 16 per unit (offset, box
+row, cell, forest), 13 per occupied coarse cell and 48 per multi-particle unit,
+and while the units are built about 36 per fine cell. With every particle in a
+cell of its own (uniform data) that is about 70 bytes per particle at the peak,
+much less on clustered data (estimated from the buffers; ``bench_halos.py
+--device gpu`` measures it).
 
 Limits: ``friends`` is int32 as on the CPU.
 """
@@ -72,28 +97,39 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 
 import numpy as np
 
+from ..backend import host
 from ..errors import ParameterError
-from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, check_arguments
+from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, _sub_cells, check_arguments
 
-__all__ = ["benchmark_gpu", "class_rows_gpu", "fof_local_gpu"]
+__all__ = ["fof_local_gpu", "group_rows_gpu"]
 
 _BLOCK = 256
 _PAIR_BLOCK = 128
 _MAX_GRID = 1 << 24
+#: combined (coarse, fine) keys stay below this
+_MAX_KEY = 1 << 62
+#: below this many particles indices and the forest are int32 (int64 at and above)
+INT32_ROWS = 2**31 - 1
 
 # Pass modes of fof_pairs (as in fof_kernels._pair_pass).
 _COUNT_AND_LINK = 0
 _COUNT_ONLY = 1
 _LINK_CORES = 2
 
-_CUDA_SOURCE = r"""
-typedef long long i64;
-typedef unsigned long long u64;
+#: the storage types a module is compiled for: coordinates as given, sorted copies,
+#: indices (int below 2^31 particles)
+TYPE_COMBINATIONS = tuple((coord, sort, index)
+                          for coord, sort in (("float", "float"), ("float", "double"),
+                                              ("double", "double"))
+                          for index in ("int", "long long"))
 
+CUDA_SOURCE = r"""
+typedef long long i64;
+
+// ------------------------------------------------------------------ cells
 // x taken into [0, L); values at or beyond the ends included (as fof_kernels._wrap).
 __device__ __forceinline__ double wrap_period(double x, double L)
 {
@@ -106,9 +142,14 @@ __device__ __forceinline__ double wrap_period(double x, double L)
     return x;
 }
 
-__device__ __forceinline__ i64 cell_coord(double x, double L, double origin, double inv, i64 n)
+// Continuous cell coordinate of x along an axis (as fof_kernels._cell_ids).
+__device__ __forceinline__ double cell_coord(double x, double L, double origin, double inv)
 {
-    double t = (L > 0.0) ? wrap_period(x, L) * inv : (0.5 * x - origin) * inv;
+    return (L > 0.0) ? wrap_period(x, L) * inv : (0.5 * x - origin) * inv;
+}
+
+__device__ __forceinline__ i64 coarse_of(const double t, const i64 n)
+{
     if (!(t < (double)n)) {
         return n - 1;
     }
@@ -118,20 +159,66 @@ __device__ __forceinline__ i64 cell_coord(double x, double L, double origin, dou
     return (i64)t;
 }
 
-extern "C" __global__ void fof_cell_ids(
+// Fine cell (0 .. k-1) of continuous coordinate t inside its coarse cell c.
+__device__ __forceinline__ i64 fine_of(const double t, const i64 c, const i64 k)
+{
+    const double f = (t - (double)c) * (double)k;
+    if (!(f < (double)k)) {
+        return k - 1;
+    }
+    if (f < 0.0) {
+        return 0;
+    }
+    return (i64)f;
+}
+
+// flags |= 1 for a non-finite coordinate, |= 2 for a periodic one outside [0, L).
+extern "C" __global__ void fof_check(
+    const coord_t* __restrict__ pos, const i64 m,
+    const double L0, const double L1, const double L2, int* flags)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    int found = 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride) {
+        for (int a = 0; a < 3; ++a) {
+            const double x = pos[3 * i + a];
+            const double L = (a == 0) ? L0 : ((a == 1) ? L1 : L2);
+            if (!(fabs(x) <= 1.7976931348623157e308)) {  // inf or nan
+                found |= 1;
+            } else if (L > 0.0 && (x < 0.0 || x >= L)) {
+                found |= 2;
+            }
+        }
+    }
+    if (found) {
+        atomicOr(flags, found);
+    }
+}
+
+// key = coarse id * (k0 k1 k2) + fine id.
+extern "C" __global__ void fof_cell_keys(
     const coord_t* __restrict__ pos, const i64 m,
     const double L0, const double L1, const double L2,
     const double o0, const double o1, const double o2,
     const double inv0, const double inv1, const double inv2,
     const i64 n0, const i64 n1, const i64 n2,
-    i64* __restrict__ ids)
+    const i64 k0, const i64 k1, const i64 k2,
+    i64* __restrict__ keys)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 K = k0 * k1 * k2;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride) {
-        const i64 c0 = cell_coord(pos[3 * i], L0, o0, inv0, n0);
-        const i64 c1 = cell_coord(pos[3 * i + 1], L1, o1, inv1, n1);
-        const i64 c2 = cell_coord(pos[3 * i + 2], L2, o2, inv2, n2);
-        ids[i] = (c0 * n1 + c1) * n2 + c2;
+        const double t0 = cell_coord(pos[3 * i], L0, o0, inv0);
+        const double t1 = cell_coord(pos[3 * i + 1], L1, o1, inv1);
+        const double t2 = cell_coord(pos[3 * i + 2], L2, o2, inv2);
+        const i64 c0 = coarse_of(t0, n0);
+        const i64 c1 = coarse_of(t1, n1);
+        const i64 c2 = coarse_of(t2, n2);
+        i64 key = ((c0 * n1 + c1) * n2 + c2) * K;
+        if (K > 1) {
+            key += (fine_of(t0, c0, k0) * k1 + fine_of(t1, c1, k1)) * k2 + fine_of(t2, c2, k2);
+        }
+        keys[i] = key;
     }
 }
 
@@ -152,6 +239,7 @@ extern "C" __global__ void fof_gather(
     }
 }
 
+// ------------------------------------------------------------------ neighbour cells
 // First index k in [0, n) with keys[k] >= target (n if none), galloping from hint.
 __device__ __forceinline__ i64 lower_bound_from(
     const i64* __restrict__ keys, const i64 n, const i64 target, i64 hint)
@@ -265,18 +353,31 @@ __device__ __forceinline__ int last_axis_runs(const i64 c, const i64 n, const in
     return 1;
 }
 
+// ------------------------------------------------------------------ union-find
+__device__ __forceinline__ int cas_index(int* p, const int expected, const int value)
+{
+    return atomicCAS(p, expected, value);
+}
+
+__device__ __forceinline__ long long cas_index(long long* p, const long long expected,
+                                               const long long value)
+{
+    return (long long)atomicCAS((unsigned long long*)p, (unsigned long long)expected,
+                                (unsigned long long)value);
+}
+
 // Root of x's tree with path halving. parent[y] <= y always, and a node that is no
 // longer a root never becomes one again, so a stale read is still an ancestor and
-// the halving stores (plain 64-bit stores, never to a root) are benign races.
-__device__ __forceinline__ i64 find_root(i64* parent, i64 x)
+// the halving stores (plain stores, never to a root) are benign races.
+__device__ __forceinline__ idx_t find_root(idx_t* parent, idx_t x)
 {
-    volatile i64* vp = parent;
+    volatile idx_t* vp = parent;
     while (true) {
-        const i64 p = vp[x];
+        const idx_t p = vp[x];
         if (p == x) {
             return x;
         }
-        const i64 g = vp[p];
+        const idx_t g = vp[p];
         if (g == p) {
             return p;
         }
@@ -285,40 +386,157 @@ __device__ __forceinline__ i64 find_root(i64* parent, i64 x)
     }
 }
 
-// Merge the trees of u (an ancestor of the calling particle, updated) and j.
-__device__ __forceinline__ void unite(i64* parent, i64& u, const i64 j)
+// Merge the trees of a and b; returns the root of the merged tree (the smaller root).
+__device__ __forceinline__ idx_t unite(idx_t* parent, idx_t a, idx_t b)
 {
-    u = find_root(parent, u);
-    i64 v = find_root(parent, j);
-    while (u != v) {
-        if (u < v) {
-            const u64 old = atomicCAS((u64*)(parent + v), (u64)v, (u64)u);
-            if (old == (u64)v) {
-                return;
+    a = find_root(parent, a);
+    b = find_root(parent, b);
+    while (a != b) {
+        if (a < b) {
+            const idx_t old = cas_index(parent + b, b, a);
+            if (old == b) {
+                return a;
             }
-            v = find_root(parent, (i64)old);
+            b = find_root(parent, old);
         } else {
-            const u64 old = atomicCAS((u64*)(parent + u), (u64)u, (u64)v);
-            if (old == (u64)u) {
-                u = v;
-                return;
+            const idx_t old = cas_index(parent + a, a, b);
+            if (old == a) {
+                return b;
             }
-            u = find_root(parent, (i64)old);
+            a = find_root(parent, old);
         }
+    }
+    return a;
+}
+
+// ------------------------------------------------------------------ distances
+// The pair test of fof_kernels._pair: float64, minimum image, early exit on x.
+__device__ __forceinline__ bool friends_at(
+    const double xi, const double yi, const double zi,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz, const i64 j,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2)
+{
+    double d = xi - (double)sx[j];
+    if (d > h0) {
+        d -= L0;
+    } else if (d < -h0) {
+        d += L0;
+    }
+    const double d2 = d * d;
+    if (d2 > ll2) {
+        return false;
+    }
+    double e = yi - (double)sy[j];
+    if (e > h1) {
+        e -= L1;
+    } else if (e < -h1) {
+        e += L1;
+    }
+    double f = zi - (double)sz[j];
+    if (f > h2) {
+        f -= L2;
+    } else if (f < -h2) {
+        f += L2;
+    }
+    return d2 + e * e + f * f <= ll2;
+}
+
+// Range [lo, hi] of |d| for every pair whose raw difference lies in [rmin, rmax], after
+// the pair test's minimum-image step; false when the pairs do not all take one branch
+// of that step (fof_kernels._axis_range).
+__device__ __forceinline__ bool axis_range(const double rmin, const double rmax,
+                                           const double L, const double h,
+                                           double& lo, double& hi)
+{
+    double dmin, dmax;
+    if (rmin > h) {
+        dmin = rmin - L;
+        dmax = rmax - L;
+    } else if (rmax < -h) {
+        dmin = rmin + L;
+        dmax = rmax + L;
+    } else if (rmin >= -h && rmax <= h) {
+        dmin = rmin;
+        dmax = rmax;
+    } else {
+        return false;
+    }
+    if (dmin >= 0.0) {
+        lo = dmin;
+        hi = dmax;
+    } else if (dmax <= 0.0) {
+        lo = -dmax;
+        hi = -dmin;
+    } else {
+        lo = 0.0;
+        hi = (-dmin > dmax) ? -dmin : dmax;
+    }
+    return true;
+}
+
+// Boxes are (lo0, hi0, lo1, hi1, lo2, hi2). 1: every pair between box a and box c is
+// friends; -1: none is; 0: undecided (fof_kernels._box_status).
+__device__ __forceinline__ int box_status(
+    const double* a, const double* c,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2)
+{
+    double lo0, hi0, lo1, hi1, lo2, hi2;
+    if (!axis_range(a[0] - c[1], a[1] - c[0], L0, h0, lo0, hi0)) {
+        return 0;
+    }
+    if (!axis_range(a[2] - c[3], a[3] - c[2], L1, h1, lo1, hi1)) {
+        return 0;
+    }
+    if (!axis_range(a[4] - c[5], a[5] - c[4], L2, h2, lo2, hi2)) {
+        return 0;
+    }
+    double d2 = lo0 * lo0;
+    if (d2 + lo1 * lo1 + lo2 * lo2 > ll2) {
+        return -1;
+    }
+    d2 = hi0 * hi0;
+    if (d2 + hi1 * hi1 + hi2 * hi2 <= ll2) {
+        return 1;
+    }
+    return 0;
+}
+
+// Bounding box of sorted particles [s, e).
+__device__ __forceinline__ void bbox_of(
+    const i64 s, const i64 e, const sort_t* __restrict__ sx,
+    const sort_t* __restrict__ sy, const sort_t* __restrict__ sz, double* b)
+{
+    b[0] = b[1] = sx[s];
+    b[2] = b[3] = sy[s];
+    b[4] = b[5] = sz[s];
+    for (i64 k = s + 1; k < e; ++k) {
+        const double x = sx[k];
+        const double y = sy[k];
+        const double z = sz[k];
+        b[0] = fmin(b[0], x);
+        b[1] = fmax(b[1], x);
+        b[2] = fmin(b[2], y);
+        b[3] = fmax(b[3], y);
+        b[4] = fmin(b[4], z);
+        b[5] = fmax(b[5], z);
     }
 }
 
+// ------------------------------------------------------------------ friend counts (pairs)
 // One thread per sorted particle k. mode 0: count friends and link friend pairs;
 // 1: count only; 2: link pairs whose members both have friends >= kmin.
 extern "C" __global__ void fof_pairs(
     const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
-    const sort_t* __restrict__ sz, const cell_t* __restrict__ pcell,
-    const i64* __restrict__ cell_keys, const cell_t* __restrict__ cell_start,
+    const sort_t* __restrict__ sz, const idx_t* __restrict__ pcell,
+    const i64* __restrict__ cell_keys, const idx_t* __restrict__ cell_start,
     const i64 nocc, const i64 m, const i64 nx, const i64 ny, const i64 nz,
     const int per0, const int per1, const int per2,
     const double L0, const double L1, const double L2,
     const double h0, const double h1, const double h2, const double ll2,
-    const int mode, const int kmin, int* friends, i64* parent)
+    const int mode, const int kmin, int* friends, idx_t* parent)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     const i64 nyz = ny * nz;
@@ -345,7 +563,7 @@ extern "C" __global__ void fof_pairs(
         const int nzr = last_axis_runs(cz, nz, per2, zlo, zhi);
 
         int cnt = 0;
-        i64 u = k;
+        idx_t u = (idx_t)k;
         for (int ix = 0; ix < nxn; ++ix) {
             i64 hint = a;
             for (int iy = 0; iy < nyn; ++iy) {
@@ -377,39 +595,15 @@ extern "C" __global__ void fof_pairs(
                         if (cores && friends[j] < kmin) {
                             continue;
                         }
-                        double d = xi - (double)sx[j];
-                        if (d > h0) {
-                            d -= L0;
-                        } else if (d < -h0) {
-                            d += L0;
-                        }
-                        const double d2 = d * d;
-                        if (d2 > ll2) {
-                            continue;
-                        }
-                        double e = yi - (double)sy[j];
-                        if (e > h1) {
-                            e -= L1;
-                        } else if (e < -h1) {
-                            e += L1;
-                        }
-                        double f = zi - (double)sz[j];
-                        if (f > h2) {
-                            f -= L2;
-                        } else if (f < -h2) {
-                            f += L2;
-                        }
-                        const double e2 = e * e;
-                        const double s = d2 + e2;
-                        const double f2 = f * f;
-                        if (!(s + f2 <= ll2)) {
+                        if (!friends_at(xi, yi, zi, sx, sy, sz, j, L0, L1, L2, h0, h1, h2,
+                                        ll2)) {
                             continue;
                         }
                         if (count) {
                             ++cnt;
                         }
                         if (link && j > k) {
-                            unite(parent, u, j);
+                            u = unite(parent, u, (idx_t)j);
                         }
                     }
                 }
@@ -421,78 +615,450 @@ extern "C" __global__ void fof_pairs(
     }
 }
 
-// Root of every sorted particle, and the smallest input index of every tree.
+// The smallest input index of every tree (one thread per sorted particle).
 extern "C" __global__ void fof_roots(
-    i64* parent, const i64* __restrict__ perm, const i64 m,
-    i64* __restrict__ root_sorted, u64* __restrict__ minidx)
+    idx_t* parent, const i64* __restrict__ perm, const i64 m, idx_t* __restrict__ minidx)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
-        const i64 r = find_root(parent, k);
-        root_sorted[k] = r;
-        atomicMin(minidx + r, (u64)perm[k]);
+        const idx_t r = find_root(parent, (idx_t)k);
+        const idx_t p = (idx_t)perm[k];
+        if (p < minidx[r]) {
+            atomicMin(minidx + r, p);
+        }
     }
 }
 
-// Back to input order.
+// Labels and friend counts back to input order.
 extern "C" __global__ void fof_scatter(
-    const i64* __restrict__ root_sorted, const i64* __restrict__ perm,
-    const u64* __restrict__ minidx, const int* __restrict__ friends_sorted, const i64 m,
+    idx_t* parent, const i64* __restrict__ perm, const idx_t* __restrict__ minidx,
+    const int* __restrict__ friends_sorted, const i64 m,
     i64* __restrict__ root, int* __restrict__ friends)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
         const i64 p = perm[k];
-        root[p] = (i64)minidx[root_sorted[k]];
+        root[p] = (i64)minidx[find_root(parent, (idx_t)k)];
         friends[p] = friends_sorted[k];
     }
 }
 
-// One thread per sorted row k: the smallest id and any crossing row of each run
-// (run[k] is the run of row k; order maps sorted rows to input rows).
-extern "C" __global__ void run_reduce(
-    const i64* __restrict__ order, const i64* __restrict__ ids,
-    const bool* __restrict__ crossing, const cell_t* __restrict__ run, const i64 m,
-    long long* __restrict__ min_id, int* __restrict__ cross)
+// ------------------------------------------------------------------ dense cells (units)
+// A unit's bounding box: its row of boxes, or its one particle.
+__device__ __forceinline__ void unit_box_of(
+    const idx_t u, const idx_t* __restrict__ unit_start, const idx_t* __restrict__ unit_box,
+    const double* __restrict__ boxes, const sort_t* __restrict__ sx,
+    const sort_t* __restrict__ sy, const sort_t* __restrict__ sz, double* b)
+{
+    const idx_t q = unit_box[u];
+    if (q >= 0) {
+        const double* r = boxes + 6 * (i64)q;
+        for (int t = 0; t < 6; ++t) {
+            b[t] = r[t];
+        }
+    } else {
+        const i64 i = unit_start[u];
+        b[0] = b[1] = sx[i];
+        b[2] = b[3] = sy[i];
+        b[4] = b[5] = sz[i];
+    }
+}
+
+// Whether some particle of [us, ue) (box a) and some of [vs, ve) (box b) are friends:
+// the boxes decide, else pairs are tested (rows skipped or accepted by a point-against-
+// box test) until the first friend pair (fof_kernels._link_units).
+__device__ __forceinline__ bool units_linked(
+    const i64 us, const i64 ue, const i64 vs, const i64 ve,
+    const double* a, const double* b, const sort_t* __restrict__ sx,
+    const sort_t* __restrict__ sy, const sort_t* __restrict__ sz,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2)
+{
+    const int st = box_status(a, b, L0, L1, L2, h0, h1, h2, ll2);
+    if (st != 0) {
+        return st > 0;
+    }
+    for (i64 i = us; i < ue; ++i) {
+        const double xi = sx[i];
+        const double yi = sy[i];
+        const double zi = sz[i];
+        if (ve - vs > 1) {
+            const double p[6] = {xi, xi, yi, yi, zi, zi};
+            const int sp = box_status(p, b, L0, L1, L2, h0, h1, h2, ll2);
+            if (sp < 0) {
+                continue;
+            }
+            if (sp > 0) {
+                return true;
+            }
+        }
+        for (i64 j = vs; j < ve; ++j) {
+            if (friends_at(xi, yi, zi, sx, sy, sz, j, L0, L1, L2, h0, h1, h2, ll2)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+// One thread per fine cell f: whether it starts a coarse cell, how many units it is
+// (1, or its particle count when not provably linked internally) and whether it is
+// one multi-particle unit (a row of boxes).
+extern "C" __global__ void fof_fine_count(
+    const i64* __restrict__ fine_keys, const idx_t* __restrict__ fine_start,
+    const i64 nfine, const i64 K,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2,
+    idx_t* __restrict__ n_units, idx_t* __restrict__ n_boxes, idx_t* __restrict__ new_cell)
 {
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < m; k += stride) {
-        const i64 r = order[k];
-        const i64 j = run[k];
-        atomicMin(min_id + j, (long long)ids[r]);
-        if (crossing[r]) {
-            cross[j] = 1;  // every writer stores 1: a benign race
+    for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < nfine; f += stride) {
+        const i64 s = fine_start[f];
+        const i64 e = fine_start[f + 1];
+        new_cell[f] = (f == 0 || fine_keys[f] / K != fine_keys[f - 1] / K) ? 1 : 0;
+        idx_t nu = 1;
+        idx_t nb = 0;
+        if (e - s > 1) {
+            double b[6];
+            bbox_of(s, e, sx, sy, sz, b);
+            if (box_status(b, b, L0, L1, L2, h0, h1, h2, ll2) == 1) {
+                nb = 1;
+            } else {
+                nu = (idx_t)(e - s);
+            }
+        }
+        n_units[f] = nu;
+        n_boxes[f] = nb;
+    }
+}
+
+// One thread per fine cell f: its units (offsets, box rows, coarse cell) and, for the
+// first fine cell of a coarse cell, that cell's key and first unit. unit_end, box_end
+// and cell_end are the inclusive prefix sums of fof_fine_count's outputs.
+extern "C" __global__ void fof_fine_units(
+    const i64* __restrict__ fine_keys, const idx_t* __restrict__ fine_start,
+    const i64 nfine, const i64 K, const idx_t* __restrict__ unit_end,
+    const idx_t* __restrict__ box_end, const idx_t* __restrict__ cell_end,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz,
+    idx_t* __restrict__ unit_start, idx_t* __restrict__ unit_box,
+    idx_t* __restrict__ unit_cell, double* __restrict__ boxes,
+    i64* __restrict__ cell_keys, idx_t* __restrict__ cell_unit)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < nfine; f += stride) {
+        const i64 s = fine_start[f];
+        const i64 e = fine_start[f + 1];
+        const idx_t u0 = (f > 0) ? unit_end[f - 1] : 0;
+        const idx_t b0 = (f > 0) ? box_end[f - 1] : 0;
+        const idx_t c = cell_end[f] - 1;
+        if (f == 0 || cell_end[f - 1] != cell_end[f]) {
+            cell_keys[c] = fine_keys[f] / K;
+            cell_unit[c] = u0;
+        }
+        if (box_end[f] != b0) {
+            double b[6];
+            bbox_of(s, e, sx, sy, sz, b);
+            double* r = boxes + 6 * (i64)b0;
+            for (int t = 0; t < 6; ++t) {
+                r[t] = b[t];
+            }
+            unit_start[u0] = (idx_t)s;
+            unit_box[u0] = b0;
+            unit_cell[u0] = c;
+        } else {
+            for (i64 k = s; k < e; ++k) {
+                const idx_t u = u0 + (idx_t)(k - s);
+                unit_start[u] = (idx_t)k;
+                unit_box[u] = -1;
+                unit_cell[u] = c;
+            }
+        }
+    }
+}
+
+// One thread per unit u: links it with the later units of its coarse cell.
+extern "C" __global__ void fof_link_inner(
+    const idx_t* __restrict__ unit_start, const idx_t* __restrict__ unit_box,
+    const idx_t* __restrict__ unit_cell, const double* __restrict__ boxes,
+    const idx_t* __restrict__ cell_unit, const i64 nunits,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2,
+    idx_t* parent)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < nunits; t += stride) {
+        const idx_t u = (idx_t)t;
+        const idx_t ub = cell_unit[unit_cell[u] + 1];
+        if (u + 1 >= ub) {
+            continue;
+        }
+        double a[6];
+        unit_box_of(u, unit_start, unit_box, boxes, sx, sy, sz, a);
+        const i64 us = unit_start[u];
+        const i64 ue = unit_start[u + 1];
+        idx_t ru = find_root(parent, u);
+        for (idx_t v = u + 1; v < ub; ++v) {
+            const idx_t rv = find_root(parent, v);
+            ru = find_root(parent, ru);
+            if (rv == ru) {
+                continue;
+            }
+            double b[6];
+            unit_box_of(v, unit_start, unit_box, boxes, sx, sy, sz, b);
+            if (units_linked(us, ue, unit_start[v], unit_start[v + 1], a, b, sx, sy, sz,
+                             L0, L1, L2, h0, h1, h2, ll2)) {
+                ru = unite(parent, ru, rv);
+            }
+        }
+    }
+}
+
+// One thread per coarse cell: 1 when all its units are in one set.
+extern "C" __global__ void fof_cell_sets(
+    const idx_t* __restrict__ cell_unit, const i64 ncell, idx_t* parent,
+    unsigned char* __restrict__ cell_one)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < ncell; c += stride) {
+        const idx_t u0 = cell_unit[c];
+        const idx_t u1 = cell_unit[c + 1];
+        const idx_t r = find_root(parent, u0);
+        unsigned char one = 1;
+        for (idx_t u = u0 + 1; u < u1; ++u) {
+            if (find_root(parent, u) != r) {
+                one = 0;
+                break;
+            }
+        }
+        cell_one[c] = one;
+    }
+}
+
+// Links across coarse cells: each unordered pair of neighbouring coarse cells is handled
+// by the threads of the cell with the smaller id: one thread per unit, or only the
+// cell's first unit's thread when the cell's units are one set (the cell is then one
+// node with its bounding box).
+extern "C" __global__ void fof_link_outer(
+    const idx_t* __restrict__ unit_start, const idx_t* __restrict__ unit_box,
+    const idx_t* __restrict__ unit_cell, const double* __restrict__ boxes,
+    const i64* __restrict__ cell_keys, const idx_t* __restrict__ cell_unit,
+    const unsigned char* __restrict__ cell_one, const i64 ncell, const i64 nunits,
+    const i64 nx, const i64 ny, const i64 nz,
+    const int per0, const int per1, const int per2,
+    const sort_t* __restrict__ sx, const sort_t* __restrict__ sy,
+    const sort_t* __restrict__ sz,
+    const double L0, const double L1, const double L2,
+    const double h0, const double h1, const double h2, const double ll2,
+    idx_t* parent)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 nyz = ny * nz;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < nunits; t += stride) {
+        const idx_t u = (idx_t)t;
+        const i64 a = unit_cell[u];
+        const idx_t u0 = cell_unit[a];
+        const idx_t u1 = cell_unit[a + 1];
+        const bool whole = cell_one[a] != 0;
+        if (whole && u != u0) {
+            continue;
+        }
+        double A[6];
+        unit_box_of(u, unit_start, unit_box, boxes, sx, sy, sz, A);
+        if (whole) {
+            for (idx_t w = u0 + 1; w < u1; ++w) {
+                double b[6];
+                unit_box_of(w, unit_start, unit_box, boxes, sx, sy, sz, b);
+                A[0] = fmin(A[0], b[0]);
+                A[1] = fmax(A[1], b[1]);
+                A[2] = fmin(A[2], b[2]);
+                A[3] = fmax(A[3], b[3]);
+                A[4] = fmin(A[4], b[4]);
+                A[5] = fmax(A[5], b[5]);
+            }
+        }
+        const i64 key = cell_keys[a];
+        const i64 cx = key / nyz;
+        const i64 rem = key - cx * nyz;
+        const i64 cy = rem / nz;
+        const i64 cz = rem - cy * nz;
+        i64 xs[3], ys[3], zlo[2], zhi[2];
+        const int nxn = axis_neighbours(cx, nx, per0, xs);
+        const int nyn = axis_neighbours(cy, ny, per1, ys);
+        const int nzr = last_axis_runs(cz, nz, per2, zlo, zhi);
+        idx_t ra = find_root(parent, u);
+        for (int ix = 0; ix < nxn; ++ix) {
+            i64 hint = a;
+            for (int iy = 0; iy < nyn; ++iy) {
+                const i64 base = (xs[ix] * ny + ys[iy]) * nz;
+                for (int iz = 0; iz < nzr; ++iz) {
+                    i64 klo = base + zlo[iz];
+                    const i64 khi = base + zhi[iz];
+                    if (khi <= key) {
+                        continue;
+                    }
+                    if (klo <= key) {
+                        klo = key + 1;
+                    }
+                    const i64 lo = lower_bound_from(cell_keys, ncell, klo, hint);
+                    hint = lo;
+                    for (i64 c = lo; c < ncell && cell_keys[c] <= khi; ++c) {
+                        const idx_t v0 = cell_unit[c];
+                        const idx_t v1 = cell_unit[c + 1];
+                        ra = find_root(parent, ra);
+                        if (cell_one[c] && find_root(parent, v0) == ra) {
+                            continue;  // the whole neighbour cell is already in the set
+                        }
+                        for (idx_t v = v0; v < v1; ++v) {
+                            const idx_t rv = find_root(parent, v);
+                            ra = find_root(parent, ra);
+                            if (rv == ra) {
+                                continue;
+                            }
+                            double B[6];
+                            unit_box_of(v, unit_start, unit_box, boxes, sx, sy, sz, B);
+                            const int st = box_status(A, B, L0, L1, L2, h0, h1, h2, ll2);
+                            if (st < 0) {
+                                continue;
+                            }
+                            bool link = st > 0;
+                            if (!link) {
+                                const i64 vs = unit_start[v];
+                                const i64 ve = unit_start[v + 1];
+                                if (whole) {
+                                    for (idx_t w = u0; w < u1 && !link; ++w) {
+                                        double W[6];
+                                        unit_box_of(w, unit_start, unit_box, boxes, sx, sy,
+                                                    sz, W);
+                                        link = units_linked(unit_start[w], unit_start[w + 1],
+                                                            vs, ve, W, B, sx, sy, sz, L0, L1,
+                                                            L2, h0, h1, h2, ll2);
+                                    }
+                                } else {
+                                    link = units_linked(unit_start[u], unit_start[u + 1], vs,
+                                                        ve, A, B, sx, sy, sz, L0, L1, L2, h0,
+                                                        h1, h2, ll2);
+                                }
+                            }
+                            if (link) {
+                                ra = unite(parent, ra, rv);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The smallest input index of every set of units (one thread per unit).
+extern "C" __global__ void fof_unit_min(
+    const idx_t* __restrict__ unit_start, const i64* __restrict__ perm, const i64 nunits,
+    idx_t* parent, idx_t* __restrict__ minidx)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < nunits; t += stride) {
+        const idx_t u = (idx_t)t;
+        const idx_t r = find_root(parent, u);
+        i64 low = perm[unit_start[u]];
+        for (i64 k = (i64)unit_start[u] + 1; k < (i64)unit_start[u + 1]; ++k) {
+            low = (perm[k] < low) ? perm[k] : low;
+        }
+        if ((idx_t)low < minidx[r]) {
+            atomicMin(minidx + r, (idx_t)low);
+        }
+    }
+}
+
+// Every particle's label (its set's smallest input index), in input order.
+extern "C" __global__ void fof_unit_labels(
+    const idx_t* __restrict__ unit_start, const i64* __restrict__ perm, const i64 nunits,
+    idx_t* parent, const idx_t* __restrict__ minidx, i64* __restrict__ root)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < nunits; t += stride) {
+        const idx_t u = (idx_t)t;
+        const i64 label = minidx[find_root(parent, u)];
+        for (i64 k = unit_start[u]; k < (i64)unit_start[u + 1]; ++k) {
+            root[perm[k]] = label;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ per-group rows
+// One thread per owned row i: member count and smallest id of its local group
+// (root[i], a row index). Lanes of a warp with the same group add their count at once;
+// the loop runs the same iterations on every lane of a warp (blockDim a multiple of 32).
+extern "C" __global__ void group_reduce(
+    const idx_t* __restrict__ root, const i64* __restrict__ ids, const i64 n,
+    int* __restrict__ count, long long* __restrict__ min_id)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const int lane = threadIdx.x & 31;
+    for (i64 w = (i64)blockIdx.x * blockDim.x + (threadIdx.x - lane); w < n; w += stride) {
+        const i64 i = w + lane;
+        const bool active = i < n;
+        const unsigned mask = __ballot_sync(0xffffffffu, active);
+        if (active) {
+            const idx_t r = root[i];
+            const unsigned same = __match_any_sync(mask, (long long)r);
+            if (lane == __ffs(same) - 1) {
+                atomicAdd(count + r, __popc(same));
+            }
+            const long long v = ids[i];
+            if (v < min_id[r]) {
+                atomicMin(min_id + r, v);
+            }
         }
     }
 }
 """
 
-_KERNEL_NAMES = ("fof_cell_ids", "fof_gather", "fof_pairs", "fof_roots", "fof_scatter",
-                 "run_reduce")
-_NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
+_KERNEL_NAMES = ("fof_check", "fof_cell_keys", "fof_gather", "fof_pairs", "fof_roots",
+                 "fof_scatter", "fof_fine_count", "fof_fine_units", "fof_link_inner",
+                 "fof_cell_sets", "fof_link_outer", "fof_unit_min", "fof_unit_labels",
+                 "group_reduce")
+#: the compiler options: no fused multiply-adds, so float64 arithmetic rounds as in numba
+NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
+
+
+def cuda_source(coord: str = "double", sort: str = "double", index: str = "int") -> str:
+    """The CUDA source for one combination of storage types (see :data:`TYPE_COMBINATIONS`):
+    ``coord`` the input coordinates, ``sort`` the sorted copies ("float" or "double";
+    arithmetic is double either way), ``index`` indices, offsets and the union-find
+    forest ("int" or "long long")."""
+    return (f"typedef {coord} coord_t;\ntypedef {sort} sort_t;\ntypedef {index} idx_t;\n"
+            + CUDA_SOURCE)
 
 
 @functools.cache
-def _kernels(device_id: int, coord: str = "double", sort: str = "double",
-             cell: str = "long long") -> dict:
+def _module(device_id: int, coord: str, sort: str, index: str) -> dict:
     """The compiled kernels for one device and storage types (compiled on first use,
-    then cached): ``coord`` the input coordinates, ``sort`` the sorted copies ("float"
-    or "double"; arithmetic is double either way), ``cell`` the per-particle cell
-    indices and cell offsets ("int" or "long long")."""
+    then cached)."""
     import cupy
 
-    types = f"typedef {coord} coord_t;\ntypedef {sort} sort_t;\ntypedef {cell} cell_t;\n"
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=types + _CUDA_SOURCE, options=_NVRTC_OPTIONS)
+        module = cupy.RawModule(code=cuda_source(coord, sort, index), options=NVRTC_OPTIONS)
         return {name: module.get_function(name) for name in _KERNEL_NAMES}
 
 
-def _grid(m: int, block: int) -> tuple[int]:
-    return (max(1, min(-(-m // block), _MAX_GRID)),)
+def _cupy_kernels(coord: str, sort: str, index: str) -> dict:
+    import cupy
+
+    return _module(cupy.cuda.Device().id, coord, sort, index)
+
+
+def _launch(m: int, block: int) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block) for ``m`` items of a grid-stride loop."""
+    return (max(1, min(-(-m // block), _MAX_GRID)),), (block,)
 
 
 def _cell_grid(per, ll, lo, hi):
-    """Cells per axis, open-axis origins and inverse cell sides (as ``fof_kernels._cell_ids``).
+    """Cells per axis, open-axis origins and inverse cell sides (as ``fof_kernels._grid``).
 
     ``lo`` / ``hi`` are the smallest / largest coordinates per axis (used on
     open axes only). Python floats are IEEE doubles, so this reproduces the
@@ -530,297 +1096,297 @@ def _cell_grid(per, ll, lo, hi):
     return dims, origin, inv
 
 
-class _StageTimer:
-    """CUDA events at stage boundaries on the current stream."""
-
-    def __init__(self, cupy):
-        self._cupy = cupy
-        self.marks = []
-
-    def mark(self, name):
-        ev = self._cupy.cuda.Event()
-        ev.record()
-        self.marks.append((name, ev))
-
-    def stages_ms(self):
-        self.marks[-1][1].synchronize()
-        out = {}
-        for (_, e0), (name, e1) in zip(self.marks[:-1], self.marks[1:], strict=True):
-            out[name] = out.get(name, 0.0) + self._cupy.cuda.get_elapsed_time(e0, e1)
-        return out
+def _fine_cells(per, inv, ll, dims) -> list[int]:
+    """Fine cells per coarse cell along each axis: the CPU's sub-division (sides at most
+    ``ll / sqrt(3)``), halved on the largest axis while the combined keys would reach
+    :data:`_MAX_KEY` (any sub-division gives the same partition: every unit is proven by
+    its bounding box)."""
+    ks = [int(k) for k in _sub_cells(np.asarray(per, dtype=np.float64),
+                                     np.asarray(inv, dtype=np.float64), ll)]
+    ncoarse = dims[0] * dims[1] * dims[2]
+    while ncoarse * ks[0] * ks[1] * ks[2] >= _MAX_KEY and max(ks) > 1:
+        a = ks.index(max(ks))
+        ks[a] = (ks[a] + 1) // 2
+    return ks
 
 
-def _fof_impl(cupy, pos, per, ll, kmin, timer=None):
-    """The GPU pipeline on validated, finite, C-contiguous float32 or float64 ``(m, 3)``
-    positions, read in their dtype. Sorted copies are float32 when the input is float32
-    with every periodic coordinate inside ``[0, L)`` (nothing to wrap), else float64;
-    cell indices are int32 below 2^31 particles. Buffers are freed as soon as done
-    with: the pair pass holds about 48 bytes per particle (float32 input)."""
+def _mark(events, name):
+    if events is not None:
+        events(name)
+
+
+def fof_pipeline(xp, kernels, pos, per, ll: float, kmin: int, counts: bool, events=None):
+    """The GPU pipeline on checked arguments and C-contiguous float32 or float64 ``(m, 3)``
+    positions (``m >= 1``), read in their dtype.
+
+    ``xp`` is the array module (CuPy) and ``kernels(coord, sort, index)`` returns the
+    launchable kernels of :data:`CUDA_SOURCE` for those types (``name -> f(grid, block,
+    args)``); ``events``, when given, is called with a stage name after each stage.
+    Returns ``(root, friends)`` (``friends`` None unless ``counts``).
+    """
     m = pos.shape[0]
-    inside = all(not float(per[a]) > 0.0
-                 or not bool(((pos[:, a] < 0) | (pos[:, a] >= float(per[a]))).any())
-                 for a in range(3))
-    small = m < 2**31 - 1
+    small = m < INT32_ROWS
+    index = "int" if small else "long long"
+    itype = np.int32 if small else np.int64
     coord = "float" if pos.dtype == np.float32 else "double"
-    sort = "float" if coord == "float" and inside else "double"
-    k = _kernels(cupy.cuda.Device().id, coord, sort, "int" if small else "long long")
-    i64, f64, i32 = np.int64, np.float64, np.int32
-    ctype = cupy.int32 if small else cupy.int64
-    stype = cupy.float32 if sort == "float" else cupy.float64
+    i64, f64 = np.int64, np.float64
     mm = i64(m)
-    grid = _grid(m, _BLOCK)
+    L0, L1, L2 = (f64(x) for x in per)
+    inf = float("inf")
+    h0, h1, h2 = (f64(0.5 * float(x) if float(x) > 0.0 else inf) for x in per)
+    ll2 = f64(ll * ll)
+    geometry = (L0, L1, L2, h0, h1, h2, ll2)
 
-    # 1. cell ids
+    # 1. one pass over the input: non-finite values, coordinates to wrap
+    flags = xp.zeros(1, dtype=np.int32)
+    kernels(coord, coord, index)["fof_check"](*_launch(m, _BLOCK), (pos, mm, L0, L1, L2, flags))
+    found = int(host(flags)[0])
+    if found & 1:
+        raise ParameterError("pos contains non-finite coordinates")
+    sort = "float" if coord == "float" and not found & 2 else "double"
+    stype = np.float32 if sort == "float" else np.float64
+    k = kernels(coord, sort, index)
     open_axes = [a for a in range(3) if not per[a] > 0.0]
     lo = [0.0, 0.0, 0.0]
     hi = [0.0, 0.0, 0.0]
     if open_axes:
-        pmin = cupy.asnumpy(pos.min(axis=0))
-        pmax = cupy.asnumpy(pos.max(axis=0))
+        ext = host(xp.stack([pos.min(axis=0), pos.max(axis=0)]))
         for a in open_axes:
-            lo[a] = float(pmin[a])
-            hi[a] = float(pmax[a])
+            lo[a] = float(ext[0, a])
+            hi[a] = float(ext[1, a])
     dims, origin, inv = _cell_grid(per, ll, lo, hi)
-    L0, L1, L2 = (f64(x) for x in per)
-    ids = cupy.empty(m, dtype=cupy.int64)
-    k["fof_cell_ids"](grid, (_BLOCK,), (
+    ks = [1, 1, 1] if counts else _fine_cells(per, inv, ll, dims)
+    _mark(events, "check")
+
+    # 2. keys, sort, sorted coordinates, runs of equal keys (cells)
+    keys = xp.empty(m, dtype=np.int64)
+    k["fof_cell_keys"](*_launch(m, _BLOCK), (
         pos, mm, L0, L1, L2, f64(origin[0]), f64(origin[1]), f64(origin[2]),
-        f64(inv[0]), f64(inv[1]), f64(inv[2]), i64(dims[0]), i64(dims[1]), i64(dims[2]), ids))
-    if timer is not None:
-        timer.mark("cell_ids")
+        f64(inv[0]), f64(inv[1]), f64(inv[2]), i64(dims[0]), i64(dims[1]), i64(dims[2]),
+        i64(ks[0]), i64(ks[1]), i64(ks[2]), keys))
+    _mark(events, "keys")
+    perm = xp.argsort(keys)
+    _mark(events, "sort")
+    skeys = keys[perm]
+    del keys
+    sx, sy, sz = (xp.empty(m, dtype=stype) for _ in range(3))
+    k["fof_gather"](*_launch(m, _BLOCK), (pos, perm, mm, L0, L1, L2, sx, sy, sz))
+    new = xp.empty(m, dtype=np.bool_)
+    new[0] = True
+    xp.not_equal(skeys[1:], skeys[:-1], out=new[1:])
+    starts = xp.flatnonzero(new)
+    nrun = int(starts.size)
+    run_start = xp.empty(nrun + 1, dtype=itype)
+    run_start[:nrun] = starts
+    run_start[nrun] = m
+    run_keys = skeys[starts]
+    del skeys, starts
+    _mark(events, "cells")
 
-    # 2. sort by cell, occupied cells, then the wrapped coordinates in sorted order
-    perm = cupy.argsort(ids).astype(cupy.int64, copy=False)
-    if timer is not None:
-        timer.mark("sort")
-    skeys = ids[perm]
-    del ids
-    newcell = cupy.empty(m, dtype=cupy.bool_)
-    newcell[0] = True
-    cupy.not_equal(skeys[1:], skeys[:-1], out=newcell[1:])
-    nocc = int(cupy.count_nonzero(newcell))
-    cell_start = cupy.empty(nocc + 1, dtype=ctype)
-    cell_start[:nocc] = cupy.flatnonzero(newcell)
-    cell_start[nocc] = m
-    cell_keys = skeys[cell_start[:nocc]]
-    del skeys
-    pcell = cupy.cumsum(newcell, dtype=ctype)
-    pcell -= 1
-    del newcell
-    sx = cupy.empty(m, dtype=stype)
-    sy = cupy.empty(m, dtype=stype)
-    sz = cupy.empty(m, dtype=stype)
-    k["fof_gather"](grid, (_BLOCK,), (pos, perm, mm, L0, L1, L2, sx, sy, sz))
-    if timer is not None:
-        timer.mark("cells")
+    # the buffers go to the path in a dict it empties, so that each is freed when done
+    bufs = {"sx": sx, "sy": sy, "sz": sz, "perm": perm, "run_keys": run_keys,
+            "run_start": run_start}
+    del sx, sy, sz, perm, run_keys, run_start
+    if counts:
+        pcell = xp.cumsum(new, dtype=itype)
+        pcell -= 1
+        del new
+        bufs["pcell"] = pcell
+        del pcell
+        return _count_path(xp, k, bufs, m, dims, per, geometry, kmin, itype, events)
+    del new
+    return _dense_path(xp, k, bufs, m, dims, per, geometry, ks, itype, events), None
 
-    # 3. friend counts and union-find links
-    friends_s = cupy.zeros(m, dtype=cupy.int32)
-    parent = cupy.arange(m, dtype=cupy.int64)
-    inf = float("inf")
-    h = [0.5 * float(x) if float(x) > 0.0 else inf for x in per]
+
+def _count_path(xp, k, bufs, m, dims, per, geometry, kmin, itype, events):
+    """Friend counts and links by pair tests (step 3 of the module docstring)."""
+    sx, sy, sz, pcell, perm = (bufs.pop(n) for n in ("sx", "sy", "sz", "pcell", "perm"))
+    cell_keys, cell_start = bufs.pop("run_keys"), bufs.pop("run_start")
+    i64, i32 = np.int64, np.int32
+    mm = i64(m)
+    friends_s = xp.zeros(m, dtype=np.int32)
+    parent = xp.arange(m, dtype=itype)
     per_flags = [i32(1 if float(x) > 0.0 else 0) for x in per]
-    pair_grid = _grid(m, _PAIR_BLOCK)
-
-    head = (sx, sy, sz, pcell, cell_keys, cell_start, i64(nocc), mm,
-            i64(dims[0]), i64(dims[1]), i64(dims[2]), per_flags[0], per_flags[1], per_flags[2],
-            L0, L1, L2, f64(h[0]), f64(h[1]), f64(h[2]), f64(ll * ll))
+    head = (sx, sy, sz, pcell, cell_keys, cell_start, i64(cell_keys.size), mm,
+            i64(dims[0]), i64(dims[1]), i64(dims[2]), *per_flags, *geometry)
     tail = (i32(min(kmin, 2**31 - 1)), friends_s, parent)
-    modes = (_COUNT_AND_LINK,) if kmin <= 1 else (_COUNT_ONLY, _LINK_CORES)
-    for mode in modes:
-        k["fof_pairs"](pair_grid, (_PAIR_BLOCK,), head + (i32(mode),) + tail)
+    for mode in ((_COUNT_AND_LINK,) if kmin <= 1 else (_COUNT_ONLY, _LINK_CORES)):
+        k["fof_pairs"](*_launch(m, _PAIR_BLOCK), head + (i32(mode),) + tail)
     del head
-    if timer is not None:
-        timer.mark("pairs")
+    _mark(events, "pairs")
     del sx, sy, sz, pcell, cell_keys, cell_start
-
-    # 4. roots, smallest input index per tree, back to input order
-    root_s = cupy.empty(m, dtype=cupy.int64)
-    minidx = cupy.full(m, m, dtype=cupy.uint64)
-    k["fof_roots"](grid, (_BLOCK,), (parent, perm, mm, root_s, minidx))
-    del parent
-    root = cupy.empty(m, dtype=cupy.int64)
-    friends = cupy.empty(m, dtype=cupy.int32)
-    k["fof_scatter"](grid, (_BLOCK,), (root_s, perm, minidx, friends_s, mm, root, friends))
-    if timer is not None:
-        timer.mark("finish")
+    minidx = xp.full(m, m, dtype=itype)
+    k["fof_roots"](*_launch(m, _BLOCK), (parent, perm, mm, minidx))
+    root = xp.empty(m, dtype=np.int64)
+    friends = xp.empty(m, dtype=np.int32)
+    k["fof_scatter"](*_launch(m, _BLOCK), (parent, perm, minidx, friends_s, mm, root, friends))
+    _mark(events, "labels")
     return root, friends
 
 
-def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1):
+def _dense_path(xp, k, bufs, m, dims, per, geometry, ks, itype, events):
+    """Labels by dense-cell linking (step 4 of the module docstring)."""
+    sx, sy, sz, perm = (bufs.pop(n) for n in ("sx", "sy", "sz", "perm"))
+    fine_keys, fine_start = bufs.pop("run_keys"), bufs.pop("run_start")
+    i64, i32 = np.int64, np.int32
+    nfine = int(fine_keys.size)
+    K = i64(ks[0] * ks[1] * ks[2])
+    coords = (sx, sy, sz)
+    n_units = xp.empty(nfine, dtype=itype)
+    n_boxes = xp.empty(nfine, dtype=itype)
+    new_cell = xp.empty(nfine, dtype=itype)
+    k["fof_fine_count"](*_launch(nfine, _BLOCK), (
+        fine_keys, fine_start, i64(nfine), K, *coords, *geometry, n_units, n_boxes, new_cell))
+    unit_end = xp.cumsum(n_units, dtype=itype)
+    del n_units
+    box_end = xp.cumsum(n_boxes, dtype=itype)
+    del n_boxes
+    cell_end = xp.cumsum(new_cell, dtype=itype)
+    del new_cell
+    nunits, nboxes, ncell = (int(v) for v in host(xp.stack([unit_end[-1], box_end[-1],
+                                                             cell_end[-1]])))
+    unit_start = xp.empty(nunits + 1, dtype=itype)
+    unit_box = xp.empty(nunits, dtype=itype)
+    unit_cell = xp.empty(nunits, dtype=itype)
+    boxes = xp.empty(6 * max(nboxes, 1), dtype=np.float64)
+    cell_keys = xp.empty(ncell, dtype=np.int64)
+    cell_unit = xp.empty(ncell + 1, dtype=itype)
+    k["fof_fine_units"](*_launch(nfine, _BLOCK), (
+        fine_keys, fine_start, i64(nfine), K, unit_end, box_end, cell_end, *coords,
+        unit_start, unit_box, unit_cell, boxes, cell_keys, cell_unit))
+    del fine_keys, fine_start, unit_end, box_end, cell_end
+    unit_start[nunits] = m
+    cell_unit[ncell] = nunits
+    _mark(events, "units")
+
+    parent = xp.arange(nunits, dtype=itype)
+    units = (unit_start, unit_box, unit_cell, boxes)
+    k["fof_link_inner"](*_launch(nunits, _PAIR_BLOCK), (
+        *units, cell_unit, i64(nunits), *coords, *geometry, parent))
+    cell_one = xp.empty(ncell, dtype=np.uint8)
+    k["fof_cell_sets"](*_launch(ncell, _BLOCK), (cell_unit, i64(ncell), parent, cell_one))
+    per_flags = [i32(1 if float(x) > 0.0 else 0) for x in per]
+    k["fof_link_outer"](*_launch(nunits, _PAIR_BLOCK), (
+        *units, cell_keys, cell_unit, cell_one, i64(ncell), i64(nunits),
+        i64(dims[0]), i64(dims[1]), i64(dims[2]), *per_flags, *coords, *geometry, parent))
+    _mark(events, "link")
+    del units, unit_box, unit_cell, boxes, cell_keys, cell_unit, cell_one, coords, sx, sy, sz
+
+    minidx = xp.full(nunits, m, dtype=itype)
+    k["fof_unit_min"](*_launch(nunits, _BLOCK), (unit_start, perm, i64(nunits), parent, minidx))
+    root = xp.empty(m, dtype=np.int64)
+    k["fof_unit_labels"](*_launch(nunits, _BLOCK), (
+        unit_start, perm, i64(nunits), parent, minidx, root))
+    _mark(events, "labels")
+    return root
+
+
+def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1,
+                  count_friends: bool = True, *, events=None):
     """Friends-of-friends groups of one domain's particles, on the current GPU.
 
     The GPU twin of :func:`cosmo_dask.halos.fof_kernels.fof_local`: same
     arguments, checks and results element for element (see there and the module
-    docstring for the method and its cost). Positions may be CuPy or NumPy
-    (copied to the GPU), float32 or float64 (read in that dtype); ``root`` and
-    ``friends`` are returned as CuPy arrays.
-    """
-    return _run(pos, periods, linking_length, min_friends)
-
-
-def _run(pos, periods, linking_length, min_friends, timer=None):
-    import cupy
-
-    if timer is not None:
-        timer.mark("start")
-    pos = cupy.asarray(pos)
-    per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
-    m = pos.shape[0]
-    if m == 0:
-        return cupy.empty(0, dtype=cupy.int64), cupy.empty(0, dtype=cupy.int32)
-    if pos.dtype not in (np.float32, np.float64):
-        pos = pos.astype(cupy.float64)
-    pos = cupy.ascontiguousarray(pos)  # kept in its dtype: no float64 copy of the input
-    if not bool(cupy.isfinite(pos).all()):
-        raise ParameterError("pos contains non-finite coordinates")
-    if timer is not None:
-        timer.mark("validate")
-    return _fof_impl(cupy, pos, per, ll, kmin, timer)
-
-
-def class_rows_gpu(cls, ids, crossing, min_members: int) -> np.ndarray:
-    """The GPU twin of :func:`cosmo_dask.halos.fof_kernels.class_rows` (CuPy arrays in,
-    the small host table out): one argsort by class, run boundaries from a flag /
-    cumsum, smallest ids and crossings by atomics (one thread per row)."""
-    import cupy
-
-    cls = cupy.ascontiguousarray(cls, dtype=cupy.int64)
-    m = cls.size
-    small = m < 2**31 - 1
-    order = cupy.argsort(cls)
-    c = cls[order]
-    first = cupy.empty(m, dtype=cupy.bool_)
-    first[0] = True
-    cupy.not_equal(c[1:], c[:-1], out=first[1:])
-    starts = cupy.flatnonzero(first)
-    keys = c[starts]
-    del c
-    run = cupy.cumsum(first, dtype=cupy.int32 if small else cupy.int64)
-    run -= 1
-    del first
-    counts = cupy.diff(cupy.concatenate([starts, cupy.asarray([m])]))
-    del starts
-    min_id = cupy.full(keys.size, np.iinfo(np.int64).max, dtype=cupy.int64)
-    cross = cupy.zeros(keys.size, dtype=cupy.int32)
-    k = _kernels(cupy.cuda.Device().id, cell="int" if small else "long long")
-    k["run_reduce"](_grid(m, _BLOCK), (_BLOCK,), (
-        order, cupy.ascontiguousarray(ids, dtype=cupy.int64),
-        cupy.ascontiguousarray(crossing, dtype=cupy.bool_), run, np.int64(m), min_id, cross))
-    keep = (counts >= min_members) | (cross != 0)
-    return cupy.stack([keys[keep], counts[keep], min_id[keep]], axis=1).get()
-
-
-def _benchmark_positions(m, clustered, seed, halo_fraction=0.5):
-    """Positions in a periodic box of side ``m**(1/3)`` (mean spacing 1), as NumPy float64.
-
-    ``clustered``: ``halo_fraction`` of the particles sit in Gaussian halos with
-    a power-law size function (``dN/dn ~ n**-2`` for ``20 <= n <= 2e5``
-    members) and ``sigma = 0.05 n**(1/3)`` (central overdensity ~500); a
-    fifth of each halo's particles form a core with ``sigma / 5`` (overdensity
-    ~1e4). The rest are uniform.
-    """
-    rng = np.random.default_rng(seed)
-    box = float(m) ** (1.0 / 3.0)
-    if not clustered:
-        return rng.random((m, 3)) * box, box
-    n_halo_parts = int(halo_fraction * m)
-    nmin, nmax = 20.0, 2e5
-    batches = []
-    total = 0
-    while total < n_halo_parts:
-        u = rng.random(4096)
-        # inverse CDF of p(n) ~ n**-2 on [nmin, nmax]
-        n = (1.0 / (1.0 / nmin - u * (1.0 / nmin - 1.0 / nmax))).astype(np.int64)
-        batches.append(n)
-        total += int(n.sum())
-    sizes = np.concatenate(batches)
-    csum = np.cumsum(sizes)
-    last = int(np.searchsorted(csum, n_halo_parts))
-    sizes = sizes[: last + 1].copy()
-    if sizes.size:
-        sizes[-1] -= int(csum[last]) - n_halo_parts
-    sizes = sizes[sizes > 0]
-    owner = np.repeat(np.arange(sizes.size), sizes)
-    centres = rng.random((sizes.size, 3)) * box
-    sigma = 0.05 * sizes.astype(np.float64) ** (1.0 / 3.0)
-    scale = sigma[owner] * np.where(rng.random(owner.size) < 0.2, 0.2, 1.0)
-    halo = centres[owner] + rng.standard_normal((owner.size, 3)) * scale[:, None]
-    pos = np.concatenate([halo, rng.random((m - owner.size, 3)) * box])
-    return np.mod(pos, box), box
-
-
-def benchmark_gpu(m: int = 256**3, clustered: bool = True, linking_fraction: float = 0.2,
-                  min_friends: int = 1, repeats: int = 5, seed: int = 0) -> dict:
-    """Time :func:`fof_local_gpu` on synthetic data with CUDA events.
+    docstring for the method and its cost).
 
     Parameters
     ----------
-    m : int, optional
-        Number of particles, in a periodic box of side ``m**(1/3)``.
-    clustered : bool, optional
-        Half the particles in Gaussian halos with dense cores (see
-        ``_benchmark_positions``) if True, else uniform.
-    linking_fraction : float, optional
-        Linking length in units of the mean spacing.
+    pos : cupy.ndarray or numpy.ndarray
+        Particle positions, shape ``(m, 3)``, float32 or float64 (read in that
+        dtype; other dtypes are converted to float64); NumPy input is copied to
+        the GPU.
+    periods : array_like
+        Three per-axis periods (``0`` = open axis), as for ``fof_local``.
+    linking_length : float
+        Friends are at distance ``<= linking_length`` (float64).
     min_friends : int, optional
-        Passed to :func:`fof_local_gpu`.
-    repeats : int, optional
-        Timed runs after one warm-up run; medians are reported.
-    seed : int, optional
-        Seed of the synthetic positions.
+        ``k > 1``: only pairs whose members both have at least ``k`` friends link.
+    count_friends : bool, optional
+        Whether to return friend counts (default True). With ``False`` and
+        ``min_friends == 1`` dense cells are linked as units (much faster on
+        clustered data) and ``friends`` is ``None``.
+    events : callable, optional
+        Called with a stage name after each stage (for profiling, e.g. to record
+        CUDA events); not called for empty input.
 
     Returns
     -------
-    dict
-        ``m``, ``clustered``, ``linking_length``, ``device``, ``seconds`` (median
-        end-to-end GPU time from device-resident float64 positions to the
-        returned arrays, host synchronisation gaps included), ``particles_per_s``,
-        ``stages_ms`` (median per stage), ``runs_s`` (all timed runs),
-        ``n_groups_ge2``, ``n_in_groups``, ``mean_friends`` and ``setup_s``
-        (positions generation and copy, not timed above).
+    root : cupy.ndarray
+        int64, shape ``(m,)``: the smallest index of each particle's group.
+    friends : cupy.ndarray or None
+        int32, shape ``(m,)``: friends of each particle; ``None`` when
+        ``count_friends`` is False and ``min_friends == 1``.
+
+    Raises
+    ------
+    ParameterError
+        As ``fof_local``: wrong shapes, non-finite values, a negative period,
+        ``linking_length <= 0`` or ``min_friends < 1``.
     """
     import cupy
 
-    t0 = time.perf_counter()
-    pos_np, box = _benchmark_positions(int(m), clustered, seed)
-    pos = cupy.asarray(pos_np)
-    del pos_np
-    cupy.cuda.Device().synchronize()
-    setup_s = time.perf_counter() - t0
-    ll = float(linking_fraction)
-    periods = (box, box, box)
+    return fof_local_with(cupy, _cupy_kernels, pos, periods, linking_length, min_friends,
+                          count_friends, events)
 
-    root, friends = _run(pos, periods, ll, min_friends)  # warm-up (compiles the kernels)
-    cupy.cuda.Device().synchronize()
-    runs = []
-    stages = []
-    for _ in range(int(repeats)):
-        timer = _StageTimer(cupy)
-        root, friends = _run(pos, periods, ll, min_friends, timer=timer)
-        st = timer.stages_ms()
-        stages.append(st)
-        runs.append(sum(st.values()) / 1e3)
-    seconds = float(np.median(runs))
-    sizes = cupy.bincount(root)
-    n_groups = int((sizes >= 2).sum())
-    n_in = int(sizes[sizes >= 2].sum())
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return {
-        "m": int(m),
-        "clustered": bool(clustered),
-        "linking_length": ll,
-        "min_friends": int(min_friends),
-        "device": name,
-        "seconds": seconds,
-        "particles_per_s": m / seconds,
-        "stages_ms": {key: float(np.median([s.get(key, 0.0) for s in stages]))
-                      for key in stages[0]},
-        "runs_s": runs,
-        "n_groups_ge2": n_groups,
-        "n_in_groups": n_in,
-        "mean_friends": float(friends.mean()),
-        "setup_s": setup_s,
-    }
+
+def fof_local_with(xp, kernels, pos, periods, linking_length, min_friends=1,
+                   count_friends=True, events=None):
+    """:func:`fof_local_gpu` with the array module and kernels given (see
+    :func:`fof_pipeline`; the tests run the CUDA source on the host through this)."""
+    pos = xp.asarray(pos)
+    per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
+    counts = bool(count_friends) or kmin > 1
+    if pos.shape[0] == 0:
+        return (xp.empty(0, dtype=np.int64), xp.empty(0, dtype=np.int32) if counts else None)
+    if pos.dtype not in (np.float32, np.float64):
+        pos = pos.astype(np.float64)
+    pos = xp.ascontiguousarray(pos)  # kept in its dtype: no float64 copy of the input
+    return fof_pipeline(xp, kernels, pos, per, ll, kmin, counts, events)
+
+
+def group_rows(xp, kernels, root, cls, ids, crossing, min_members: int) -> np.ndarray:
+    """:func:`group_rows_gpu` with the array module and kernels given (see
+    :func:`fof_pipeline`)."""
+    n = int(root.size)
+    index = "int" if n < INT32_ROWS else "long long"
+    itype = np.int32 if index == "int" else np.int64
+    root = xp.ascontiguousarray(root, dtype=itype)
+    count = xp.zeros(n, dtype=np.int32)
+    min_id = xp.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    kernels("float", "float", index)["group_reduce"](*_launch(n, _BLOCK), (
+        root, xp.ascontiguousarray(ids, dtype=np.int64), np.int64(n), count, min_id))
+    keep = (count >= min_members) | ((count > 0) & xp.asarray(crossing, dtype=bool))
+    sel = xp.flatnonzero(keep)
+    return host(xp.stack([xp.asarray(cls, dtype=np.int64)[sel], count[sel].astype(np.int64),
+                          min_id[sel]], axis=1))
+
+
+def group_rows_gpu(root, cls, ids, crossing, min_members: int) -> np.ndarray:
+    """Rows ``(class, count, smallest id)`` of one domain's local groups that have at least
+    ``min_members`` members here or cross a domain face (int64, on the host), without
+    sorting the particles.
+
+    Parameters
+    ----------
+    root : cupy.ndarray
+        (n,) local group of each owned row: the index of the group's smallest row
+        (``root[r] == r`` for that row), as ``fof_local_gpu`` returns for the owned
+        rows, which come first.
+    cls, crossing : cupy.ndarray
+        (n,) class (int64) of each row and whether it crosses a domain face; both are
+        the same for all rows of a local group.
+    ids : cupy.ndarray
+        (n,) particle ids (int64).
+    min_members : int
+        Groups with fewer rows here are kept only when they cross a face.
+
+    Returns
+    -------
+    numpy.ndarray
+        (rows, 3) int64, in no particular order; a class can have several rows (local
+        groups merged across domains): the catalog sums counts and takes the smallest
+        id per class, as for :func:`cosmo_dask.halos.fof_kernels.class_rows`.
+    """
+    import cupy
+
+    return group_rows(cupy, _cupy_kernels, root, cls, ids, crossing, min_members)
