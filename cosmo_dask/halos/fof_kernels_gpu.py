@@ -70,13 +70,8 @@ every pair's computed ``d2``; where the pairs would take different
 minimum-image branches the test answers "undecided". Partitions therefore do
 not depend on the path, the sub-division or the order in which threads run.
 
-Performance: the friend-counting path on one H200 (CuPy 14.2, 2026-11-21,
-256**3 = 16.7M particles, ll = 0.2 mean spacing, device-resident float64
-input): uniform 9.3 ms (1.8e9 particles/s; pair kernel 3.2 ms, argsort 1.6,
-occupied cells 1.7, roots and scatter 2.3); clustered (half the particles in
-halos with ~1e4-overdensity cores, 13 friends per particle) 38 ms (4.4e8/s),
-of which 31 ms is the pair kernel. The dense-cell path is not measured yet
-(``benchmarks/bench_halos.py --device gpu`` times both on the same data).
+Performance and memory figures (both paths, 256^3 and 512^3 on an H100) are in
+``benchmarks/RESULTS.md`` (``benchmarks/device_halos.sh``).
 
 Memory: indices, cell and unit offsets and the forest are int32 below 2^31
 particles (int64 above); the permutation and the keys are int64. Besides the
@@ -87,8 +82,8 @@ particle (cell index, forest, counts); the dense path 16 per unit (offset, box
 row, cell, forest), 13 per occupied coarse cell and 48 per multi-particle unit,
 and while the units are built about 36 per fine cell. With every particle in a
 cell of its own (uniform data) that is about 70 bytes per particle at the peak,
-much less on clustered data (estimated from the buffers; ``bench_halos.py
---device gpu`` measures it).
+much less on clustered data (estimated from the buffers; measured 5.6x the float32
+input at the peak on clustered and uniform 256^3 sets).
 
 Limits: ``friends`` is int32 as on the CPU.
 """
