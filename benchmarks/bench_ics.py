@@ -119,8 +119,10 @@ def compare_workers(args, env: dict) -> None:
     digests = {}
     for workers in (int(w) for w in args.compare_workers.split(",")):
         with LocalCluster(n_workers=workers, threads_per_worker=max(1, cpus // workers),
-                          processes=True, dashboard_address=None) as cluster, \
+                          processes=True, dashboard_address=":0") as cluster, \
                 Client(cluster) as client:
+            warm = lpt_ics(8, box_size=8.0, redshift=49.0, order=args.order)
+            client.compute(warm.pos.sum(), sync=True)  # imports on the workers
             snap = lpt_ics(args.n_side, box_size=float(args.n_side), redshift=49.0,
                            order=args.order, seed=1, precision=args.precision,
                            chunks=args.chunks, slabs=args.slabs)
@@ -134,7 +136,7 @@ def compare_workers(args, env: dict) -> None:
         digests[workers] = [np.asarray(o) for o in out]
         print(json.dumps({**env, "what": "compare-workers", "workers": workers,
                           "threads_per_worker": max(1, cpus // workers),
-                          "seconds": round(dt, 2), "chunks": int(arrays[0].numblocks[0])}),
+                          "seconds": round(dt, 2), "n_chunks": int(arrays[0].numblocks[0])}),
               flush=True)
     first = next(iter(digests.values()))
     same = all(all(np.array_equal(a, b) for a, b in zip(d, first, strict=True))
