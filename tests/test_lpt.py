@@ -562,3 +562,26 @@ def test_gpu_ics_match_cpu():
     print("GPU, 2 vs 5 slabs: bitwise equal" if np.array_equal(a, b) else
           f"GPU, 2 vs 5 slabs: max rel. difference {np.abs(a - b).max() / np.abs(a).max():.1e}")
     assert np.abs(a - b).max() <= 1e-12 * np.abs(a).max()
+
+
+def test_cli_ics_slabs_and_size_errors(tmp_path, capsys):
+    """`cosmo-dask ics --slabs 3` writes the library's particles (another slab count,
+    the same bits); a mesh size with a prime factor above 7 is one clear error."""
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.cli import main
+
+    out = tmp_path / "ics.zarr"
+    assert main(["--cpu", "--workers", "1", "ics", str(out), "--n-side", "12", "--box-size",
+                 "60", "--redshift", "9", "--seed", "2", "--precision", "float64",
+                 "--slabs", "3", "--chunk-size", "500"]) == 0
+    ref = lpt_ics(12, box_size=60.0, redshift=9.0, seed=2, precision="float64", slabs=1)
+    got = open_snapshot(out)
+    assert got.pos.chunks[0][0] == 500
+    for name in ("pos", "vel", "ids"):
+        assert np.array_equal(getattr(got, name).compute(), getattr(ref, name).compute()), name
+    capsys.readouterr()
+    assert main(["ics", str(tmp_path / "bad.zarr"), "--n-side", "13", "--box-size", "60",
+                 "--redshift", "9"]) != 0
+    err = capsys.readouterr().err
+    assert "--n-side must have no prime factor above 7" in err and "Traceback" not in err
+    assert not (tmp_path / "bad.zarr").exists()
