@@ -375,7 +375,8 @@ def _generate_snapshot(args):
         )
     if args.redshift is None:
         raise CosmoDaskError("generate zeldovich: --redshift is required")
-    return models.zeldovich(args.n_side, box_size=args.box_size, redshift=args.redshift, **common)
+    return models.zeldovich(args.n_side, box_size=args.box_size, redshift=args.redshift,
+                            device="gpu" if args.gpu else "cpu", **common)
 
 
 def cmd_generate(args) -> int:
@@ -398,7 +399,8 @@ def cmd_ics(args) -> int:
     snap = lpt_ics(args.n_side, box_size=args.box_size, redshift=args.redshift,
                    order=args.order, power_spectrum=args.power, cosmology=args.cosmology,
                    seed=args.seed, precision=args.precision, chunks=args.chunk_size,
-                   fixed_amplitude=args.fixed_amplitude, paired=args.paired)
+                   fixed_amplitude=args.fixed_amplitude, paired=args.paired,
+                   slabs=args.slabs, device="gpu" if args.gpu else "cpu")
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
@@ -1028,6 +1030,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "much less sample variance in P(k) and the mass function")
     ic.add_argument("--paired", action="store_true",
                     help="the sign-flipped field (the pair of a paired-and-fixed set)")
+    ic.add_argument("--slabs", type=_positive_int, default=None,
+                    help="mesh slabs of the FFTs (default: one per 64 MiB of the complex "
+                    "mesh and per worker thread on the CPU, per 256 MiB with --gpu)")
     _add_generator_outputs(ic)
     ic.set_defaults(func=cmd_ics)
 

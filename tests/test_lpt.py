@@ -1,10 +1,11 @@
 """Tests of the LPT (Zel'dovich / 2LPT) initial conditions (cosmo_dask.models.lpt).
 
 The references here are written independently of the package: full complex
-``numpy.fft`` transforms (the package uses ``scipy.fft`` real transforms),
-high-order finite differences of the real-space potential, and the growth ODEs
-integrated with ``solve_ivp``. Only the white noise (the seeded random stream,
-``zeldovich.white_noise``) is shared, so that the same realisation is compared.
+``numpy.fft`` transforms of the whole mesh (the package uses real transforms over
+slabs, ``cosmo_dask.spatial.fft``), high-order finite differences of the real-space
+potential, and the growth ODEs integrated with ``solve_ivp``. Only the white noise
+(the seeded random stream, ``zeldovich.white_noise``, itself checked against its
+definition here) is shared, so that the same realisation is compared.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from cosmo_dask.models.lpt import (
     resolve_power_spectrum,
     second_order_displacement,
 )
+from cosmo_dask.models.lpt_fields import (
+    displacement_slabs,
+    linear_density_kslabs,
+    noise_slabs,
+)
 from cosmo_dask.models.zeldovich import linear_density_k, white_noise
+from cosmo_dask.spatial.fft import slab_chunks
 
 COSMO = Cosmology()
 
@@ -160,7 +167,7 @@ def test_order2_chunking_independent_and_float32_in_box():
 def test_second_order_displacement_matches_references():
     n, box, seed = 32, 200.0, 3
     power = low_k_power(box, 3)  # |k| <= 3 k_f: k dx <= 0.59
-    delta_k, _ = linear_density_k(n, box, COSMO, 1.0, seed, power)
+    delta_k = linear_density_k(n, box, COSMO, 1.0, seed, power)
     psi2 = second_order_displacement(delta_k, box).reshape(n, n, n, 3)
     _, ref = reference_fields(n, box, seed, power)
     fd = fd_psi2(n, box, seed, power)
@@ -265,10 +272,10 @@ def test_fixed_and_paired_fields_against_reference():
     fixed_ref = np.zeros_like(ref)
     fixed_ref[keep] = (ref[keep] / np.abs(ref[keep]) * np.sqrt(power(k[keep]) / (box / n) ** 3)
                        * n**1.5)
-    got, _ = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True)
+    got = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True)
     full = np.fft.fftn(np.fft.irfftn(got, s=(n, n, n), axes=(0, 1, 2)))
     assert np.abs(full - fixed_ref).max() < 1e-10 * np.abs(fixed_ref).max()
-    paired, _ = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True, paired=True)
+    paired = linear_density_k(n, box, COSMO, 1.0, seed, fixed=True, paired=True)
     assert np.array_equal(paired, -got)
     # positions: s_a + s_b = 2 D2 psi2 and s_a - s_b = 2 D1 psi1 of the fixed field
     kw = dict(box_size=box, redshift=z, seed=seed, precision="float64", chunks=1000,
@@ -286,7 +293,7 @@ def test_fixed_and_paired_fields_against_reference():
     assert np.abs(0.5 * (s_a + s_b) - d2 * psi2).max() < 1e-9 * np.abs(d2 * psi2).max()
     assert np.abs(0.5 * (s_a - s_b) - d1 * psi1).max() < 1e-9 * np.abs(d1 * psi1).max()
     # and the default stays the Gaussian field
-    assert not np.allclose(np.abs(linear_density_k(n, box, COSMO, 1.0, seed)[0]),
+    assert not np.allclose(np.abs(linear_density_k(n, box, COSMO, 1.0, seed)),
                            np.abs(got))
 
 
@@ -347,6 +354,10 @@ def test_table_and_callable_match_default(tmp_path):
     ({"power_spectrum": lambda k: 1 / "x"}, "callable failed"),
     ({"redshift": -1.0}, "redshift"), ({"n_side": 0}, "n_side"), ({"seed": -1}, "seed"),
     ({"box_size": 0.0}, "box_size"), ({"chunks": 0}, "chunks"),
+    ({"n_side": 4097}, "at most 4096"), ({"n_side": 8192}, "at most 4096"),
+    ({"n_side": 11}, r"prime factor above 7.*11 = 11; nearest valid: 10 or 12"),
+    ({"n_side": 26}, r"26 = 2 x 13"), ({"slabs": 0}, "slabs"), ({"slabs": 2.5}, "slabs"),
+    ({"device": "tpu"}, "device"),
 ])
 def test_parameter_errors(kwargs, match):
     args = dict(n_side=8, box_size=50.0, redshift=10.0)
@@ -409,3 +420,168 @@ def test_camb_power_spectrum():
     assert np.all(np.abs(ratio - 1) < 0.15)  # BAO wiggles and transfer-function fit
     snap = lpt_ics(n, box_size=box, redshift=20.0, power_spectrum="camb")
     assert np.isfinite(snap.vel.compute()).all()
+
+
+# --------------------------------------------------------------------------- 6. slabs
+def test_white_noise_is_one_stream_per_lattice_plane():
+    """Plane i of the noise is SeedSequence([seed, i, 5])'s standard normals (the
+    convention, written out here), whatever the slab split."""
+    n, seed = 12, 31
+    ref = np.stack([np.random.default_rng(np.random.SeedSequence([seed, i, 5]))
+                    .standard_normal((n, n)) for i in range(n)])
+    assert np.array_equal(white_noise(n, seed), ref)
+    for slabs in (1, 5, 12):
+        assert np.array_equal(noise_slabs(n, seed, slabs).compute(), ref)
+    assert abs(ref.std() - 1) < 0.05 and not np.array_equal(white_noise(n, seed + 1), ref)
+
+
+@pytest.mark.parametrize("n, slabs", [(12, 5), (15, 4), (16, 1)])
+def test_slab_fields_match_whole_mesh_reference(n, slabs):
+    """psi1 and psi2 of the slab graph against the whole-mesh complex-FFT reference
+    built from the same white noise, float64: round-off only."""
+    box, seed = 90.0, 17
+    delta = linear_density_kslabs(n, box, COSMO, seed, slabs=slabs)
+    assert delta.chunks == ((n,), slab_chunks(n, slabs), (n // 2 + 1,))  # k-space slabs
+    comps = dask.compute(*displacement_slabs(delta, box, order=2))
+    psi1, psi2 = reference_fields(n, box, seed, COSMO.power_spectrum)
+    errs = []
+    for a in range(3):
+        for got, ref in ((comps[a], psi1[..., a]), (comps[3 + a], psi2[..., a])):
+            assert got.shape == (n, n, n) and got.dtype == np.float64
+            errs.append(np.abs(got - ref).max() / np.abs(ref).max())
+    print(f"n={n}, {slabs} slabs: max rel. error vs whole-mesh reference {max(errs):.2e}")
+    assert max(errs) < 1e-12
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_particles_identical_for_chunkings_slabs_and_workers(order, two_workers):
+    """Bit for bit: particle chunks, slab counts (pocketfft), the threaded scheduler and a
+    2-process LocalCluster give the same positions, velocities and ids."""
+    n = 20
+    kw = dict(box_size=80.0, redshift=1.0, seed=13, order=order, precision="float64")
+    ref = lpt_ics(n, slabs=1, **kw)
+    want = dask.compute(ref.pos, ref.vel, ref.ids, scheduler="threads")
+    assert want[0].shape == (n**3, 3) and np.array_equal(want[2], np.arange(n**3))
+    runs = {"700-row chunks, 3 slabs": lpt_ics(n, chunks=700, slabs=3, **kw),
+            "one chunk, 7 slabs": lpt_ics(n, chunks=2**20, slabs=7, **kw),
+            "default slabs": lpt_ics(n, chunks=1234, **kw)}
+    assert runs["700-row chunks, 3 slabs"].pos.chunks[0][:2] == (700, 700)
+    for what, snap in runs.items():
+        got = dask.compute(snap.pos, snap.vel, snap.ids, scheduler="threads")
+        for x, y in zip(got, want, strict=True):
+            assert np.array_equal(x, y), what
+    for snap in (ref, runs["700-row chunks, 3 slabs"]):
+        got = two_workers.compute([snap.pos, snap.vel, snap.ids], sync=True)
+        for x, y in zip(got, want, strict=True):
+            assert np.array_equal(x, y), "2-worker LocalCluster"
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, (tuple, list)):
+        return sum(_nbytes(y) for y in x)
+    return int(getattr(x, "nbytes", 0))
+
+
+def test_no_task_holds_the_mesh():
+    """Every task's inputs plus output stay within 12/S of the float64 mesh (the 2LPT
+    particle task: six displacement slabs in, float64 pos and vel out), measured on the
+    threaded scheduler with S = 16 slabs; the whole mesh would be S/S."""
+    from dask.callbacks import Callback
+    from dask.core import get_dependencies
+
+    n, slabs = 32, 16
+    mesh = 8 * n**3
+
+    class TaskBytes(Callback):
+        def __init__(self):
+            super().__init__()
+            self.inputs, self.most = {}, {}
+
+        def _pretask(self, key, dsk, state):
+            self.inputs[key] = sum(_nbytes(state["cache"][d])
+                                   for d in get_dependencies(dsk, key) if d in state["cache"])
+
+        def _posttask(self, key, result, dsk, state, worker_id):
+            name = key[0] if isinstance(key, tuple) else key
+            kind = name.rsplit("-", 1)[0]
+            held = self.inputs.pop(key) + _nbytes(result)
+            self.most[kind] = max(self.most.get(kind, 0), held)
+
+    # the user's particle chunks = the slabs' (2 planes), so no final rechunk; Dask's
+    # rechunk intermediates capped at one slab, as they are by array.chunk-size at scale
+    with dask.config.set({"array.chunk-size": mesh // slabs}):
+        snap = lpt_ics(n, box_size=64.0, redshift=0.0, slabs=slabs, chunks=2 * n * n,
+                       precision="float64")
+        with TaskBytes() as cb:
+            dask.compute(snap.pos, snap.vel, scheduler="threads")
+    most = {k: v * slabs / mesh for k, v in cb.most.items() if not k.startswith("finalize")}
+    print("largest task inputs + output per kind, in units of mesh/S:",
+          {k: round(v, 2) for k, v in sorted(most.items(), key=lambda kv: -kv[1])})
+    assert {"lpt-noise", "lpt-particles", "fft-r2c", "fft-c2r"} <= set(most)
+    assert most["lpt-particles"] == pytest.approx(12.0)
+    assert max(most.values()) <= 12.0 + 1e-9
+
+
+@pytest.mark.gpu
+def test_gpu_ics_match_cpu():
+    """CuPy chunks through the same graph: the same white noise (drawn on the host), so
+    CPU and GPU particles agree to FFT round-off (float32 output here); on the GPU the
+    particles do not depend on the particle chunking (bit for bit)."""
+    import cupy
+
+    n, box = 32, 100.0
+    kw = dict(box_size=box, redshift=0.0, seed=3, order=2, precision="float32")
+    cpu = lpt_ics(n, **kw)
+    gpu = lpt_ics(n, device="gpu", slabs=4, **kw)
+    assert isinstance(gpu.pos._meta, cupy.ndarray) and gpu.device == "gpu"
+    pc, vc = dask.compute(cpu.pos, cpu.vel)
+    pg, vg, ids = (cupy.asnumpy(x) for x in dask.compute(gpu.pos, gpu.vel, gpu.ids))
+    assert pg.dtype == np.float32 and np.array_equal(ids, np.arange(n**3))
+    dpos = pg.astype(np.float64) - pc
+    dpos -= box * np.round(dpos / box)
+    err_x = np.abs(dpos).max() / box
+    err_v = np.abs(vg - vc).max() / np.abs(vc).max()
+    print(f"GPU vs CPU: max |dx| / box {err_x:.2e}, max |dv| / max |v| {err_v:.2e}")
+    assert err_x < 4 * np.finfo(np.float32).eps  # a few float32 ulps of the box
+    assert err_v < 4 * np.finfo(np.float32).eps
+    other = lpt_ics(n, device="gpu", slabs=4, chunks=5000, **kw)
+    po, vo = (cupy.asnumpy(x) for x in dask.compute(other.pos, other.vel))
+    assert np.array_equal(po, pg) and np.array_equal(vo, vg)
+    # another slab count changes the cuFFT batches: equal to round-off, bitwise if it is
+    f64 = dict(kw, precision="float64")
+    a, b = (cupy.asnumpy(lpt_ics(n, device="gpu", slabs=s, **f64).vel.compute()) for s in (2, 5))
+    print("GPU, 2 vs 5 slabs: bitwise equal" if np.array_equal(a, b) else
+          f"GPU, 2 vs 5 slabs: max rel. difference {np.abs(a - b).max() / np.abs(a).max():.1e}")
+    assert np.abs(a - b).max() <= 1e-12 * np.abs(a).max()
+
+
+def test_cli_ics_slabs_and_size_errors(tmp_path, capsys):
+    """`cosmo-dask ics --slabs 3` writes the library's particles (another slab count,
+    the same bits); a mesh size with a prime factor above 7 is one clear error."""
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.cli import main
+
+    out = tmp_path / "ics.zarr"
+    assert main(["--cpu", "--workers", "1", "ics", str(out), "--n-side", "12", "--box-size",
+                 "60", "--redshift", "9", "--seed", "2", "--precision", "float64",
+                 "--slabs", "3", "--chunk-size", "500"]) == 0
+    ref = lpt_ics(12, box_size=60.0, redshift=9.0, seed=2, precision="float64", slabs=1)
+    got = open_snapshot(out)
+    assert got.pos.chunks[0][0] == 500
+    for name in ("pos", "vel", "ids"):
+        assert np.array_equal(getattr(got, name).compute(), getattr(ref, name).compute()), name
+    capsys.readouterr()
+    assert main(["ics", str(tmp_path / "bad.zarr"), "--n-side", "13", "--box-size", "60",
+                 "--redshift", "9"]) != 0
+    err = capsys.readouterr().err
+    assert "--n-side must have no prime factor above 7" in err and "Traceback" not in err
+    assert not (tmp_path / "bad.zarr").exists()

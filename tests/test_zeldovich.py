@@ -9,6 +9,7 @@ from scipy import integrate
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.models import Cosmology, zeldovich
+from cosmo_dask.models.lpt_fields import ics_slab_count
 
 PLANCK = {"Omega_m": 0.3111, "Omega_b": 0.0490, "Omega_L": 0.6889, "h": 0.6766,
           "sigma8": 0.8102, "n_s": 0.9665}
@@ -177,10 +178,17 @@ def test_metadata_and_coordinates(zel):
     assert snap.mass is None
     np.testing.assert_array_equal(ids, np.arange(N_SIDE**3))
     assert np.all(pos >= 0) and np.all(pos < BOX)
+    # slab by slab: noise per slab, the distributed FFTs, one particle task per slab; no
+    # task builds the whole mesh
     graph = dict(snap.pos.__dask_graph__())
-    mesh_keys = [k for k in graph if isinstance(k, str) and k.startswith("zeldovich-mesh-")]
-    assert len(mesh_keys) == 1
-    assert snap.pos.name.startswith("zeldovich-pos-")
+    keys = [k for k in graph if isinstance(k, tuple)]
+    kinds = {k[0].rsplit("-", 1)[0] for k in keys}
+    assert {"zeldovich-noise", "zeldovich-delta", "zeldovich-psi1", "fft-r2c", "fft-c2r",
+            "zeldovich-particles", "zeldovich-pos"} <= kinds
+    assert not any("mesh" in str(k) for k in graph)
+    slabs = [k for k in keys if k[0].startswith("zeldovich-noise-")]
+    assert len(slabs) == ics_slab_count(N_SIDE) >= 1
+    assert len([k for k in keys if k[0].startswith("zeldovich-particles-")]) == len(slabs)
 
 
 def test_chunking_independent_and_seeded():

@@ -17,7 +17,9 @@ Periodic boxes:
   periodic box (a strongly clustered stand-in for an evolved snapshot).
 
 Every generator returns a :class:`~cosmo_dask.snapshot.Snapshot` of dask arrays.
-Random numbers come in fixed generation blocks of 2**16 particles, so a given
+Random numbers come in fixed generation blocks of 2**16 particles (the
+cosmological ICs: one stream per lattice plane, their fields made slab by slab
+through the distributed FFT, :mod:`~cosmo_dask.models.lpt_fields`), so a given
 seed gives bitwise the same particles for any chunk size. See ``docs/models.md``.
 """
 

@@ -6,11 +6,12 @@ from ``np.random.default_rng(np.random.SeedSequence([seed, b, tag]))``, where
 ``tag`` is a small constant per model (so that two models with the same seed
 use unrelated streams). A dask chunk ``[start, stop)`` generates every block it
 overlaps and keeps the rows it owns, so the values do not depend on the chunk
-size, and no task ever holds more than one chunk plus one block.
+size, and no task ever holds more than one chunk plus one block. (The LPT
+initial conditions draw their white noise per lattice plane instead, with the
+same ``SeedSequence([seed, plane, tag])`` construction: see ``lpt_fields``.)
 
-Also here: parameter checks shared by the generators (all raise
-:class:`~cosmo_dask.errors.ParameterError` naming the parameter and its valid
-range) and the wrapping of periodic positions into ``[0, box_size)``.
+Also here: the graph of particle arrays made one task per mesh slab
+(:func:`slab_outputs`, for the LPT initial conditions).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
-from ..backend import default_chunk_size
+from ..backend import default_chunk_size, empty_meta
 from ..checks import check_positive_int
 
 #: particles per generation block (fixed: changing it changes every realisation)
@@ -78,15 +79,12 @@ def _generate_chunk(block_fn: BlockFn, n: int, tag: int, seed: int, start: int, 
     return tuple(np.concatenate(parts, axis=0) for parts in zip(*pieces, strict=True))
 
 
-def _chunk_from_mesh(chunk_fn: Callable[..., tuple[np.ndarray, ...]], start: int, stop: int,
-                     kwargs: dict[str, Any], mesh: np.ndarray) -> tuple[np.ndarray, ...]:
-    return chunk_fn(mesh, start, stop, **kwargs)
-
-
 def _output_arrays(graph_layer: dict, gen_name: str, dependencies: Sequence[Any],
                    lengths: tuple[int, ...], label: str, token: str,
-                   outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]]) -> dict[str, da.Array]:
-    """Turn a layer of tuple-valued chunk tasks into one dask array per output."""
+                   outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+                   like: Any = None) -> dict[str, da.Array]:
+    """Turn a layer of tuple-valued chunk tasks into one dask array per output (chunks of
+    ``like``'s array type, NumPy by default)."""
     base = HighLevelGraph.from_collections(gen_name, graph_layer, dependencies=list(dependencies))
     arrays = {}
     for index, (out_name, trailing, dtype) in enumerate(outputs):
@@ -97,7 +95,8 @@ def _output_arrays(graph_layer: dict, gen_name: str, dependencies: Sequence[Any]
         graph = HighLevelGraph({**base.layers, name: layer},
                                {**base.dependencies, name: {gen_name}})
         chunks = (lengths,) + tuple((t,) for t in trailing)
-        meta = np.empty((0,) + tuple(trailing), dtype=dtype)
+        meta = (np.empty((0,) + tuple(trailing), dtype=dtype) if like is None
+                else empty_meta(like, 1 + len(trailing), dtype))
         arrays[out_name] = da.Array(graph, name, chunks=chunks, dtype=dtype, meta=meta)
     return arrays
 
@@ -132,25 +131,25 @@ def generate(label: str, token: str, block_fn: BlockFn, *, n: int, seed: int, ch
     return _output_arrays(layer, gen_name, [], lengths, label, token, outputs)
 
 
-def from_mesh(label: str, token: str, mesh, chunk_fn: Callable[..., tuple[np.ndarray, ...]], *,
-              n: int, chunks: int | None, outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
-              **kwargs: Any) -> dict[str, da.Array]:
-    """Lazy arrays whose chunks are computed from one shared ``dask.delayed`` mesh.
+def slab_outputs(label: str, token: str, slabs: Sequence[da.Array],
+                 chunk_fn: Callable[..., tuple[Any, ...]], *, rows_per_plane: int,
+                 outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+                 **kwargs: Any) -> dict[str, da.Array]:
+    """Lazy particle arrays with one chunk per slab of the meshes ``slabs``.
 
-    ``chunk_fn(mesh, start, stop, **kwargs)`` returns a tuple of arrays with
-    ``stop - start`` rows, one per output.
+    ``slabs`` are dask arrays chunked alike along axis 0 (and whole along the other
+    axes); slab ``i`` covers planes ``[i0, i1)``, and task
+    ``("{label}-particles-{token}", i)`` runs ``chunk_fn(i0, i1, *blocks, **kwargs)``,
+    which returns a tuple of arrays of ``(i1 - i0) * rows_per_plane`` rows, one per
+    output, NumPy or CuPy like the blocks.
     """
-    lengths = chunk_lengths(n, chunks)
     gen_name = f"{label}-particles-{token}"
-    layer = {}
-    start = 0
-    for i, length in enumerate(lengths):
-        layer[(gen_name, i)] = (partial(_chunk_from_mesh, chunk_fn, start, start + length, kwargs),
-                                mesh.key)
-        start += length
-    return _output_arrays(layer, gen_name, [mesh], lengths, label, token, outputs)
-
-
-# --------------------------------------------------------------------------- periodic wrapping
-
-
+    chunks0 = slabs[0].chunks[0]
+    layer, lengths, start = {}, [], 0
+    for i, c in enumerate(chunks0):
+        blocks = [(s.name, i) + (0,) * (s.ndim - 1) for s in slabs]
+        layer[(gen_name, i)] = (partial(chunk_fn, start, start + c, **kwargs), *blocks)
+        lengths.append(c * rows_per_plane)
+        start += c
+    return _output_arrays(layer, gen_name, slabs, tuple(lengths), label, token, outputs,
+                          like=slabs[0])

@@ -24,29 +24,17 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import dask
-import dask.array as da
 import numpy as np
-import scipy.fft
-from dask.base import tokenize
 
 from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
-from ..validation import wrap_into_box
-from ._blocks import from_mesh
 from .cosmology import Cosmology
-from .lattice import lattice_sites
-from .zeldovich import (
-    G_COSMO,
-    RHO_CRIT_1E10,
-    ZELDOVICH_UNITS,
-    _zeldovich_chunk,
-    check_redshift,
-    displacement_mesh,
-    linear_density_k,
-    mesh_wavenumbers,
-)
+from .lpt_fields import check_ics_mesh, second_order_displacement
+from .zeldovich import check_ics_device, check_redshift, lpt_snapshot
+
+__all__ = ["TabulatedPower", "lpt_ics", "mesh_k_range", "resolve_power_spectrum",
+           "second_order_displacement"]
 
 #: relative slack on a table's k range (the mesh's |k| and the range formula differ by ulps)
 K_RANGE_RTOL = 1e-9
@@ -236,139 +224,12 @@ def resolve_power_spectrum(power_spectrum, cosmology: Cosmology | Mapping[str, A
         f"two-column (k, P) table, 'camb' or 'class'; got {type(power_spectrum).__name__}")
 
 
-# --------------------------------------------------------------------------- 2LPT fields
-def _second_order_potential_k(u_k: np.ndarray, n: int, box_size: float) -> np.ndarray:
-    """``phi2_k`` (rfft layout) from ``u_k = delta_k / k^2 = -phi1_k``.
-
-    ``phi1_ij = irfft(k_i k_j u_k)``; the source ``S = sum_{i<j} (phi1_ii phi1_jj -
-    phi1_ij^2)`` is accumulated with at most three real meshes alive, then
-    ``phi2_k = -S_k / k^2`` with ``k = 0`` and the Nyquist planes zeroed.
-    """
-    kx, ky, kz = mesh_wavenumbers(n, box_size)
-    shape = (n, n, n)
-
-    def deriv2(ki, kj):
-        return scipy.fft.irfftn(u_k * (ki * kj), s=shape)
-
-    xx = deriv2(kx, kx)
-    yy = deriv2(ky, ky)
-    src = xx * yy
-    xx += yy
-    del yy
-    zz = deriv2(kz, kz)
-    zz *= xx
-    src += zz
-    del xx, zz
-    for ki, kj in ((kx, ky), (kx, kz), (ky, kz)):
-        off = deriv2(ki, kj)
-        off *= off
-        src -= off
-        del off
-    phi2_k = scipy.fft.rfftn(src)
-    del src
-    k2 = kx * kx + ky * ky + kz * kz
-    k2[0, 0, 0] = 1.0
-    phi2_k /= -k2
-    del k2
-    phi2_k[0, 0, 0] = 0.0
-    if n % 2 == 0:
-        phi2_k[n // 2, :, :] = 0.0
-        phi2_k[:, n // 2, :] = 0.0
-        phi2_k[:, :, n // 2] = 0.0
-    return phi2_k
-
-
-def second_order_displacement(delta_k: np.ndarray, box_size: float) -> np.ndarray:
-    """2LPT displacement ``psi2 = grad phi2`` of a linear field, (n^3, 3) float64 in id order.
-
-    Parameters
-    ----------
-    delta_k : complex array (n, n, n//2+1)
-        The linear overdensity ``delta_L`` in rfft layout (numpy's unnormalised
-        forward transform of the real-space field), e.g. from
-        :func:`~cosmo_dask.models.zeldovich.linear_density_k` at growth 1; its
-        ``k = 0`` mode is ignored.
-    box_size : float
-        Side of the box in Mpc/h.
-
-    Returns
-    -------
-    ndarray (n^3, 3)
-        ``psi2`` in Mpc/h for ``D1 = 1`` (row ``(i*n + j)*n + k`` is mesh site
-        ``(i, j, k)``); the second-order displacement at growth ``D1`` is
-        ``D2 psi2`` with ``D2 ~= -3/7 D1^2``. ``lap phi2 = sum_{i<j} (phi1_ii
-        phi1_jj - phi1_ij^2)``, ``lap phi1 = delta_L``.
-    """
-    n = delta_k.shape[0]
-    if delta_k.shape != (n, n, n // 2 + 1):
-        raise ParameterError(f"delta_k must have rfft shape (n, n, n//2+1), got {delta_k.shape}")
-    kx, ky, kz = mesh_wavenumbers(n, box_size)
-    k2 = kx * kx + ky * ky + kz * kz
-    k2[0, 0, 0] = 1.0
-    u_k = delta_k / k2
-    u_k[0, 0, 0] = 0.0
-    del k2
-    phi2_k = _second_order_potential_k(u_k, n, box_size)
-    out = np.empty((n**3, 3), dtype=np.float64)
-    _gradient_into(out, 0, phi2_k, 1.0, kx, ky, kz)
-    return out
-
-
-def _gradient_into(out: np.ndarray, col: int, field_k: np.ndarray, factor: float, kx, ky,
-                   kz) -> None:
-    """``out[:, col:col+3] = factor * grad(field)`` from its rfft ``field_k``, one axis at a
-    time (float64 FFT, cast to ``out.dtype`` on the way in)."""
-    n = field_k.shape[0]
-    for axis, k_axis in enumerate((kx, ky, kz)):
-        comp = scipy.fft.irfftn(field_k * (1j * k_axis), s=(n, n, n)).reshape(-1)
-        np.multiply(comp, factor, out=out[:, col + axis], casting="unsafe")
-        del comp
-
-
-def lpt2_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth1: float,
-              growth2: float, seed: int, dtype: np.dtype, power=None, *, fixed: bool = False,
-              paired: bool = False) -> np.ndarray:
-    """``[D1 psi1, D2 psi2]``: (n_side^3, 6) array in id order, Mpc/h, of ``dtype``.
-
-    Same white noise and ``delta_k`` as :func:`~cosmo_dask.models.zeldovich.
-    displacement_mesh` (``power``: None or a callable ``P(k)`` at z = 0). All the
-    Fourier work is float64; the result is ``6 n_side^3 itemsize`` bytes. Peak
-    memory of the call (tracemalloc, n_side = 64 and 128): about ``81 n_side^3``
-    bytes in float64, ``57 n_side^3`` in float32 (scipy's FFT work buffers are not
-    counted by tracemalloc; they add up to one more complex mesh, ``8 n_side^3``).
-    ``fixed``, ``paired``: see :func:`~cosmo_dask.models.zeldovich.linear_density_k`
-    (pairing flips ``psi1``; ``psi2``, quadratic in the field, is the same).
-    """
-    n = n_side
-    delta_k, k2 = linear_density_k(n, box_size, cosmology, 1.0, seed, power, fixed=fixed,
-                                   paired=paired)
-    delta_k /= k2  # u_k = delta_k / k^2 = -phi1_k (k = 0 and Nyquist already zero)
-    del k2
-    phi2_k = _second_order_potential_k(delta_k, n, box_size)
-    kx, ky, kz = mesh_wavenumbers(n, box_size)
-    out = np.empty((n**3, 6), dtype=dtype)
-    _gradient_into(out, 0, delta_k, growth1, kx, ky, kz)
-    del delta_k
-    _gradient_into(out, 3, phi2_k, growth2, kx, ky, kz)
-    return out
-
-
-def _lpt2_chunk(mesh: np.ndarray, start: int, stop: int, *, n_side: int, box_size: float,
-                vel_factor1: float, vel_factor2: float,
-                dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    s = mesh[start:stop].astype(np.float64)
-    s1, s2 = s[:, :3], s[:, 3:]
-    q = lattice_sites(start, stop - start, n_side, box_size / n_side)
-    pos = wrap_into_box(q + s1 + s2, box_size, dtype)
-    vel = (vel_factor1 * s1 + vel_factor2 * s2).astype(dtype)
-    return pos, vel
-
-
 # --------------------------------------------------------------------------- generator
 def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
             power_spectrum=None, cosmology: Cosmology | Mapping[str, Any] | None = None,
             seed: int = 0, precision=None, chunks: int | None = None,
-            fixed_amplitude: bool = False, paired: bool = False):
+            fixed_amplitude: bool = False, paired: bool = False, slabs: int | None = None,
+            device: str = "cpu"):
     """Lagrangian-perturbation-theory initial conditions (Zel'dovich or 2LPT) in a
     periodic flat LambdaCDM box.
 
@@ -396,19 +257,18 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     The ``k = 0`` mode and the Nyquist planes of ``phi1`` and ``phi2`` are zero; the
     quadratic source is not de-aliased (see the module docstring).
 
-    Memory: the mesh is built whole inside one dask task (``lpt-mesh-<token>``).
-    ``order=2`` holds ``[D1 psi1, D2 psi2]``, ``6 n_side^3 itemsize`` bytes (48
-    n_side^3 in float64, 24 n_side^3 in float32: 6.4 / 3.2 GB for n_side = 512); its
-    construction peaks at about ``81 n_side^3`` bytes in float64 and ``57 n_side^3``
-    in float32 (tracemalloc, plus scipy's FFT buffers of about ``8 n_side^3``):
-    10.9 / 7.7 GB for n_side = 512 on that one worker. ``order=1`` is the Zel'dovich
-    mesh (``3 n_side^3 itemsize`` bytes, peak about ``50 n_side^3``). Particle chunks
-    slice the mesh (id order) and are otherwise built chunk by chunk.
+    Memory and work: the fields are made slab by slab through the distributed FFT
+    (:mod:`cosmo_dask.models.lpt_fields`): white noise drawn per lattice plane, then
+    4 (``order=1``) or 14 (``order=2``) mesh FFTs in float64 and one particle task per
+    slab. No task holds the whole mesh: with ``S`` slabs a task holds at most about
+    13/S of the float64 mesh (``8 n_side^3`` bytes; the FFT tasks 2/S). The particles
+    do not depend on ``chunks``, on the scheduler or on its workers (bit for bit);
+    on the CPU not on ``slabs`` either (pocketfft, tested).
 
     Parameters
     ----------
     n_side : int
-        Particles per side, >= 1 (N = n_side^3).
+        Particles per side, 1 to 4096, with no prime factor above 7 (N = n_side^3).
     box_size : float
         Side of the periodic box in Mpc/h, > 0.
     redshift : float
@@ -434,10 +294,11 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     seed : int
         Non-negative seed of the white noise (the Zel'dovich stream).
     precision : {"float32", "float64"}, optional
-        Dtype of pos/vel and of the stored mesh (default: dask config
-        ``cosmo_dask.precision``); the Fourier work is float64.
+        Dtype of pos/vel (default: dask config ``cosmo_dask.precision``); the
+        Fourier work is float64.
     chunks : int, optional
-        Particles per dask chunk (default: ``default_chunk_size()``).
+        Particles per dask chunk of the result (default: ``default_chunk_size()``),
+        rechunked from the slabs' ``c n_side^2`` rows.
     fixed_amplitude : bool
         Fix every mode's amplitude to ``sqrt(P(k))`` (random phases kept): the
         realised linear power equals ``P`` mode by mode, which removes most of the
@@ -449,6 +310,14 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
         ``paired=False`` and one from ``paired=True`` (same seed, usually both
         ``fixed_amplitude=True``) average away the leading mode-coupling term of
         the nonlinear P(k) ("paired-and-fixed", as EuclidEmulator2's simulations).
+    slabs : int, optional
+        Number of mesh slabs (at most ``n_side``); default
+        :func:`~cosmo_dask.models.lpt_fields.ics_slab_count` (CPU: one per 64 MiB of
+        the complex mesh and at least one per worker thread; GPU: one per 256 MiB).
+    device : {"cpu", "gpu"}
+        NumPy or CuPy chunks: the FFTs, k-space steps and particles run on the
+        worker's GPU; the white noise is drawn on the host, the same on both
+        devices, so CPU and GPU particles agree to FFT round-off.
 
     Returns
     -------
@@ -463,13 +332,14 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     Raises
     ------
     ParameterError
-        Bad ``n_side``, ``box_size``, ``redshift``, ``order``, ``seed``, ``chunks``,
-        cosmology, or ``power_spectrum`` (wrong type, unreadable or too short
-        table, a missing camb/classy package, a callable giving bad values).
+        Bad ``n_side`` (above 4096 or with a prime factor above 7), ``box_size``,
+        ``redshift``, ``order``, ``seed``, ``chunks``, ``slabs``, ``device``,
+        cosmology, or ``power_spectrum`` (wrong type, unreadable or too short table,
+        a missing camb/classy package, a callable giving bad values).
+    DeviceError
+        ``device="gpu"`` without CuPy or a GPU.
     """
-    from ..snapshot import Snapshot
-
-    n_side = check_positive_int(n_side, "n_side")
+    n_side = check_ics_mesh(n_side)
     box_size = check_positive(box_size, "box_size")
     redshift = check_redshift(redshift)
     if isinstance(order, bool) or order not in (1, 2):
@@ -480,40 +350,11 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     dtype = resolve_precision(precision)
     if chunks is not None:
         check_positive_int(chunks, "chunks")
+    if slabs is not None:
+        check_positive_int(slabs, "slabs")
+    device = check_ics_device(device, "lpt_ics")
     power = resolve_power_spectrum(power_spectrum, cosmo, mesh_k_range(n_side, box_size))
-
-    a = 1.0 / (1.0 + redshift)
-    growth1 = float(cosmo.growth_factor(a))
-    hubble = a * 100.0 * float(cosmo.E(a))  # a H(a) in km/s per Mpc/h
-    vel_factor1 = hubble * float(cosmo.growth_rate(a))
-    if power is None:
-        cosmo.power_spectrum(1.0)  # fix the sigma8 normalisation here, once, not in the task
-    n = n_side**3
-    fixed_amplitude, paired = bool(fixed_amplitude), bool(paired)
-    field = {"fixed": fixed_amplitude, "paired": paired}
-    token = tokenize("lpt", order, n_side, box_size, redshift, cosmo.as_dict(), cosmo.T_cmb,
-                     seed, dtype.name, chunks, power, field)
-    outputs = [("pos", (3,), dtype), ("vel", (3,), dtype)]
-    if order == 1:
-        mesh = dask.delayed(displacement_mesh, pure=True)(
-            n_side, box_size, cosmo, growth1, seed, dtype, power, **field,
-            dask_key_name=f"lpt-mesh-{token}")
-        arrays = from_mesh("lpt", token, mesh, _zeldovich_chunk, n=n, chunks=chunks,
-                           outputs=outputs, n_side=n_side, box_size=box_size,
-                           vel_factor=vel_factor1, dtype=dtype)
-    else:
-        growth2 = float(cosmo.growth_factor_2lpt(a))
-        vel_factor2 = hubble * float(cosmo.growth_rate_2lpt(a))
-        mesh = dask.delayed(lpt2_mesh, pure=True)(
-            n_side, box_size, cosmo, growth1, growth2, seed, dtype, power, **field,
-            dask_key_name=f"lpt-mesh-{token}")
-        arrays = from_mesh("lpt", token, mesh, _lpt2_chunk, n=n, chunks=chunks,
-                           outputs=outputs, n_side=n_side, box_size=box_size,
-                           vel_factor1=vel_factor1, vel_factor2=vel_factor2, dtype=dtype)
-    ids = da.arange(n, chunks=arrays["pos"].chunks[0], dtype=np.int64)
-    return Snapshot.from_arrays(
-        arrays["pos"], arrays["vel"], ids, None, box_size=box_size,
-        particle_mass=cosmo.Omega_m * RHO_CRIT_1E10 * (box_size / n_side) ** 3,
-        lagrangian_shape=(n_side, n_side, n_side), scale_factor=a,
-        cosmology=cosmo.as_dict(), units=dict(ZELDOVICH_UNITS), G=G_COSMO,
-    )
+    return lpt_snapshot("lpt", n_side, box_size=box_size, redshift=redshift, order=order,
+                        cosmology=cosmo, seed=seed, dtype=dtype, chunks=chunks, power=power,
+                        fixed=bool(fixed_amplitude), paired=bool(paired), slabs=slabs,
+                        device=device)

@@ -6,25 +6,24 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
-import scipy.fft
 from dask.base import tokenize
 
-from ..backend import resolve_precision
-from ..checks import check_positive, check_positive_int, check_seed
+from ..backend import check_device, require_gpu, resolve_precision, to_device
+from ..checks import check_positive, check_seed
 from ..errors import ParameterError
 from ..units import gravitational_constant
-from ..validation import wrap_into_box
-from ._blocks import (
-    GEN_BLOCK,
-    TAGS,
-    block_rng,
-    from_mesh,
-)
+from ._blocks import chunk_lengths
 from .cosmology import Cosmology
-from .lattice import lattice_sites
+from .lpt_fields import (
+    check_ics_mesh,
+    displacement_slabs,
+    ics_slab_count,
+    linear_density_kslabs,
+    noise_plane,
+    particle_slabs,
+)
 
 ZELDOVICH_UNITS = {"length": "Mpc/h", "velocity": "km/s (peculiar)", "mass": "1e10 Msun/h"}
 #: G in (Mpc/h) (km/s)^2 / (1e10 Msun/h), from the unit system (astropy's CODATA G):
@@ -45,18 +44,18 @@ def check_redshift(redshift: Any) -> float:
 
 
 def white_noise(n_side: int, seed: int) -> np.ndarray:
-    """Unit-variance Gaussian white noise on the mesh, shape (n_side,)*3, float64.
+    """Unit-variance Gaussian white noise of the IC generators on the whole mesh,
+    shape (n_side,)*3, float64.
 
-    Value of site ``(i, j, k)`` is element ``id = (i*n_side + j)*n_side + k`` of a
-    sequence drawn in generation blocks of ``GEN_BLOCK`` ids (as for particles).
+    Plane ``i`` (``noise[i]``) is :func:`~cosmo_dask.models.lpt_fields.noise_plane`
+    ``(seed, i, n_side)``, as in the generators' slab tasks; this in-memory copy is for
+    references and small meshes.
     """
-    n = n_side**3
-    noise = np.empty(n, dtype=np.float64)
-    for b in range((n + GEN_BLOCK - 1) // GEN_BLOCK):
-        b0 = b * GEN_BLOCK
-        size = min(GEN_BLOCK, n - b0)
-        noise[b0:b0 + size] = block_rng(seed, b, TAGS["zeldovich"]).standard_normal(size)
-    return noise.reshape(n_side, n_side, n_side)
+    n = check_ics_mesh(n_side)
+    noise = np.empty((n, n, n), dtype=np.float64)
+    for i in range(n):
+        noise_plane(seed, i, n, noise[i])
+    return noise
 
 
 def mesh_wavenumbers(n_side: int, box_size: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,116 +66,83 @@ def mesh_wavenumbers(n_side: int, box_size: float) -> tuple[np.ndarray, np.ndarr
     return k_full[:, None, None], k_full[None, :, None], k_half[None, None, :]
 
 
-def mode_power(k2: np.ndarray, cosmology: Cosmology, power=None) -> np.ndarray:
-    """``P(k)`` at ``z = 0`` in (Mpc/h)^3 on the rfft mesh of squared wavenumbers ``k2``.
-
-    ``power=None``: ``cosmology.power_spectrum`` on every entry (as the Zel'dovich
-    generator always did). A callable ``power(k)`` (k in h/Mpc, a 1-d float64 array)
-    is evaluated only on the modes that are kept, ``0 < |k|`` off the Nyquist planes
-    (so a tabulated spectrum need not cover ``k = 0``, its dummy entry or the Nyquist
-    modes); the other entries are 0. A callable must return finite values >= 0 of the
-    shape of its input, else :class:`ParameterError`.
-    """
-    if power is None:
-        return cosmology.power_spectrum(np.sqrt(k2))
-    n = k2.shape[0]
-    keep = np.ones(k2.shape, dtype=bool)
-    keep[0, 0, 0] = False
-    if n % 2 == 0:
-        keep[n // 2, :, :] = False
-        keep[:, n // 2, :] = False
-        keep[:, :, n // 2] = False
-    k = np.sqrt(k2[keep])
-    if k.size == 0:  # n_side <= 2: no mode is kept
-        return np.zeros(k2.shape, dtype=np.float64)
-    p = np.asarray(power(k), dtype=np.float64)
-    if p.shape != k.shape or not np.all(np.isfinite(p)) or np.any(p < 0):
-        raise ParameterError(
-            "power_spectrum: the callable must return finite values >= 0 of the shape of "
-            f"its input k (shape {k.shape}), got shape {p.shape}")
-    out = np.zeros(k2.shape, dtype=np.float64)
-    out[keep] = p
-    return out
-
-
 def linear_density_k(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
-                     seed: int, power=None, *, fixed: bool = False,
-                     paired: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Linear overdensity at growth ``D`` in Fourier space, and the mesh's ``|k|^2``.
+                     seed: int, power=None, *, fixed: bool = False, paired: bool = False,
+                     slabs: int | None = None) -> np.ndarray:
+    """The generators' linear overdensity at growth ``D`` in Fourier space, computed whole.
 
-    White noise ``w`` -> ``delta_k = FFT(w) sqrt(P(k) / V_cell) D`` (numpy's
-    unnormalised forward rfft, so ``<|delta_k|^2> = V P(k) D^2 / V_cell^2``), with
-    the ``k = 0`` mode and the Nyquist planes set to zero. ``P`` from
-    :func:`mode_power` (``power=None``: the cosmology's EH98 no-wiggle spectrum).
-    Returns ``(delta_k, k2)``: complex128 ``(n, n, n//2+1)`` and float64 of the same
-    shape with ``k2[0, 0, 0] = 1`` (a placeholder: divide by it safely).
+    ``delta_k = D rfftn(w) sqrt(P(k) / V_cell)`` (numpy's unnormalised forward rfft
+    of the white noise :func:`white_noise`, so ``<|delta_k|^2> = V P(k) D^2 /
+    V_cell^2``), the ``k = 0`` mode and the Nyquist planes zero; ``P`` from
+    ``power`` (None: the cosmology's EH98 no-wiggle spectrum; or a callable ``P(k)``
+    at z = 0). ``fixed=True`` keeps each mode's phase and sets ``|rfftn(w)| ->
+    sqrt(n^3)`` (so ``|delta_k|^2`` is exactly ``V P D^2 / V_cell^2``: "fixed" fields,
+    Angulo & Pontzen 2016); ``paired=True`` flips the sign (the phases shifted by pi).
 
-    ``fixed=True`` keeps each mode's phase and sets its amplitude to the mean,
-    ``|FFT(w)| -> sqrt(n^3)`` (so ``|delta_k|^2`` is exactly ``V P D^2 / V_cell^2``:
-    "fixed" fields, Angulo & Pontzen 2016); ``paired=True`` flips the sign of the
-    field (the phases shifted by pi: the pair of a paired-and-fixed set). Both
-    default to False (the Gaussian field, unchanged).
+    This is the slab graph of :func:`~cosmo_dask.models.lpt_fields.
+    linear_density_kslabs` computed into one complex128 ``(n, n, n//2+1)`` array: for
+    tests and small meshes.
     """
-    n = n_side
-    delta_k = scipy.fft.rfftn(white_noise(n, seed))
-    if fixed:
-        amp = np.abs(delta_k)
-        amp[amp == 0.0] = 1.0  # a mode of exactly zero amplitude has no phase to keep
-        delta_k *= math.sqrt(float(n) ** 3) / amp
-        del amp
-    if paired:
-        np.negative(delta_k, out=delta_k)
-    kx, ky, kz = mesh_wavenumbers(n, box_size)
-    k2 = kx * kx + ky * ky + kz * kz
-    k2[0, 0, 0] = 1.0  # the k = 0 mode is zeroed below
-    v_cell = (box_size / n) ** 3
-    delta_k *= np.sqrt(mode_power(k2, cosmology, power) / v_cell) * growth
-    delta_k[0, 0, 0] = 0.0
-    if n % 2 == 0:
-        delta_k[n // 2, :, :] = 0.0
-        delta_k[:, n // 2, :] = 0.0
-        delta_k[:, :, n // 2] = 0.0
-    return delta_k, k2
-
-
-def displacement_mesh(n_side: int, box_size: float, cosmology: Cosmology, growth: float,
-                      seed: int, dtype: np.dtype, power=None, *, fixed: bool = False,
-                      paired: bool = False) -> np.ndarray:
-    """Zel'dovich displacement at growth ``D``: (n_side^3, 3) array in id order, Mpc/h.
-
-    ``delta_k`` from :func:`linear_density_k` (``power``: None for the cosmology's
-    spectrum, or a callable ``P(k)`` at z = 0); ``psi_k = i k delta_k / k^2`` (so
-    that ``delta = -div psi``), transformed back one component at a time. Returns
-    ``3 n_side^3 * dtype.itemsize`` bytes; peak memory of the call is about
-    ``50 n_side^3`` bytes (measured, float32 or float64). ``fixed``, ``paired``: see
-    :func:`linear_density_k`.
-    """
-    n = n_side
-    delta_k, k2 = linear_density_k(n, box_size, cosmology, growth, seed, power, fixed=fixed,
-                                   paired=paired)
-    delta_k /= k2
-    del k2
-    kx, ky, kz = mesh_wavenumbers(n, box_size)
-    out = np.empty((n**3, 3), dtype=dtype)
-    for axis, k_axis in enumerate((kx, ky, kz)):
-        psi = scipy.fft.irfftn(delta_k * (1j * k_axis), s=(n, n, n))
-        out[:, axis] = psi.reshape(-1)
-        del psi
+    n = check_ics_mesh(n_side)
+    field = linear_density_kslabs(n, box_size, Cosmology.coerce(cosmology), seed, power,
+                                  fixed=fixed, paired=paired, slabs=slabs)
+    out = field.compute()
+    out *= growth
     return out
 
 
-def _zeldovich_chunk(mesh: np.ndarray, start: int, stop: int, *, n_side: int, box_size: float,
-                     vel_factor: float, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    psi = mesh[start:stop].astype(np.float64)
-    q = lattice_sites(start, stop - start, n_side, box_size / n_side)
-    pos = wrap_into_box(q + psi, box_size, dtype)
-    vel = (vel_factor * psi).astype(dtype)
-    return pos, vel
+def lpt_snapshot(label: str, n_side: int, *, box_size: float, redshift: float, order: int,
+                 cosmology: Cosmology, seed: int, dtype: np.dtype, chunks: int | None,
+                 power=None, fixed: bool = False, paired: bool = False,
+                 slabs: int | None = None, device: str = "cpu"):
+    """The lazy LPT snapshot of :func:`zeldovich` and :func:`~cosmo_dask.models.lpt_ics`
+    (checked arguments): the slab graph of :mod:`~cosmo_dask.models.lpt_fields`, task
+    names ``<label>-*``, particle chunks of ``chunks`` rows (default
+    ``default_chunk_size()``) rechunked from the slab chunks."""
+    from ..snapshot import Snapshot
+
+    cosmo = cosmology
+    a = 1.0 / (1.0 + redshift)
+    growth1 = float(cosmo.growth_factor(a))
+    hubble = a * 100.0 * float(cosmo.E(a))  # a H(a) in km/s per Mpc/h
+    vel_factor1 = hubble * float(cosmo.growth_rate(a))
+    growth2 = float(cosmo.growth_factor_2lpt(a)) if order == 2 else 0.0
+    vel_factor2 = hubble * float(cosmo.growth_rate_2lpt(a)) if order == 2 else 0.0
+    if power is None:
+        cosmo.power_spectrum(1.0)  # fix the sigma8 normalisation here, once, not in the task
+    count = ics_slab_count(n_side, slabs, device)
+    n = n_side**3
+    lengths = chunk_lengths(n, chunks)
+    token = tokenize(label, order, n_side, box_size, redshift, cosmo.as_dict(), cosmo.T_cmb,
+                     seed, dtype.name, lengths, power, fixed, paired, count, device)
+    delta_k = linear_density_kslabs(n_side, box_size, cosmo, seed, power, fixed=fixed,
+                                    paired=paired, slabs=count, device=device, label=label)
+    comps = displacement_slabs(delta_k, box_size, order=order, growth1=growth1,
+                               growth2=growth2, label=label)
+    arrays = particle_slabs(label, token, comps, box_size=box_size, vel_factor1=vel_factor1,
+                            vel_factor2=vel_factor2, dtype=dtype)
+    pos, vel = (arrays[k].rechunk((lengths, 3)) for k in ("pos", "vel"))
+    ids = to_device(da.arange(n, chunks=(lengths,), dtype=np.int64), device)
+    return Snapshot.from_arrays(
+        pos, vel, ids, None, box_size=box_size,
+        particle_mass=cosmo.Omega_m * RHO_CRIT_1E10 * (box_size / n_side) ** 3,
+        lagrangian_shape=(n_side, n_side, n_side), scale_factor=a,
+        cosmology=cosmo.as_dict(), units=dict(ZELDOVICH_UNITS), G=G_COSMO,
+    )
+
+
+def check_ics_device(device: Any, what: str) -> str:
+    """``"cpu"`` or ``"gpu"`` (the latter only with CuPy and a GPU: else DeviceError)."""
+    device = check_device(device)
+    if device == "gpu":
+        require_gpu(f"{what}(device='gpu')")
+    return device
 
 
 def zeldovich(n_side: int, *, box_size: float, redshift: float,
               cosmology: Cosmology | Mapping[str, Any] | None = None, seed: int = 0,
-              precision=None, chunks: int | None = None):
+              precision=None, chunks: int | None = None, slabs: int | None = None,
+              device: str = "cpu"):
     """Zel'dovich-approximation initial conditions in a periodic flat LambdaCDM box.
 
     A Gaussian random field with the linear power spectrum (Eisenstein & Hu 1998
@@ -186,19 +152,19 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
     its lattice site ``q = ((i, j, k) + 0.5) * box_size / n_side`` (cell centres,
     as in :func:`perturbed_lattice`): ``x = q + psi`` wrapped into ``[0, box_size)``,
     and gives the peculiar velocity ``v = a H(a) f(a) psi`` (km/s), with
-    ``f = dln D/dln a``. The ``k = 0`` mode and the Nyquist planes are zero.
+    ``f = dln D/dln a``. The ``k = 0`` mode and the Nyquist planes are zero. Same
+    particles, bit for bit, as ``lpt_ics(..., order=1)``.
 
-    Memory: the displacement mesh is built whole inside one dask task
-    (``zeldovich-mesh-<token>``) and holds ``3 * n_side^3 * itemsize`` bytes (24
-    n_side^3 bytes in float64, 12 n_side^3 in float32: 3.2 GB / 1.6 GB for
-    n_side = 512); building it needs about ``50 n_side^3`` bytes at peak on that
-    worker (6.7 GB for n_side = 512). Particle chunks slice it (x-major order = id order)
-    and are otherwise built chunk by chunk.
+    The fields are made slab by slab through the distributed FFT
+    (:mod:`cosmo_dask.models.lpt_fields`: white noise drawn per lattice plane, 1
+    forward and 3 inverse FFTs in float64, one particle task per slab); no task holds
+    the whole mesh: a task holds at most about 10/S of the float64 mesh (``8
+    n_side^3`` bytes) for S slabs.
 
     Parameters
     ----------
     n_side : int
-        Particles per side, >= 1 (N = n_side^3).
+        Particles per side, 1 to 4096, with no prime factor above 7 (N = n_side^3).
     box_size : float
         Side of the periodic box in Mpc/h, > 0.
     redshift : float
@@ -208,12 +174,20 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
         n_s, T_cmb``; missing keys take the Planck 2018-like defaults of
         :class:`Cosmology`). The snapshot's ``cosmology`` attribute holds the first six.
     seed : int
-        Non-negative seed of the white noise; the realisation does not depend on
-        ``chunks``.
+        Non-negative seed of the white noise; the particles do not depend on
+        ``chunks`` nor on the scheduler or its workers (bit for bit).
     precision : {"float32", "float64"}, optional
-        Dtype of pos/vel and of the mesh (default: dask config ``cosmo_dask.precision``).
+        Dtype of pos/vel (default: dask config ``cosmo_dask.precision``); the fields
+        are computed in float64.
     chunks : int, optional
-        Particles per dask chunk (default: ``default_chunk_size()``).
+        Particles per dask chunk of the result (default: ``default_chunk_size()``),
+        rechunked from the slabs' ``c n_side^2`` rows.
+    slabs : int, optional
+        Number of mesh slabs (at most ``n_side``); default
+        :func:`~cosmo_dask.models.lpt_fields.ics_slab_count`.
+    device : {"cpu", "gpu"}
+        NumPy or CuPy chunks (the FFTs and particles on the GPU; the white noise is
+        drawn on the host and is the same on both).
 
     Returns
     -------
@@ -223,32 +197,22 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
         ``lagrangian_shape = (n_side,)*3``, ``box_size``, ``scale_factor``,
         ``cosmology``, ``particle_mass = Omega_m * 27.7536627 * (box_size/n_side)^3``
         in 1e10 Msun/h, ``G = 43.00917`` (Mpc/h) (km/s)^2 / (1e10 Msun/h).
-    """
-    from ..snapshot import Snapshot
 
-    n_side = check_positive_int(n_side, "n_side")
+    Raises
+    ------
+    ParameterError
+        Bad ``n_side`` (above 4096 or with a prime factor above 7), ``box_size``,
+        ``redshift``, ``seed``, ``chunks``, ``slabs``, ``device`` or cosmology.
+    DeviceError
+        ``device="gpu"`` without CuPy or a GPU.
+    """
+    n_side = check_ics_mesh(n_side)
     box_size = check_positive(box_size, "box_size")
     redshift = check_redshift(redshift)
     cosmo = Cosmology.coerce(cosmology)
     seed = check_seed(seed)
     dtype = resolve_precision(precision)
-
-    a = 1.0 / (1.0 + redshift)
-    growth = float(cosmo.growth_factor(a))
-    vel_factor = a * 100.0 * float(cosmo.E(a)) * float(cosmo.growth_rate(a))  # km/s per Mpc/h
-    cosmo.power_spectrum(1.0)  # fix the sigma8 normalisation here, once, not in the task
-    n = n_side**3
-    token = tokenize("zeldovich", n_side, box_size, redshift, cosmo.as_dict(), cosmo.T_cmb,
-                     seed, dtype.name, chunks)
-    mesh = dask.delayed(displacement_mesh, pure=True)(
-        n_side, box_size, cosmo, growth, seed, dtype, dask_key_name=f"zeldovich-mesh-{token}")
-    arrays = from_mesh("zeldovich", token, mesh, _zeldovich_chunk, n=n, chunks=chunks,
-                       outputs=[("pos", (3,), dtype), ("vel", (3,), dtype)],
-                       n_side=n_side, box_size=box_size, vel_factor=vel_factor, dtype=dtype)
-    ids = da.arange(n, chunks=arrays["pos"].chunks[0], dtype=np.int64)
-    return Snapshot.from_arrays(
-        arrays["pos"], arrays["vel"], ids, None, box_size=box_size,
-        particle_mass=cosmo.Omega_m * RHO_CRIT_1E10 * (box_size / n_side) ** 3,
-        lagrangian_shape=(n_side, n_side, n_side), scale_factor=a,
-        cosmology=cosmo.as_dict(), units=dict(ZELDOVICH_UNITS), G=G_COSMO,
-    )
+    device = check_ics_device(device, "zeldovich")
+    return lpt_snapshot("zeldovich", n_side, box_size=box_size, redshift=redshift, order=1,
+                        cosmology=cosmo, seed=seed, dtype=dtype, chunks=chunks, slabs=slabs,
+                        device=device)
