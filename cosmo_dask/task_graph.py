@@ -106,32 +106,27 @@ class TaskGraph:
     ----------
     inputs : sequence of dask arrays or Delayed objects
         The collections whose chunks or values the tasks read (usually persisted).
-        An array enters with its graph optimised once, as
+        An array's graph enters as it is when the result is an array (dask's array
+        optimisation then runs over the whole graph, as for any array); when the
+        result is run or handed out as values (:meth:`compute`, :meth:`persist`,
+        :meth:`delayed`), it enters optimised once, as
         :meth:`dask.array.Array.to_delayed` does (blockwise steps and linear chains
-        fused), so its reads, slices and casts run as they would in its own compute.
+        fused), so its reads, slices and casts run as in the array's own compute.
     """
 
     def __init__(self, inputs: Sequence[Any] = ()):
         self._inputs: dict[str, Any] = {}  # layer name -> Layer of an input's tasks
+        self._tops: set[str] = set()  # the inputs' top layers
+        self._arrays: dict[str, da.Array] = {}  # top layer -> array input
         self._tasks: dict[str, dict] = {}  # layer name -> {key: Task} added here
         self._annotations: dict[str, dict] = {}
         self.deps: dict[str, set] = {}
         self._layer_of: dict[Hashable, str] = {}
-        self._graph: HighLevelGraph | None = None
+        self._graphs: dict[bool, HighLevelGraph] = {}
         for value in inputs:
             self._add_input(value)
 
     def _add_input(self, value) -> None:
-        if isinstance(value, da.Array):
-            keys = value.__dask_keys__()
-            name = f"input-{value.name}"
-            if name not in self._inputs:
-                graph = value.__dask_optimize__(value.__dask_graph__(), keys)
-                self._inputs[name] = MaterializedLayer(dict(graph))
-                self.deps[name] = set()
-            for key in flatten(keys):
-                self._layer_of[key] = name
-            return
         graph = value.__dask_graph__()
         (top,) = value.__dask_layers__()
         if not isinstance(graph, HighLevelGraph):  # a persisted value: a plain dict
@@ -140,7 +135,13 @@ class TaskGraph:
             if name not in self._inputs:
                 self._inputs[name] = layer
                 self.deps[name] = set(graph.dependencies.get(name, ()))
-        self._layer_of[value.key] = top
+        self._tops.add(top)
+        if isinstance(value, da.Array):
+            self._arrays[top] = value
+            for key in flatten(value.__dask_keys__()):
+                self._layer_of[key] = top
+        else:
+            self._layer_of[value.key] = top
 
     # ------------------------------------------------------------------ task arguments
     @staticmethod
@@ -197,7 +198,7 @@ class TaskGraph:
         layers.discard(name)
         self.deps[name] |= layers
         self._layer_of[key] = name
-        self._graph = None
+        self._graphs.clear()
         return TaskRef(key)
 
     def add_split(self, key, func, *args, n: int, worker: str | None = None,
@@ -212,16 +213,29 @@ class TaskGraph:
         return [self.add((*base, k), operator.getitem, whole, k) for k in range(n)]
 
     # ------------------------------------------------------------------ results
-    def graph(self) -> HighLevelGraph:
+    def graph(self, optimized_inputs: bool = False) -> HighLevelGraph:
         """The whole graph (the inputs' and the added tasks), one layer per kind or
-        per placed task."""
-        if self._graph is None:
+        per placed task; with ``optimized_inputs`` each array input is one layer
+        ``input-<name>`` of its optimised tasks."""
+        if optimized_inputs not in self._graphs:
             layers = dict(self._inputs)
+            deps = {k: set(v) for k, v in self.deps.items()}
             for name, tasks in self._tasks.items():
                 layers[name] = MaterializedLayer(dict(tasks),
                                                  annotations=self._annotations.get(name))
-            self._graph = HighLevelGraph(layers, {k: set(v) for k, v in self.deps.items()})
-        return self._graph
+            graph = HighLevelGraph(layers, deps)
+            if optimized_inputs and self._arrays:
+                rename = {top: f"input-{top}" for top in self._arrays}
+                for top, arr in self._arrays.items():
+                    keys = arr.__dask_keys__()
+                    optimized = arr.__dask_optimize__(arr.__dask_graph__(), keys)
+                    layers[rename[top]] = MaterializedLayer(dict(optimized))
+                    deps[rename[top]] = set()
+                deps = {k: {rename.get(d, d) for d in v} for k, v in deps.items()}
+                roots = set(self._tasks) | {rename.get(t, t) for t in self._tops}
+                graph = HighLevelGraph(layers, deps).cull_layers(roots)
+            self._graphs[optimized_inputs] = graph
+        return self._graphs[optimized_inputs]
 
     @staticmethod
     def _chunk_keys(name, chunks):
@@ -279,16 +293,22 @@ class TaskGraph:
         return da.Array(dict(done.__dask_graph__()), name, chunks, meta=meta,
                         dtype=meta.dtype if dtype is None else dtype)
 
+    def _run_layer(self, key) -> str:
+        """The layer of ``key`` in ``graph(optimized_inputs=True)``."""
+        layer = self._layer_of[key]
+        return f"input-{layer}" if layer in self._arrays else layer
+
     def collection(self, keys: Sequence[Any]) -> KeyCollection:
         """The keys as one collection (computing it gives the list of their values)."""
-        return KeyCollection(self.graph(), keys, dict.fromkeys(self._layer_of[k] for k in keys))
+        return KeyCollection(self.graph(optimized_inputs=True), keys,
+                             dict.fromkeys(self._run_layer(k) for k in keys))
 
     def compute(self, keys: Sequence[Any], *, label: str | None = None,
                 show: bool | None = None, scheduler: str | None = None) -> list:
         """The values of ``keys`` (a list), computed with :func:`cosmo_dask.progress.compute`
         (only the tasks they need run; each value comes straight from its task)."""
-        graph = self.graph()
-        one = [KeyCollection(graph, [k], [self._layer_of[k]], one=True) for k in keys]
+        graph = self.graph(optimized_inputs=True)
+        one = [KeyCollection(graph, [k], [self._run_layer(k)], one=True) for k in keys]
         return list(progress.compute(*one, label=label, show=show, scheduler=scheduler))
 
     def persist(self, keys: Sequence[Any], *, label: str | None = None) -> list[Delayed]:
@@ -300,4 +320,4 @@ class TaskGraph:
 
     def delayed(self, key) -> Delayed:
         """One added key as a Delayed (lazy; the graph is shared between calls)."""
-        return Delayed(key, self.graph(), layer=self._layer_of[key])
+        return Delayed(key, self.graph(optimized_inputs=True), layer=self._run_layer(key))

@@ -95,6 +95,12 @@ def test_compute_runs_only_what_the_keys_need():
         np.testing.assert_array_equal(np.concatenate([a, b]), [0.0, 2.0, 4.0, 6.0])
         (value,) = dask.compute(g.delayed(keys[1]))
         np.testing.assert_array_equal(value, [4.0, 6.0])
+    # an array result keeps the input's layers (dask optimises the whole array later);
+    # a run gets the input optimised once, as to_delayed does, and nothing else of it
+    assert arr.name in g.graph().layers
+    ran = g.graph(optimized_inputs=True)
+    assert f"input-{arr.name}" in ran.layers and arr.name not in ran.layers
+    assert set(ran.layers) == {f"input-{arr.name}", "twice"}
 
 
 def test_persist_gives_one_delayed_per_key(client):
