@@ -72,10 +72,9 @@ def _crc32_files(root: str, keys: list[str]) -> list[int | None]:
     return out
 
 
-def _crc32_tasks(root: str, files: list[tuple[str, int | None]]) -> list:
-    """Delayed lists of CRC-32s over ``files`` in order, about :data:`_TASK_BYTES` a task."""
-    import dask
-
+def _crc32_tasks(graph, root: str, files: list[tuple[str, int | None]]) -> list:
+    """Keys of tasks in ``graph`` (a :class:`~cosmo_dask.task_graph.TaskGraph`) listing
+    the CRC-32s of ``files`` in order, about :data:`_TASK_BYTES` a task."""
     batches, batch, held = [], [], 0
     for key, size in files:
         batch.append(key)
@@ -85,20 +84,19 @@ def _crc32_tasks(root: str, files: list[tuple[str, int | None]]) -> list:
             batch, held = [], 0
     if batch:
         batches.append(batch)
-    crc = dask.delayed(_crc32_files, pure=False)
     run = uuid.uuid4().hex  # the files' bytes are an input no name can hash: fresh keys
-    return [crc(root, keys, dask_key_name=f"checksum-{run}-{i}")
+    return [graph.add(f"checksum-{run}-{i}", _crc32_files, root, keys).key
             for i, keys in enumerate(batches)]
 
 
-def _checksum_scheduler(tasks) -> str | None:
+def _checksum_scheduler() -> str | None:
     """Where the CRC-32 tasks run: on the active cluster's workers (None), unless it has
     fewer threads than this machine has cores: then on this machine's threads ("threads"),
     which see the same files (they were listed here). A local GPU cluster has one thread
     per GPU, so a 4.3 GB store's checksums took ~10 s on one thread of a 16-core host."""
     from .progress import active_client
 
-    client = active_client(*tasks)
+    client = active_client()
     if client is None:
         return None
     try:
@@ -112,12 +110,13 @@ def _checksums(arrays: list, label: str,
                show: bool | None = None) -> list[tuple[list, list] | None]:
     """``(chunk_files, CRC-32s)`` of each array (None for an array that cannot be listed),
     computed by dask tasks (on the cluster's workers when a client is active)."""
-    from .progress import compute
+    from .task_graph import TaskGraph
 
     listed = [(local_root(a), chunk_files(a)) for a in arrays]
-    tasks = [_crc32_tasks(root, files) if files is not None else [] for root, files in listed]
+    g = TaskGraph()
+    tasks = [_crc32_tasks(g, root, files) if files is not None else [] for root, files in listed]
     flat = [t for ts in tasks for t in ts]
-    results = iter(compute(*flat, label=label, show=show, scheduler=_checksum_scheduler(flat))
+    results = iter(g.compute(flat, label=label, show=show, scheduler=_checksum_scheduler())
                    if flat else ())
     out = []
     for (_, files), ts in zip(listed, tasks, strict=True):

@@ -22,7 +22,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
@@ -30,6 +29,7 @@ from dask.base import tokenize
 from .backend import array_module, host
 from .errors import SnapshotError
 from .progress import compute
+from .task_graph import TaskGraph
 
 FORMAT = "cosmo_dask.snapshot"
 FORMAT_VERSION = 1
@@ -363,20 +363,12 @@ def duplicate_ids(ids: da.Array) -> tuple[int, Any]:
     bits = max(0, min(6, int(math.ceil(math.log2(max(nchunks, 1))))))
     nb = 1 << bits
     token = tokenize(ids, bits)
-    blocks = ids.to_delayed().ravel()
-    splits = [
-        dask.delayed(_split_ids, nout=nb, pure=True)(
-            b, bits, dask_key_name=f"ids-split-{token}-{i}"
-        )
-        for i, b in enumerate(blocks)
-    ]
-    checks = [
-        dask.delayed(_dups_in_bucket, pure=True)(
-            *[s[j] for s in splits], dask_key_name=f"ids-dupcheck-{token}-{j}"
-        )
-        for j in range(nb)
-    ]
-    results = compute(*checks, label="checking ids for duplicates")
+    g = TaskGraph([ids])
+    splits = [g.add_split(f"ids-split-{token}-{i}", _split_ids, g.chunk(ids, i), bits, n=nb)
+              for i in range(nchunks)]
+    checks = [g.add(f"ids-dupcheck-{token}-{j}", _dups_in_bucket, *[s[j] for s in splits]).key
+              for j in range(nb)]
+    results = g.compute(checks, label="checking ids for duplicates")
     total = sum(int(n) for n, _ in results)
     example = next((ex for n, ex in results if n), None)
     return total, example

@@ -482,7 +482,7 @@ def test_checksums_run_on_this_machine_when_the_cluster_has_fewer_threads(tmp_pa
         with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
                           dashboard_address=":0") as cluster, \
                 Client(cluster, set_as_default=False) as client, client.as_current():
-            assert _checksum_scheduler([]) == where
+            assert _checksum_scheduler() == where
             report = open_snapshot(path).validate(full=True, raise_errors=False)
             assert [p for p in report.problems if "chunk c/1/0 does not match" in p]
-    assert _checksum_scheduler([]) is None  # no client: dask's own choice
+    assert _checksum_scheduler() is None  # no client: dask's own choice

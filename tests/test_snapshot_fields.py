@@ -197,7 +197,7 @@ def test_gadget_hdf5_fields(gadget, monkeypatch):
     assert reads == []  # lazy: headers and shapes only
     graph = dict(gas.fields["Density"].__dask_graph__())
     assert len(graph) == 3 and all(k[0].startswith("gadget-read-") for k in graph)
-    assert all("PartType0/Density" in map(str, task) for task in graph.values())
+    assert all("PartType0/Density" in map(str, task.args) for task in graph.values())
     assert_fields_equal(gas.fields, {k: parts[0][k] for k in
                                      ("InternalEnergy", "Density", "ElementAbundance")})
     assert set(reads) == {"/PartType0/InternalEnergy", "/PartType0/Density",

@@ -84,3 +84,95 @@ def test_no_import_cycles_between_packages_at_module_level():
     for start in sorted(edges):
         cycle = cycle_from(start, [start], {start})
         assert cycle is None, f"package import cycle: {' -> '.join(cycle)}"
+
+
+# --------------------------------------------------------------------------- one graph idiom
+#: The one module that builds graphs by hand (issue 15: one graph idiom).
+GRAPH_MODULE = "cosmo_dask/task_graph.py"
+#: issue 15: being converted to map_blocks/blockwise or TaskGraph; empty this list as
+#: they are (the test fails on an entry that has no site left).
+NOT_YET_CONVERTED = {
+    "cosmo_dask/density/paint.py",
+    "cosmo_dask/halos/finder.py",
+    "cosmo_dask/halos/fof.py",
+    "cosmo_dask/halos/spherical_overdensity.py",
+    "cosmo_dask/models/_blocks.py",
+    "cosmo_dask/models/lpt.py",
+    "cosmo_dask/models/zeldovich.py",
+}
+_GRAPH_MODULES = ("dask.delayed", "dask.highlevelgraph", "dask._task_spec", "dask.core")
+_GRAPH_NAMES = {"delayed", "highlevelgraph", "_task_spec", "core", "Delayed", "HighLevelGraph",
+                "MaterializedLayer", "Task", "TaskRef"}
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def graph_sites(source: str) -> list[tuple[int, str]]:
+    """(line, what) of every hand-built graph in ``source``: imports of ``dask.delayed``,
+    ``dask.highlevelgraph``, ``dask._task_spec`` or ``dask.core`` (or their names),
+    ``dask.delayed(...)``-style attribute use, ``HighLevelGraph``, and the arrays'
+    ``to_delayed`` / ``from_delayed``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names
+                      if a.name.startswith(_GRAPH_MODULES)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.startswith(_GRAPH_MODULES) or (
+                    node.module.split(".")[0] == "dask"
+                    and any(a.name in _GRAPH_NAMES for a in node.names)):
+                found.append((node.lineno, f"from {node.module} import "
+                              + ", ".join(a.name for a in node.names)))
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if node.attr in ("to_delayed", "from_delayed") or dotted.startswith(
+                    tuple(m + "." for m in _GRAPH_MODULES)) or dotted in _GRAPH_MODULES:
+                found.append((node.lineno, dotted or node.attr))
+        elif isinstance(node, ast.Name) and node.id == "HighLevelGraph":
+            found.append((node.lineno, node.id))
+    return sorted(set(found))
+
+
+def test_graph_sites_are_found():
+    """The checker below sees each way of writing a graph by hand, and not the idioms."""
+    hand_built = ["import dask\nx = dask.delayed(f)(1)",
+                  "from dask import delayed",
+                  "from dask.delayed import Delayed",
+                  "import dask.highlevelgraph",
+                  "from dask.highlevelgraph import HighLevelGraph",
+                  "from dask._task_spec import TaskRef",
+                  "y = arr.to_delayed()",
+                  "import dask.array as da\nz = da.from_delayed(v, (3,), float)",
+                  "g = HighLevelGraph({}, {})"]
+    for source in hand_built:
+        assert graph_sites(source), source
+    idioms = ["import dask.array as da\nx = da.map_blocks(f, a, meta=m)",
+              "from dask.base import tokenize",
+              "from ..task_graph import TaskGraph\nd = TaskGraph().delayed(k)",
+              "import dask\ndask.compute(x)"]
+    for source in idioms:
+        assert not graph_sites(source), source
+
+
+def test_one_graph_idiom():
+    """Issue 15: chunk-wise work is map_blocks/blockwise; placed or multi-output tasks go
+    through :class:`cosmo_dask.task_graph.TaskGraph`, the only module that touches dask's
+    graph internals. No ``dask.delayed`` and no hand-written ``HighLevelGraph`` elsewhere."""
+    found = []
+    for path, _ in _modules():
+        rel = path.relative_to(ROOT.parent).as_posix()
+        if rel != GRAPH_MODULE and rel not in NOT_YET_CONVERTED:
+            found += [f"{rel}:{line}: {what}" for line, what in graph_sites(path.read_text())]
+    stale = sorted(rel for rel in NOT_YET_CONVERTED if not (ROOT.parent / rel).is_file()
+                   or not graph_sites((ROOT.parent / rel).read_text()))
+    assert not found, ("hand-built graphs outside cosmo_dask/task_graph.py (use map_blocks/"
+                       "blockwise or TaskGraph):\n" + "\n".join(found))
+    assert not stale, ("converted, so remove from NOT_YET_CONVERTED: " + ", ".join(stale))

@@ -42,3 +42,76 @@ def test_worker_placement_reaches_the_scheduler(client):
     for i in range(8):
         assert workers[i % 2] in where[("placed", i)]
     np.testing.assert_array_equal(arr.compute()[:3], np.arange(3.0))
+
+
+def test_chunks_of_arrays_split_tasks_and_item_arrays():
+    """Array inputs by chunk, a multi-valued task split into values, and one array per
+    output of tuple-valued tasks: the same numbers as NumPy on the whole array."""
+    import dask.array as da
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(10, 3))
+    arr = da.from_array(x, chunks=(4, 3)) * 2.0  # a graph with more than one layer
+    g = TaskGraph([arr])
+    # each chunk split by the sign of column 0; the two halves gathered over all chunks
+    parts = [g.add_split(("split", i), lambda b: (b[b[:, 0] < 0], b[b[:, 0] >= 0]),
+                         g.chunk(arr, i, 0), n=2) for i in range(arr.numblocks[0])]
+    neg = g.add("neg", lambda *p: np.concatenate(p), *[p[0] for p in parts])
+    pos = g.add("pos", lambda *p: np.concatenate(p), *[p[1] for p in parts])
+    with dask.config.set(scheduler="synchronous"):
+        got_neg, got_pos = g.compute([neg.key, pos.key])
+        np.testing.assert_array_equal(got_neg, 2 * x[x[:, 0] < 0])
+        np.testing.assert_array_equal(got_pos, 2 * x[x[:, 0] >= 0])
+        # tuple-valued tasks (sum of rows, sum of squares per row) -> two arrays
+        sources = [g.add(("pair", i), lambda b: (b.sum(axis=1), b * b), g.chunk(arr, i, 0)).key
+                   for i in range(arr.numblocks[0])]
+        sums, squares = g.item_arrays(sources, arr.chunks[0],
+                                      [("sums", 0, (), np.empty(0)),
+                                       ("squares", 1, (3,), np.empty((0, 3)))])
+        assert sums.chunks == ((4, 4, 2),) and squares.chunks == ((4, 4, 2), (3,))
+        np.testing.assert_allclose(sums.compute(), 2 * x.sum(axis=1), rtol=1e-15)
+        np.testing.assert_array_equal(squares.compute(), 4 * x * x)
+        # an item taken inside the reading task (the whole value moves to it)
+        g.add(("total", 0), lambda a, b: np.atleast_1d(a.sum() + b.sum()),
+              g.item(TaskGraph.ref(("pair", 0)), 0), g.item(TaskGraph.ref(("pair", 2)), 1))
+        total = g.array("total", ((1,),), np.empty(0)).compute()
+        np.testing.assert_allclose(total, [2 * x[:4].sum() + 4 * (x[8:] ** 2).sum()],
+                                   rtol=1e-14)
+
+
+def test_compute_runs_only_what_the_keys_need():
+    import dask.array as da
+
+    def boom():
+        raise RuntimeError("a chunk nobody asked for was computed")
+
+    good = da.from_array(np.arange(4.0), chunks=2)
+    bad = da.from_delayed(dask.delayed(boom)(), shape=(2,), dtype=float)
+    arr = da.concatenate([good, bad])
+    g = TaskGraph([arr])
+    keys = [g.add(("twice", i), np.multiply, g.chunk(arr, i), 2.0).key for i in range(3)]
+    with dask.config.set(scheduler="synchronous"):
+        (a, b) = g.compute(keys[:2])
+        np.testing.assert_array_equal(np.concatenate([a, b]), [0.0, 2.0, 4.0, 6.0])
+        (value,) = dask.compute(g.delayed(keys[1]))
+        np.testing.assert_array_equal(value, [4.0, 6.0])
+    # an array result keeps the input's layers (dask optimises the whole array later);
+    # a run gets the input optimised once, as to_delayed does, and nothing else of it
+    assert arr.name in g.graph().layers
+    ran = g.graph(optimized_inputs=True)
+    assert f"input-{arr.name}" in ran.layers and arr.name not in ran.layers
+    assert set(ran.layers) == {f"input-{arr.name}", "twice"}
+
+
+def test_persist_gives_one_delayed_per_key(client):
+    ins = _inputs()
+    g = TaskGraph(ins)
+    keys = [g.add(f"cube-{i}", np.power, g.ref(ins[i]), 3).key for i in range(4)]
+    values = g.persist(keys)
+    from distributed import futures_of
+
+    assert len(futures_of(values)) == 4
+    h = TaskGraph(values)  # persisted values are inputs of a later graph
+    total = h.compute([h.add("total", lambda *v: sum(a.sum() for a in v),
+                             *[h.ref(v) for v in values]).key])
+    assert total == [int((np.arange(12) ** 3).sum())]

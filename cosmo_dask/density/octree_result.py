@@ -49,6 +49,7 @@ import dask
 import dask.array as da
 import numpy as np
 import zarr
+from dask.base import tokenize
 
 from ..atomic import atomic_directory, local_path
 from ..backend import array_module, host
@@ -56,6 +57,7 @@ from ..checks import check_positive
 from ..errors import ParameterError, SnapshotError
 from ..product_units import product_units, store_units
 from ..progress import compute
+from ..task_graph import TaskGraph
 from ..units import QUANTITIES
 from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays
@@ -305,12 +307,13 @@ class DensityOctree:
 
     # ------------------------------------------------------------------ helpers
     def _row_blocks(self):
-        """Patches with one chunk over the patch axes: (chunk start offsets, delayed chunks)."""
+        """Patches with one chunk over the patch axes: (chunk start offsets, the array);
+        chunk ``c`` is ``(x.name, c, 0, 0, 0)``."""
         x = self.patches
         if any(len(c) > 1 for c in x.chunks[1:]):
             x = x.rechunk({1: -1, 2: -1, 3: -1})
         starts = np.concatenate([[0], np.cumsum(x.chunks[0])[:-1]]).astype(np.int64)
-        return starts, list(x.to_delayed().ravel())
+        return starts, x
 
     def _locate(self, points: np.ndarray):
         """``(leaf, cell)``: leaf id (-1 outside the root) and patch cell ``(n, 3)`` of points."""
@@ -378,7 +381,7 @@ class DensityOctree:
         sel = np.flatnonzero(leaf >= 0)
         if sel.size == 0:
             return values
-        starts, blocks = self._row_blocks()
+        starts, x = self._row_blocks()
         chunk = np.searchsorted(starts, leaf[sel], side="right") - 1
         order = np.argsort(chunk, kind="stable")
         sel, chunk = sel[order], chunk[order]
@@ -386,15 +389,18 @@ class DensityOctree:
         bounds = np.append(first, len(sel))
         per_task = max(1, _TASK_ELEMENTS // (max(self.patches.chunks[0]) * self.patch_size**3))
         tasks, pieces = [], []
-        get = dask.delayed(_sample_blocks, pure=True)
-        for g in range(0, len(used), per_task):
-            ids = range(g, min(g + per_task, len(used)))
-            lo, hi = bounds[g], bounds[ids[-1] + 1]
+        for t in range(0, len(used), per_task):
+            ids = range(t, min(t + per_task, len(used)))
+            lo, hi = bounds[t], bounds[ids[-1] + 1]
             rows = sel[lo:hi]
             spec = np.column_stack([leaf[rows] - starts[chunk[lo:hi]], cell[rows]])
-            tasks.append(get(bounds[g:ids[-1] + 2] - lo, spec, *[blocks[used[k]] for k in ids]))
+            tasks.append((bounds[t:ids[-1] + 2] - lo, spec, used[ids[0]:ids[-1] + 1]))
             pieces.append(rows)
-        results = compute(*tasks, label="octree sample")
+        g = TaskGraph([x])
+        name = f"octree-sample-{tokenize(x.name, tasks)}"
+        results = g.compute([
+            g.add((name, t), _sample_blocks, b, spec, *[g.chunk(x, c, 0, 0, 0) for c in cs]).key
+            for t, (b, spec, cs) in enumerate(tasks)], label="octree sample")
         for rows, vals in zip(pieces, results, strict=True):
             values[rows] = vals
         return values
@@ -446,14 +452,12 @@ class DensityOctree:
         # masks[d][b]: leaves overlapping block b along axis d with positive length
         masks = [[(leaf_lo[:, d] < edges[b[k + 1]]) & (leaf_hi[:, d] > edges[b[k]])
                   for k in range(len(b) - 1)] for d, b in enumerate(bounds)]
-        starts, blocks = self._row_blocks()
+        starts, x = self._row_blocks()
         chunk_of = np.searchsorted(starts, np.arange(self.n_leaves), side="right") - 1
-        make = dask.delayed(_uniform_block, pure=True)
-        nested = []
+        g = TaskGraph([x])
+        name = f"octree-uniform-{tokenize(x.name, n, chunks, self.level, self.origin)}"
         for i, mx in enumerate(masks[0]):
-            plane = []
             for j, my in enumerate(masks[1]):
-                row = []
                 mxy = mx & my
                 for k, mz in enumerate(masks[2]):
                     ids = np.flatnonzero(mxy & mz)
@@ -462,12 +466,9 @@ class DensityOctree:
                                             self.level[ids], self.origin[ids]])
                     lo = np.array([bounds[0][i], bounds[1][j], bounds[2][k]])
                     hi = np.array([bounds[0][i + 1], bounds[1][j + 1], bounds[2][k + 1]])
-                    task = make(n, lo, hi, self.patch_size, spec, *[blocks[c] for c in used])
-                    row.append(da.from_delayed(task, shape=tuple(hi - lo), dtype=np.float64,
-                                               meta=np.empty((0, 0, 0), np.float64)))
-                plane.append(row)
-            nested.append(plane)
-        data = da.block(nested)
+                    g.add((name, i, j, k), _uniform_block, n, lo, hi, self.patch_size, spec,
+                          *[g.chunk(x, c, 0, 0, 0) for c in used])
+        data = g.array(name, chunks, np.empty((0, 0, 0), np.float64))
         h = self.root_size / n
         pu = self.unit_strings
         coords = {name: (name, self.root_lo[d] + (np.arange(n) + 0.5) * h,

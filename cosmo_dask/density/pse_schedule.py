@@ -36,7 +36,6 @@ reduce (B)
 from __future__ import annotations
 
 import numpy as np
-from dask._task_spec import TaskRef
 
 from ..task_graph import TaskGraph
 from .tessellation import column_block_tets
@@ -298,7 +297,7 @@ def reduce_graph(cols, layout, items_per_leaf, p, workers, token, *, n_groups, m
     def done_token(leaf):  # added once, the first time a later partial waits for it
         if leaf not in done:
             done[leaf] = g.add(f"pse-done-{token}-{leaf}", pse_done,
-                               TaskRef((name, leaf, 0, 0, 0)))
+                               g.ref((name, leaf, 0, 0, 0)))
         return done[leaf]
 
     for i in order:

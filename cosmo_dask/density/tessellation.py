@@ -56,10 +56,11 @@ from typing import NamedTuple
 import dask
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
-from ..progress import compute, persist
+from ..task_graph import TaskGraph
 
 # corner c of a cell has offset ((c >> 2) & 1, (c >> 1) & 1, c & 1)
 CORNER_OFFSETS = np.array([[(c >> 2) & 1, (c >> 1) & 1, c & 1] for c in range(8)], np.int64)
@@ -363,12 +364,6 @@ def _stack_bboxes(*boxes):
     return lo, hi, np.concatenate([b[2] for b in boxes])
 
 
-def _one_task(arr):
-    """A dask array as one Delayed (one chunk; its graph optimised once, not per user)."""
-    arr = arr.rechunk(arr.shape)
-    return arr.to_delayed().ravel()[0]
-
-
 def _x_slab(arr, shape, i0, count, periodic):
     """Rows of ``count`` consecutive Lagrangian x-planes from ``i0`` (wrapping)."""
     plane = shape[1] * shape[2]
@@ -412,23 +407,29 @@ def block_columns(snap, block: int = 8, *, label: str | None = None) -> BlockCol
     pos, mass = id_ordered(snap)
     pm = _particle_mass(snap)
     nb = [-(-c // block) for c in ncells]
-    values = []
+    slabs = []  # (positions, masses or None) of each block row, one chunk each
     for bi in range(nb[0]):
         i0 = bi * block
         count = min(i0 + block, ncells[0]) - i0 + 1
-        slab = _one_task(_x_slab(pos, shape, i0, count, periodic))
-        mslab = None if mass is None else _one_task(_x_slab(mass, shape, i0, count, periodic))
+        slabs.append([None if a is None else _x_slab(a, shape, i0, count, periodic).rechunk(-1)
+                      for a in (pos, mass)])
+    g = TaskGraph([a for pair in slabs for a in pair if a is not None])
+    keys = []
+    for bi, (slab, mslab) in enumerate(slabs):
+        inputs = (slab.name, None if mslab is None else mslab.name, shape, periodic)
+        args = (g.chunk(slab, 0, 0), None if mslab is None else g.chunk(mslab, 0), shape)
         for bj in range(nb[1]):
             j0 = bj * block
             j1 = min(j0 + block, ncells[1])
-            inputs = (slab, mslab, shape, j0, j1, periodic)
-            values.append(dask.delayed(_column, pure=True)(
-                *inputs, dask_key_name=f"pse-column-{bi}-{bj}-{dask.base.tokenize(*inputs)}"))
-    values = list(persist(*values, label=label or "PSE: Lagrangian block columns"))
-    boxes = [dask.delayed(_column_bboxes, pure=True)(v, block, ncells[2], box)
-             for v in values]
-    (lo, hi, n_tets), = compute(dask.delayed(_stack_bboxes, pure=True)(*boxes),
-                                label="PSE: block bounding boxes")
+            keys.append(g.add(f"pse-column-{bi}-{bj}-{tokenize(*inputs, j0, j1)}", _column,
+                              *args, j0, j1, periodic).key)
+    values = g.persist(keys, label=label or "PSE: Lagrangian block columns")
+    g = TaskGraph(values)
+    token = tokenize(keys, block, ncells[2], box)
+    boxes = [g.add((f"pse-bbox-{token}", c), _column_bboxes, g.ref(v), block, ncells[2], box)
+             for c, v in enumerate(values)]
+    ((lo, hi, n_tets),) = g.compute([g.add(f"pse-bboxes-{token}", _stack_bboxes, *boxes).key],
+                                    label="PSE: block bounding boxes")
     index = np.array([(bi, bj, bk) for bi in range(nb[0]) for bj in range(nb[1])
                       for bk in range(nb[2])], np.int64).reshape(-1, 3)
     blocks = LagrangianBlocks(index, lo, hi, n_tets, block, ncells)

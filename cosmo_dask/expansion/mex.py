@@ -55,18 +55,16 @@ for each evaluation, with ``B x C`` small routing tasks for ``C`` input chunks.
 from __future__ import annotations
 
 import math
-import operator
 
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.delayed import Delayed
-from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, host, resolve_precision
 from ..errors import ParameterError
 from ..product_units import input_units
 from ..progress import compute, persist
+from ..task_graph import TaskGraph
 from .particles import expansion_input
 
 __all__ = ["LMAX_LIMIT", "MEX"]
@@ -377,12 +375,10 @@ class MEX:
         n_buckets = max(1, min(n_buckets, n))
 
         # 1. radii sample -> bucket boundaries and unit scales (host)
-        pos_d = pos.to_delayed().ravel()
-        m_d = m.to_delayed().ravel()
-        from dask import delayed
-
-        samples = compute(*[delayed(_sample)(p, w, c) for c, (p, w)
-                            in enumerate(zip(pos_d, m_d, strict=True))], label=None)
+        g = TaskGraph([pos, m])
+        sample = f"mex-sample-{tokenize(pos, m)}"
+        samples = g.compute([g.add((sample, c), _sample, g.chunk(pos, c, 0), g.chunk(m, c), c).key
+                             for c in range(nchunks)], label=None)
         r_s = np.concatenate([s["r"] for s in samples])
         w_s = np.concatenate([np.full(s["r"].size, s["n"] / s["r"].size) for s in samples])
         m_tot = sum(s["m"] for s in samples)
@@ -410,39 +406,26 @@ class MEX:
         starts = np.concatenate([[0], np.cumsum(pos.chunks[0])])[:-1]
         params = (self.lmax, self._eps2_scaled, self._inv_a, self._inv_m)
         tok = tokenize(pos, m, bounds, starts)  # every input of the tasks below
-        layer = {}
         split, bucket = f"mex-split-{tok}", f"mex-bucket-{tok}"
-        for c in range(nchunks):
-            layer[(split, c)] = (_split, (pos.name, c, 0), (m.name, c), int(starts[c]), bounds)
-        for b in range(n_buckets):
-            layer[(bucket, b)] = (_bucket,) + tuple(
-                (operator.getitem, (split, c), b) for c in range(nchunks))
+        splits = [g.add((split, c), _split, g.chunk(pos, c, 0), g.chunk(m, c), int(starts[c]),
+                        bounds) for c in range(nchunks)]
+        buckets = [g.add((bucket, b), _bucket, *[g.item(s, b) for s in splits]).key
+                   for b in range(n_buckets)]
         xp = array_module(pos._meta)
-        meta = {"pos": (pos.dtype, 2), "m": (m.dtype, 1), "r": (np.float64, 1),
-                "idx": (np.int64, 1)}
-        shapes = {"pos": (tuple(counts), (3,)), "m": (tuple(counts),),
-                  "r": (tuple(counts),), "idx": (tuple(counts),)}
-        arrays = {}
-        for key, (dt, nd) in meta.items():
-            name = f"mex-{key}-{tok}"
-            sub = {}
-            for b in range(n_buckets):
-                sub[(name, b) + (0,) * (nd - 1)] = (operator.getitem, (bucket, b), key)
-            graph = HighLevelGraph.from_collections(name, {**layer, **sub},
-                                                    dependencies=[pos, m])
-            arrays[key] = da.Array(graph, name, shapes[key],
-                                   meta=xp.empty((0,) * nd, dtype=dt))
-        keys = list(arrays)
-        persisted = persist(*[arrays[k] for k in keys], label="MEX fit")
-        st = self._state = dict(zip(keys, persisted, strict=True))
+        fields = {"pos": (pos.dtype, (3,)), "m": (m.dtype, ()), "r": (np.float64, ()),
+                  "idx": (np.int64, ())}
+        arrays = g.item_arrays(buckets, counts, [
+            (f"mex-{key}-{tok}", key, tail, xp.empty((0,) + tail, dtype=dt))
+            for key, (dt, tail) in fields.items()])
+        persisted = persist(*arrays, label="MEX fit")
+        st = self._state = dict(zip(fields, persisted, strict=True))
 
         # 4. each bucket's totals (its sums built and dropped), then the offsets (host)
         tot = f"mex-totals-{tokenize(st['pos'], st['m'], params)}"
-        layer = {(tot, b): (_totals, (st["pos"].name, b, 0), (st["m"].name, b), params)
-                 for b in range(n_buckets)}
-        graph = HighLevelGraph.from_collections(tot, layer, dependencies=[st["pos"], st["m"]])
-        totals = compute(*[Delayed((tot, b), graph, layer=tot) for b in range(n_buckets)],
-                         label="MEX totals")
+        g = TaskGraph([st["pos"], st["m"]])
+        totals = g.compute([g.add((tot, b), _totals, g.chunk(st["pos"], b, 0),
+                                  g.chunk(st["m"], b), params).key for b in range(n_buckets)],
+                           label="MEX totals")
         self._qoff, self._poff = _offsets(*totals)
         self.bounds_ = bounds
         self.counts_ = counts
@@ -474,18 +457,18 @@ class MEX:
         tok = tokenize(st["pos"], st["m"], st["idx"], self._qoff, self._poff, self._starts,
                        self._eval_params())
         ev, route, out = (f"mex-eval-{tok}", f"mex-route-{tok}", f"mex-self-{tok}")
-        layer = {}
         params = self._eval_params()
+        g = TaskGraph(list(st.values()))
+        routes = []
         for b in range(nb):
-            layer[(ev, b)] = (_eval_self, (st["pos"].name, b, 0), (st["m"].name, b),
-                              self._qoff[b], self._poff[b], params)
-            layer[(route, b)] = (_route, (ev, b), (st["idx"].name, b), self._starts)
+            values = g.add((ev, b), _eval_self, g.chunk(st["pos"], b, 0), g.chunk(st["m"], b),
+                           self._qoff[b], self._poff[b], params)
+            routes.append(g.add((route, b), _route, values, g.chunk(st["idx"], b),
+                                self._starts))
         for c, n_c in enumerate(self._input_chunks):
-            layer[(out, c, 0)] = (_assemble, n_c) + tuple(
-                (operator.getitem, (route, b), c) for b in range(nb))
-        graph = HighLevelGraph.from_collections(out, layer, dependencies=list(st.values()))
-        self._self_result = da.Array(graph, out, (self._input_chunks, (4,)),
-                                     meta=self._xp.empty((0, 0), dtype=self.dtype))
+            g.add((out, c, 0), _assemble, n_c, *[g.item(r, c) for r in routes])
+        self._self_result = g.array(out, (self._input_chunks, (4,)),
+                                    self._xp.empty((0, 0), dtype=self.dtype))
         return self._self_result
 
     def _at_points(self, pos) -> da.Array:
@@ -514,18 +497,15 @@ class MEX:
                              f"mex-points-{tok}")
         # each bucket's sums are built once per computation, shared by every chunk of
         # points, and released when those are done
-        layer = {(sums, b): (_scan, (st["pos"].name, b, 0), (st["m"].name, b), params,
-                             self._qoff[b], self._poff[b]) for b in range(nb)}
+        g = TaskGraph([rel] + list(st.values()))
+        scans = [g.add((sums, b), _scan, g.chunk(st["pos"], b, 0), g.chunk(st["m"], b), params,
+                       self._qoff[b], self._poff[b]) for b in range(nb)]
         for k, n_k in enumerate(rel.chunks[0]):
-            layer[(sp, k)] = (_split_points, (rel.name, k, 0), self.bounds_)
-            for b in range(nb):
-                layer[(ev, k, b)] = (_eval_points, (operator.getitem, (sp, k), b),
-                                     (st["r"].name, b), (sums, b), params)
-            layer[(out, k, 0)] = (_assemble, n_k) + tuple((ev, k, b) for b in range(nb))
-        graph = HighLevelGraph.from_collections(out, layer,
-                                                dependencies=[rel] + list(st.values()))
-        return da.Array(graph, out, (rel.chunks[0], (4,)),
-                        meta=xp.empty((0, 0), dtype=self.dtype))
+            pieces = g.add((sp, k), _split_points, g.chunk(rel, k, 0), self.bounds_)
+            g.add((out, k, 0), _assemble, n_k, *[
+                g.add((ev, k, b), _eval_points, g.item(pieces, b), g.chunk(st["r"], b),
+                      scans[b], params) for b in range(nb)])
+        return g.array(out, (rel.chunks[0], (4,)), xp.empty((0, 0), dtype=self.dtype))
 
     def accelerations(self, pos=None) -> da.Array:
         """Accelerations ``-grad Phi`` (dask, (N, 3)).

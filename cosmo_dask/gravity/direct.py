@@ -17,15 +17,13 @@ Nothing global is gathered: each pair task reads two chunks.
 
 from __future__ import annotations
 
-import operator
-
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, resolve_precision
 from ..errors import ParameterError
+from ..task_graph import TaskGraph
 from .p2p_kernels import check_kernel_params, p2p_block
 
 __all__ = ["direct_accelerations"]
@@ -154,41 +152,24 @@ def direct_accelerations(pos, mass, *, G: float, softening: float = 0.0,
     sum_name = f"gravity-direct-sum-{token}"
     nb = pos.numblocks[0]
     mass_is_array = isinstance(mass, da.Array)
-    layer: dict = {}
+    g = TaskGraph([pos] + ([mass] if mass_is_array else []))
     finals = []
     for i in range(nb):
         keys = []
         for j in range(nb):
-            smass = (mass.name, j) if mass_is_array else mass
-            layer[(pair_name, i, j)] = (_pair_task, (pos.name, i, 0), (pos.name, j, 0), smass,
-                                        i == j, params)
-            keys.append((pair_name, i, j))
+            smass = g.chunk(mass, j) if mass_is_array else mass
+            keys.append(g.add((pair_name, i, j), _pair_task, g.chunk(pos, i, 0),
+                              g.chunk(pos, j, 0), smass, i == j, params))
         level = 0
         while len(keys) > 1:
-            new = []
-            for g in range(0, len(keys), _FANIN):
-                key = (sum_name, i, level, g // _FANIN)
-                layer[key] = (_sum_parts, *keys[g:g + _FANIN])
-                new.append(key)
-            keys = new
+            keys = [g.add((sum_name, i, level, k // _FANIN), _sum_parts, *keys[k:k + _FANIN])
+                    for k in range(0, len(keys), _FANIN)]
             level += 1
-        finals.append(keys[0])
-    deps = [pos] + ([mass] if mass_is_array else [])
-    base = HighLevelGraph.from_collections(pair_name, layer, dependencies=deps)
+        finals.append(keys[0].key)
 
     xp = array_module(pos)
-    rows = pos.chunks[0]
-
-    def output(index: int, label: str, trailing: tuple):
-        name = f"gravity-direct-{label}-{token}"
-        zeros = (0,) * len(trailing)
-        out_layer = {(name, i, *zeros): (operator.getitem, finals[i], index) for i in range(nb)}
-        graph = HighLevelGraph({**base.layers, name: out_layer},
-                               {**base.dependencies, name: {pair_name}})
-        meta = xp.empty((0,) + trailing, dtype=dtype)
-        chunks = (rows,) + tuple((t,) for t in trailing)
-        return da.Array(graph, name, chunks=chunks, dtype=dtype, meta=meta)
-
-    acc = output(0, "acc", (3,))
-    pot = output(1, "pot", ()) if potential else None
-    return acc, pot
+    outputs = [(f"gravity-direct-acc-{token}", 0, (3,), xp.empty((0, 3), dtype=dtype))]
+    if potential:
+        outputs.append((f"gravity-direct-pot-{token}", 1, (), xp.empty((0,), dtype=dtype)))
+    arrays = g.item_arrays(finals, pos.chunks[0], outputs)
+    return arrays[0], (arrays[1] if potential else None)

@@ -41,8 +41,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
+from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..progress import compute
@@ -253,7 +253,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         grid = domain_grid(nd, bounds=(host(lo), host(hi)))
     scalar = None if hasattr(mass, "chunks") else float(mass)
     extra = {} if scalar is not None else {"mass": mass}
-    token = dask.base.tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
+    token = tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
     parts = scatter_to_domains(pos, grid, 0.0, name="gravity", extra=extra)
     g = TaskGraph(parts)
     results = []

@@ -62,10 +62,10 @@ import dask.array as da
 import h5py
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import default_chunk_size
 from ..errors import ParameterError, SnapshotError
+from ..task_graph import TaskGraph
 from ..units import QUANTITIES, check_units, gravitational_constant
 from ..validation import (
     ARRAY_SCHEMA,
@@ -688,14 +688,11 @@ def _lazy_field(pieces: list[tuple[str, Any, int, int]],
     token = tokenize(pieces, read_rows, trailing, str(dtype), stamps, scale, box)
     name = f"gadget-read-{token}"
     tail = (0,) * len(trailing)
-    dsk = {
-        (name, i) + tail: (_read_piece, read_rows, path, spec, start, stop, scale, box)
-        for i, (path, spec, start, stop) in enumerate(pieces)
-    }
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
+    g = TaskGraph()
+    for i, (path, spec, start, stop) in enumerate(pieces):
+        g.add((name, i) + tail, _read_piece, read_rows, path, spec, start, stop, scale, box)
     chunks = (tuple(stop - start for _, _, start, stop in pieces),) + tuple((n,) for n in trailing)
-    meta = np.empty((0,) + trailing, dtype=dtype)
-    return da.Array(graph, name, chunks, meta=meta)
+    return g.array(name, chunks, np.empty((0,) + trailing, dtype=dtype))
 
 
 def _check_chunks(chunks: Any) -> int:

@@ -22,13 +22,13 @@ import math
 import operator
 from dataclasses import dataclass
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..errors import ParameterError
+from ..task_graph import TaskGraph
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,9 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     to carry along, chunked like ``pos`` along axis 0.
 
     Graph size: ``n_chunks`` split tasks, ``n_chunks * n_domains`` piece keys
-    and ``n_domains`` domain tasks; keep ``n_chunks * n_domains`` below ~1e5.
+    (``(<name>-split-<token>-<chunk>, domain)``: a domain task fetches its pieces,
+    not whole splits) and ``n_domains`` domain tasks; keep ``n_chunks * n_domains``
+    below ~1e5.
     """
     if ghost_width < 0 or not math.isfinite(ghost_width):
         raise ParameterError(f"ghost_width must be finite and >= 0, got {ghost_width!r}")
@@ -309,18 +311,17 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
         if arr.chunks[0] != pos.chunks[0]:
             extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
     token = tokenize(pos, grid, ghost_width, names, *extra.values())
+    if len(pos.chunks[1]) != 1:
+        pos = pos.rechunk({1: -1})
     starts = np.cumsum((0,) + pos.chunks[0][:-1])
-    blocks = pos.to_delayed().ravel()
-    extra_blocks = [a.to_delayed().ravel() for a in extra.values()]
     n_dom = grid.n_domains
-    splits = [
-        dask.delayed(split_chunk, nout=n_dom, pure=True)(
-            b, int(s), grid, ghost_width, *[e[i] for e in extra_blocks],
-            dask_key_name=f"{name}-split-{token}-{i}")
-        for i, (b, s) in enumerate(zip(blocks, starts, strict=True))
+    g = TaskGraph([pos, *extra.values()])
+    pieces = [
+        g.add_split(f"{name}-split-{token}-{i}", split_chunk, g.chunk(pos, i, 0), int(s), grid,
+                    ghost_width, *[g.chunk(e, i, *(0,) * (e.ndim - 1)) for e in extra.values()],
+                    n=n_dom)
+        for i, s in enumerate(starts)
     ]
-    return [
-        dask.delayed(gather_domain, pure=True)(
-            d, names, *[s[d] for s in splits], dask_key_name=f"{name}-domain-{token}-{d}")
-        for d in range(n_dom)
-    ]
+    domains = [g.add(f"{name}-domain-{token}-{d}", gather_domain, d, names,
+                     *[p[d] for p in pieces]).key for d in range(n_dom)]
+    return [g.delayed(key) for key in domains]
