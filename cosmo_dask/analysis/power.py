@@ -1,17 +1,22 @@
 """Power spectrum (and Legendre multipoles) of particles or of a density mesh.
 
-Method: the particles are painted (:func:`cosmo_dask.density.paint`; CPU numba
-or GPU CuPy by chunk type, partial meshes tree-reduced) onto an ``n^3`` mesh,
-turned into the density contrast ``delta = mesh / mean - 1`` and Fourier
-transformed with a real FFT (``scipy.fft`` with all cores on the CPU,
-``cupy.fft`` on the GPU) **in one task on one worker**: the mesh, its
-transform and a few ``n^3`` work arrays must fit there (about ``40 n^3`` bytes
-in float64: 0.7 GB at 256, 5.4 GB at 512). With ``interlace=True`` a second
-mesh is painted with positions shifted by half a cell and the two transforms
-are averaged with the phase factor ``exp(i (kx + ky + kz) H / 2)``, which
-cancels the odd aliasing images (Sefusatti et al. 2016). Each mode is divided
-by the assignment window ``W(k)^2``, ``W = prod_i sinc(k_i H / 2)^p`` (``p`` =
-1, 2, 3, 4 for NGP, CIC, TSC, PCS; ``sinc(x) = sin(x)/x``).
+Method (the mesh path of issue 19, ``docs/fft.md``): the particles are painted
+in slabs along x (:func:`cosmo_dask.density.paint.paint_meshes`; CPU numba or
+GPU CuPy by chunk type), the mesh less its mean (only ``k = 0`` changes; a
+float32 FFT is more accurate without the mean) is transformed by the
+distributed real FFT (:func:`cosmo_dask.spatial.fft.rfftn`: ``scipy.fft`` or
+``cupy.fft`` per slab, a transpose between) in the ``precision`` dtype, and
+every k-space slab is binned by its own ``power-bin`` task
+(:func:`cosmo_dask.spatial.fft.reduce_kslabs`), the bins summed over slabs:
+no task holds the whole mesh unless it is one slab (the default for a complex
+mesh up to 256 MiB). The total mass (the sum of the mesh) normalises
+``delta_k = FFT(mesh) / total`` for ``k != 0``. With ``interlace=True`` a
+second mesh is painted with positions shifted by half a cell and, per k-space
+slab, the two transforms are averaged with the phase factor
+``exp(i (kx + ky + kz) H / 2)``, which cancels the odd aliasing images
+(Sefusatti et al. 2016). Each mode is divided by the assignment window
+``W(k)^2``, ``W = prod_i sinc(k_i H / 2)^p`` (``p`` = 1, 2, 3, 4 for NGP, CIC,
+TSC, PCS; ``sinc(x) = sin(x)/x``).
 
 The estimator is ``P(k) = V |delta_k|^2`` with ``delta_k`` the continuous
 normalisation (``FFT * V_cell / V``), averaged over the modes of each ``|k|``
@@ -31,8 +36,11 @@ modes of the full ``k`` space in the bin, ``k`` and ``-k`` separately (so the
 Gaussian variance of the bin average is ``2 P^2 / n_modes``). ``k = 0`` is
 never counted.
 
-Cost: painting O(N p^3) (twice with interlacing), one (two) real FFT of
-``n^3`` (O(n^3 log n)), binning O(n^3) in slabs of the first axis.
+Cost: painting O(N p^3) (twice with interlacing), one (two) distributed real
+FFT of ``n^3`` (O(n^3 log n)), binning O(n^3) per k-space slab. Memory: about
+two meshes (four with interlacing) over the cluster at peak, a few slabs per
+task; ``n_mesh`` up to 4096, checked against the workers' memory before any
+work.
 """
 
 from __future__ import annotations
@@ -108,7 +116,12 @@ def _legendre(ell, mu):
     return (35.0 * mu2 * mu2 - 30.0 * mu2 + 3.0) / 8.0
 
 
-def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles, sub=16):
+#: modes binned per vectorised step (a k-slab is cut along x into pieces of about this
+#: many): CPU caches like small pieces, a GPU wants few kernel launches
+_BIN_MODES = {"cpu": 2**19, "gpu": 2**25}
+
+
+def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
     """``power-bin``: one k-space slab's window-compensated power, binned in ``|k|``.
 
     ``f0`` (and ``f1``, the half-cell-shifted mesh's slab, combined by
@@ -134,6 +147,8 @@ def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles, su
     edges_d = xp.asarray(edges)
     nb = len(edges) - 1
     out = xp.zeros((2 + len(poles), nb), dtype=np.float64)
+    per_row = max(1, f0.shape[1] * f0.shape[2])
+    sub = max(1, _BIN_MODES["cpu" if xp is np else "gpu"] // per_row)
     for x0 in range(0, f0.shape[0], sub):
         x1 = min(f0.shape[0], x0 + sub)
         f = f0[x0:x1].astype(np.complex128)

@@ -41,6 +41,16 @@ import numpy as np
 from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
+from ..spatial.fft import (
+    check_mesh_size,
+    default_slab_count,
+    irfftn,
+    map_kslabs,
+    rfftn,
+    smooth_size_below,
+    worker_threads,
+)
+from ..spatial.slabs import SlabExchange, slab_layout
 from .paint_kernels import SCHEMES
 
 __all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme",
@@ -48,15 +58,13 @@ __all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme
            "paint_meshes", "particles_input", "worker_count"]
 
 
-def check_n_mesh(n_mesh, what):
+def check_n_mesh(n_mesh, what: str) -> int:
     """``n_mesh`` checked for the mesh path: :func:`cosmo_dask.spatial.fft.check_mesh_size`
     (a positive integer up to 4096, prime factors 2, 3, 5, 7)."""
-    from ..spatial.fft import check_mesh_size
-
     return check_mesh_size(n_mesh, what)
 
 
-def check_scheme(scheme, what):
+def check_scheme(scheme, what: str) -> str:
     if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
         raise ParameterError(f"{what}: scheme must be one of {', '.join(SCHEMES)}, "
                              f"got {scheme!r}")
@@ -173,8 +181,6 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
         Naming ``n_mesh`` and what would fit: the largest ``n_mesh`` for these
         workers, or the fewest slabs a given mesh needs.
     """
-    from ..spatial.fft import default_slab_count, smooth_size_below
-
     dtype = np.dtype(dtype)
     item = dtype.itemsize
     mesh_bytes = float(n) ** 3 * item
@@ -291,9 +297,6 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
     exchange : SlabExchange
         For interpolating back (:meth:`~cosmo_dask.spatial.slabs.SlabExchange.interpolate`).
     """
-    from ..spatial.fft import worker_threads
-    from ..spatial.slabs import SlabExchange, slab_layout
-
     n = int(n_mesh)
     dtype = np.dtype(dtype)
     if exchange is None:
@@ -436,8 +439,6 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
                              dtype=dtype, slabs=slabs, split_every=split_every or 8, what=what)
     if not interlace:
         return meshes[0]
-    from ..spatial.fft import irfftn, map_kslabs, rfftn
-
     k0, k1 = rfftn(meshes[0]), rfftn(meshes[1])
     both = map_kslabs(interlace_kslab, k0, k1, shape=(n, n, n), box_size=box,
                       name="mesh-interlace", kdtype=np.float64, cell=box / n)
