@@ -300,8 +300,7 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
     n = int(n_mesh)
     dtype = np.dtype(dtype)
     if exchange is None:
-        count = mesh_slabs(n, dtype, slabs, gpu=array_module(pos) is not np, what=what,
-                           meshes=len(shifts))
+        count = mesh_slabs(n, dtype, slabs, gpu=array_module(pos) is not np, what=what)
         layout = slab_layout(n, count, box_size, order=SCHEMES[scheme],
                              shifts=shifts if layout_shifts is None else layout_shifts)
         exchange = SlabExchange(pos, mass, layout, name="mesh")
