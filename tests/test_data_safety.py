@@ -370,17 +370,19 @@ def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
     t0 = time.perf_counter()
     assert main(["power", "p/s.zarr", "--n-mesh", "4097"]) == 2
     err = capsys.readouterr().err
-    assert "--n-mesh 4097 needs at least 1024.8 GiB" in err and "largest --n-mesh" in err
+    assert "--n-mesh 4097 is larger than 4096" in err and "pencil decomposition" in err
+    assert main(["power", "p/s.zarr", "--n-mesh", "1031"]) == 2
+    assert "--n-mesh 1031 has the prime factor 1031" in capsys.readouterr().err
     assert time.perf_counter() - t0 < 60
     snap = open_snapshot(work / "p" / "s.zarr")
     monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**27, "worker"))
-    with pytest.raises(ParameterError, match="n_mesh=256 needs at least 0.2 GiB in one worker "
-                                             ".*which has 0.1 GiB.*about 203"):
-        paint(snap, n_mesh=256)
-    assert paint(snap, n_mesh=200).shape == (200, 200, 200)  # fits: nothing computed here
-    monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**30, "worker"))
-    with pytest.raises(ParameterError, match="the largest n_mesh that fits is about 406"):
+    with pytest.raises(ParameterError, match="n_mesh=512 needs at least 1.0 GiB .*more than "
+                                             "the 0.1 GiB of one worker.*about 256"):
         paint(snap, n_mesh=512)
+    assert paint(snap, n_mesh=256).shape == (256, 256, 256)  # fits: nothing computed here
+    monkeypatch.setattr(paint_module, "memory_per_worker", lambda gpu: (2**30, "worker"))
+    with pytest.raises(ParameterError, match="the largest n_mesh that fits is about 512"):
+        paint(snap, n_mesh=1024)
     assert tree_hash(work / "p") == before
 
 

@@ -8,29 +8,35 @@ import numpy as np
 import pytest
 
 from cosmo_dask.gravity.pm import pm_accelerations
-from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy, long_range_meshes_numpy
+from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy, green_kslab
+from cosmo_dask.spatial.fft import kslab_wavenumbers
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rs", [0.0, 0.05])
-def test_meshes_match_cpu(rs):
+def test_green_slab_matches_cpu(rs):
+    """The CUDA Green's function on a k-space slab (rows 5..11 of a 24^3 mesh) against
+    the numba one, complex128 and complex64."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.pm_kernels_gpu import long_range_meshes_cupy
-
     rng = np.random.default_rng(0)
-    mesh = rng.random((24, 24, 24))
-    cpu = long_range_meshes_numpy(mesh, 2.0, rs, 1.5, True)
-    gpu = long_range_meshes_cupy(cupy.asarray(mesh), 2.0, rs, 1.5, True).get()
-    assert np.abs(gpu - cpu).max() <= 1e-12 * np.abs(cpu).max()
-    gpu32 = long_range_meshes_cupy(cupy.asarray(mesh, dtype=np.float32), 2.0, rs, 1.5,
-                                   True).get()
-    assert gpu32.dtype == np.float32
-    assert np.abs(gpu32 - cpu).max() <= 1e-5 * np.abs(cpu).max()
+    shape, box = (24, 24, 24), 2.0
+    fk = (rng.standard_normal((24, 7, 13)) + 1j * rng.standard_normal((24, 7, 13)))
+    k = kslab_wavenumbers(shape, box, slice(5, 12))
+    kg = kslab_wavenumbers(shape, box, slice(5, 12), xp=cupy)
+    kw = dict(cell=box / 24, rs=rs, scale=-4 * np.pi * 1.5 / (box / 24) ** 3)
+    cpu = green_kslab(fk, *k, **kw)
+    gpu = green_kslab(cupy.asarray(fk), *kg, **kw)
+    assert isinstance(gpu, cupy.ndarray)
+    assert np.abs(gpu.get() - cpu).max() <= 1e-14 * np.abs(cpu).max()
+    g32 = green_kslab(cupy.asarray(fk.astype(np.complex64)), *kg, **kw)
+    assert g32.dtype == np.complex64
+    assert np.abs(g32.get() - cpu).max() <= 1e-6 * np.abs(cpu).max()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shift", [0.0, 0.5])
 def test_interpolation_matches_cpu(shift):
+    """Whole meshes and one slab (planes 3..9 of 16) of up to four meshes."""
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.gravity.pm_kernels_gpu import cic_interpolate_cupy
 
@@ -43,17 +49,24 @@ def test_interpolation_matches_cpu(shift):
     gpu32 = cic_interpolate_cupy(cupy.asarray(pos, dtype=np.float32),
                                  cupy.asarray(meshes, dtype=np.float32), 3.0, shift).get()
     assert np.abs(gpu32 - cpu).max() <= 1e-5
+    slab = meshes[:3, 3:10]
+    cpu_s = cic_interpolate_numpy(pos, slab, 3.0, shift, x_lo=3)
+    gpu_s = cic_interpolate_cupy(cupy.asarray(pos), [cupy.asarray(m) for m in slab], 3.0,
+                                 shift, x_lo=3).get()
+    np.testing.assert_allclose(gpu_s, cpu_s, rtol=1e-13, atol=1e-15)
 
 
 @pytest.mark.gpu
-def test_pm_accelerations_cupy_chunks():
-    """CuPy chunks give CuPy-backed results equal to the NumPy path to 1e-11."""
+@pytest.mark.parametrize("slabs", [1, 3])
+def test_pm_accelerations_cupy_chunks(slabs):
+    """CuPy chunks give CuPy-backed results equal to the NumPy path to 1e-11, in one
+    slab (cuFFT on the whole mesh) and in three (the distributed FFT's CuPy blocks)."""
     cupy = pytest.importorskip("cupy")
     rng = np.random.default_rng(2)
     pos = rng.random((4000, 3))
     mass = rng.random(4000) + 0.5
     rs = 1.2 / 32
-    kw = dict(G=1.0, box_size=1.0, n_mesh=32, r_split=rs)
+    kw = dict(G=1.0, box_size=1.0, n_mesh=32, r_split=rs, slabs=slabs)
     a_cpu, p_cpu = dask.compute(*pm_accelerations(da.from_array(pos, chunks=(1000, 3)),
                                                   da.from_array(mass, chunks=1000), **kw))
     pg = da.from_array(cupy.asarray(pos), chunks=(1000, 3), asarray=False)

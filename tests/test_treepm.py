@@ -160,3 +160,26 @@ def test_treepm_graph_and_errors(brute_tree):
     acc, _ = treepm_accelerations(out, 1.0, **kw)
     with pytest.raises(ParameterError, match="outside the periodic box"):
         acc.compute()
+
+
+def test_treepm_long_range_in_slabs(zeldovich_set, brute_tree, client):
+    """The PM part in 1, 3 or 5 slabs (dask config cosmo_dask.mesh_slabs: TreePM takes the
+    mesh path's default) gives the same TreePM forces and potentials to float64
+    rounding, on the threaded scheduler and on the two-worker cluster (bit for bit)."""
+    pos, mass, G, _, _ = zeldovich_set
+    results = {}
+    for n_slabs in (1, 3, 5):
+        with dask.config.set({"cosmo_dask.mesh_slabs": n_slabs}):
+            p = da.from_array(pos, chunks=(1000, 3))
+            acc, pot = treepm_accelerations(p, mass, G=G, box_size=BOX, n_mesh=16)
+        with dask.config.set(scheduler="threads"):
+            results[n_slabs] = dask.compute(acc, pot)
+        if n_slabs == 3:
+            remote = client.compute([acc, pot], sync=True)
+            for a, b in zip(remote, results[3], strict=True):
+                np.testing.assert_array_equal(a, b)
+    a1, p1 = results[1]
+    for n_slabs in (3, 5):
+        a, p = results[n_slabs]
+        assert np.abs(a - a1).max() <= 1e-12 * np.abs(a1).max()
+        assert np.abs(p - p1).max() <= 1e-12 * np.abs(p1).max()

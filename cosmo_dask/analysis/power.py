@@ -1,17 +1,22 @@
 """Power spectrum (and Legendre multipoles) of particles or of a density mesh.
 
-Method: the particles are painted (:func:`cosmo_dask.density.paint`; CPU numba
-or GPU CuPy by chunk type, partial meshes tree-reduced) onto an ``n^3`` mesh,
-turned into the density contrast ``delta = mesh / mean - 1`` and Fourier
-transformed with a real FFT (``scipy.fft`` with all cores on the CPU,
-``cupy.fft`` on the GPU) **in one task on one worker**: the mesh, its
-transform and a few ``n^3`` work arrays must fit there (about ``40 n^3`` bytes
-in float64: 0.7 GB at 256, 5.4 GB at 512). With ``interlace=True`` a second
-mesh is painted with positions shifted by half a cell and the two transforms
-are averaged with the phase factor ``exp(i (kx + ky + kz) H / 2)``, which
-cancels the odd aliasing images (Sefusatti et al. 2016). Each mode is divided
-by the assignment window ``W(k)^2``, ``W = prod_i sinc(k_i H / 2)^p`` (``p`` =
-1, 2, 3, 4 for NGP, CIC, TSC, PCS; ``sinc(x) = sin(x)/x``).
+Method (the mesh path of issue 19, ``docs/fft.md``): the particles are painted
+in slabs along x (:func:`cosmo_dask.density.paint.paint_meshes`; CPU numba or
+GPU CuPy by chunk type), the mesh less its mean (only ``k = 0`` changes; a
+float32 FFT is more accurate without the mean) is transformed by the
+distributed real FFT (:func:`cosmo_dask.spatial.fft.rfftn`: ``scipy.fft`` or
+``cupy.fft`` per slab, a transpose between) in the ``precision`` dtype, and
+every k-space slab is binned by its own ``power-bin`` task
+(:func:`cosmo_dask.spatial.fft.reduce_kslabs`), the bins summed over slabs:
+no task holds the whole mesh unless it is one slab (the default for a complex
+mesh up to 256 MiB). The total mass (the sum of the mesh) normalises
+``delta_k = FFT(mesh) / total`` for ``k != 0``. With ``interlace=True`` a
+second mesh is painted with positions shifted by half a cell and, per k-space
+slab, the two transforms are averaged with the phase factor
+``exp(i (kx + ky + kz) H / 2)``, which cancels the odd aliasing images
+(Sefusatti et al. 2016). Each mode is divided by the assignment window
+``W(k)^2``, ``W = prod_i sinc(k_i H / 2)^p`` (``p`` = 1, 2, 3, 4 for NGP, CIC,
+TSC, PCS; ``sinc(x) = sin(x)/x``).
 
 The estimator is ``P(k) = V |delta_k|^2`` with ``delta_k`` the continuous
 normalisation (``FFT * V_cell / V``), averaged over the modes of each ``|k|``
@@ -31,8 +36,11 @@ modes of the full ``k`` space in the bin, ``k`` and ``-k`` separately (so the
 Gaussian variance of the bin average is ``2 P^2 / n_modes``). ``k = 0`` is
 never counted.
 
-Cost: painting O(N p^3) (twice with interlacing), one (two) real FFT of
-``n^3`` (O(n^3 log n)), binning O(n^3) in slabs of the first axis.
+Cost: painting O(N p^3) (twice with interlacing), one (two) distributed real
+FFT of ``n^3`` (O(n^3 log n)), binning O(n^3) per k-space slab. Memory: about
+two meshes (four with interlacing) over the cluster at peak, a few slabs per
+task; ``n_mesh`` up to 4096, checked against the workers' memory before any
+work.
 """
 
 from __future__ import annotations
@@ -43,19 +51,21 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from ..backend import array_module, resolve_precision
+from ..backend import array_module, host, resolve_precision
 from ..density.paint import (
     SCHEMES,
+    centred,
     check_n_mesh,
     check_scheme,
-    half_cell_phase,
-    partial_meshes,
+    interlace_kslab,
+    mesh_slabs,
+    paint_meshes,
     particles_input,
-    tree_sum,
 )
 from ..errors import ParameterError
 from ..product_units import product_units
 from ..progress import compute
+from ..spatial.fft import reduce_kslabs, rfftn, slab_chunks
 from ..units import factor
 
 __all__ = ["linear_power", "power_spectrum", "plot_power_spectrum"]
@@ -106,44 +116,30 @@ def _legendre(ell, mu):
     return (35.0 * mu2 * mu2 - 30.0 * mu2 + 3.0) / 8.0
 
 
-def _fourier_power(mesh0, mesh1, *, box, scheme, edges, los, poles, slab=16):
-    """One task: delta_k of the (interlaced) mesh, window-compensated, binned.
+#: modes binned per vectorised step (a k-slab is cut along x into pieces of about this
+#: many): CPU caches like small pieces, a GPU wants few kernel launches
+_BIN_MODES = {"cpu": 2**19, "gpu": 2**25}
 
-    Returns a host float64 array ``(2 + len(poles), n_bins)``: rows = sum of mode
-    weights (n_modes), sum of weight*|k|, then sum of weight*|delta|^2 L_l(mu)
-    for each pole.
+
+def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
+    """``power-bin``: one k-space slab's window-compensated power, binned in ``|k|``.
+
+    ``f0`` (and ``f1``, the half-cell-shifted mesh's slab, combined by
+    :func:`~cosmo_dask.density.paint.interlace_kslab`) is the unnormalised FFT of
+    the mass mesh; ``kx, ky, kz`` its float64 wavenumbers. Returns a host float64
+    array ``(2 + len(poles), n_bins)``: rows = sum of mode weights (n_modes),
+    sum of weight*|k|, then sum of weight*|F|^2 / W^2 L_l(mu) per pole.
     """
-    xp = array_module(mesh0)
-    n = mesh0.shape[0]
-    if xp is np:
-        import scipy.fft
-
-        def rfftn(a):
-            return scipy.fft.rfftn(a, workers=-1)
-    else:
-        rfftn = xp.fft.rfftn
-    total = float(mesh0.sum())
-    f = rfftn(mesh0.astype(np.float64, copy=False))
-    if mesh1 is not None:
-        f += rfftn(mesh1.astype(np.float64, copy=False)) * half_cell_phase(xp, n)
-        f *= 0.5
-    # delta_k (continuous normalisation): FFT(mesh / mean - 1) * V_cell / V
-    # = FFT(mesh) / total for k != 0
-    f /= total
-    p = SCHEMES[scheme] if scheme is not None else 0
-    kf = 2 * np.pi / box
+    xp = array_module(f0)
     h = box / n
-    k_full = np.fft.fftfreq(n, d=1.0 / n) * kf
-    k_half = np.fft.rfftfreq(n, d=1.0 / n) * kf
+    p = SCHEMES[scheme] if scheme is not None else 0
 
     def window2(k):
-        return np.sinc(k * h / (2 * np.pi)) ** (2 * p)  # np.sinc(x) = sin(pi x)/(pi x)
+        return xp.sinc(k * h / (2 * np.pi)) ** (2 * p)  # np.sinc(x) = sin(pi x)/(pi x)
 
-    wy = xp.asarray(window2(k_full))[None, :, None]
-    wz = xp.asarray(window2(k_half))[None, None, :]
-    ky = xp.asarray(k_full)[None, :, None]
-    kz = xp.asarray(k_half)[None, None, :]
-    mult = np.full(k_half.shape, 2.0)
+    wy, wz = window2(ky), window2(kz)
+    nk = kz.shape[2]
+    mult = np.full(nk, 2.0)  # kz > 0 stands for itself and its conjugate
     mult[0] = 1.0
     if n % 2 == 0:
         mult[-1] = 1.0
@@ -151,37 +147,40 @@ def _fourier_power(mesh0, mesh1, *, box, scheme, edges, los, poles, slab=16):
     edges_d = xp.asarray(edges)
     nb = len(edges) - 1
     out = xp.zeros((2 + len(poles), nb), dtype=np.float64)
-    for x0 in range(0, n, slab):
-        x1 = min(n, x0 + slab)
-        kx = xp.asarray(k_full[x0:x1])[:, None, None]
-        wx = xp.asarray(window2(k_full[x0:x1]))[:, None, None]
-        kk = xp.sqrt(kx * kx + ky * ky + kz * kz)
-        power = f[x0:x1].real ** 2 + f[x0:x1].imag ** 2
-        power /= wx * wy * wz
+    per_row = max(1, f0.shape[1] * f0.shape[2])
+    sub = max(1, _BIN_MODES["cpu" if xp is np else "gpu"] // per_row)
+    for x0 in range(0, f0.shape[0], sub):
+        x1 = min(f0.shape[0], x0 + sub)
+        f = f0[x0:x1].astype(np.complex128)
+        if f1 is not None:
+            f = interlace_kslab(f, kx[x0:x1], ky, kz, f1[x0:x1].astype(np.complex128),
+                                cell=h)
+        kxs = kx[x0:x1]
+        kk = xp.sqrt(kxs * kxs + ky * ky + kz * kz)
+        power = f.real ** 2 + f.imag ** 2
+        power /= window2(kxs) * wy * wz
         idx = xp.searchsorted(edges_d, kk.ravel(), side="right") - 1
         w = xp.broadcast_to(mult, kk.shape).ravel().copy()
         w[(idx < 0) | (idx >= nb) | (kk.ravel() == 0)] = 0.0
         idx = xp.clip(idx, 0, nb - 1)
         out[0] += xp.bincount(idx, weights=w, minlength=nb)[:nb]
         out[1] += xp.bincount(idx, weights=w * kk.ravel(), minlength=nb)[:nb]
-        pw = (power.ravel() * w)
+        pw = power.ravel() * w
         if los is not None:
             safe = xp.where(kk == 0, 1.0, kk)
-            mu = ((kx * los[0] + ky * los[1] + kz * los[2]) / safe).ravel()
+            mu = ((kxs * los[0] + ky * los[1] + kz * los[2]) / safe).ravel()
         for j, ell in enumerate(poles):
             if ell == 0:
                 out[2 + j] += xp.bincount(idx, weights=pw, minlength=nb)[:nb]
             else:
                 out[2 + j] += xp.bincount(idx, weights=pw * _legendre(ell, mu),
                                           minlength=nb)[:nb]
-    if xp is not np:
-        out = out.get()
-    return np.asarray(out)[None]
+    return host(out)
 
 
 def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", interlace=True,
                    k_bins=None, los=None, poles=(0,), mass=None, precision="float64",
-                   split_every=None, length_unit=None) -> xr.Dataset:
+                   split_every=None, length_unit=None, slabs=None) -> xr.Dataset:
     """Power spectrum of a periodic particle set or of a mesh, binned in ``|k|``.
 
     Parameters
@@ -212,14 +211,22 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
     mass : array (N,) or float, optional
         Particle masses (default: the snapshot's; 1 for raw positions).
     precision : {"float64", "float32"}
-        Dtype of the painted meshes (the FFT is float64/complex128 always).
+        Dtype of the painted meshes and of their FFTs (complex128 or complex64;
+        a mesh input is converted to it). float32 halves the memory; its P(k)
+        differs from float64's by about 1e-6 relative (the FFT's rounding).
+        The binning is float64 in both.
     split_every : int, optional
-        Tree-reduction fan-in of the painting.
+        Fan-in of the sums of a slab's partial deposits (see
+        :func:`~cosmo_dask.density.paint`).
     length_unit : str, optional
         Unit of positions and box (default: the snapshot's ``units["length"]``,
         else the label ``"input length"``): ``k`` is in its inverse (``"h / Mpc"``
         for ``Mpc/h``), ``power`` in its cube (``"Mpc3 / h3"``), as
         :func:`cosmo_dask.product_units.product_units` spells them.
+    slabs : int, optional
+        Slabs of the mesh path (default:
+        :func:`~cosmo_dask.spatial.fft.default_slab_count` or the dask config key
+        ``cosmo_dask.mesh_slabs``); checked against the workers' memory.
 
     Returns
     -------
@@ -236,12 +243,15 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
     Raises
     ------
     ParameterError
-        Bad ``n_mesh``, scheme, box, bins, poles, line of sight, masses.
+        Bad ``n_mesh`` (not a valid mesh side: up to 4096, prime factors 2, 3,
+        5, 7), scheme, box, bins, poles, line of sight, masses, ``slabs``, or a
+        mesh that does not fit the workers' memory (naming what fits).
 
     Notes
     -----
-    The FFT runs on the gathered mesh in one task (one worker): see the module
-    docstring for memory. Costs: paint O(N p^3) per mesh, FFT O(n^3 log n).
+    The mesh is painted, transformed and binned slab by slab (module
+    docstring): no task holds the whole mesh unless it is one slab. Costs:
+    paint O(N p^3) per mesh, FFT O(n^3 log n), binning O(n^3).
     """
     from ..snapshot import Snapshot
 
@@ -268,9 +278,12 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         box = float(box_size)
         if not (math.isfinite(box) and box > 0):
             raise ParameterError(f"{what}: box_size must be a positive number, got {box_size!r}")
+        count = mesh_slabs(n, dtype, slabs, gpu=array_module(mesh) is not np, what=what)
         if not isinstance(mesh, da.Array):
-            mesh = da.from_array(mesh, chunks=-1, asarray=False)
-        mesh0, mesh1 = mesh.rechunk(-1), None
+            mesh = da.from_array(mesh, chunks=(slab_chunks(n, count), n, n), asarray=False)
+        elif len(mesh.chunks[1]) > 1 or len(mesh.chunks[2]) > 1:
+            mesh = mesh.rechunk((slab_chunks(n, count), n, n))
+        mesh0, mesh1 = mesh.astype(dtype), None
         n_part, shot = None, float("nan")
         sums = None
     else:
@@ -283,10 +296,11 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         if scheme is None:
             raise ParameterError(f"{what}: particles need a scheme (ngp, cic, tsc, pcs)")
         pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
-        kw = dict(n_mesh=n, box_size=box, scheme=scheme, dtype=dtype)
-        mesh0 = tree_sum(partial_meshes(pos, m, shift=0.0, **kw), split_every)
-        mesh1 = tree_sum(partial_meshes(pos, m, shift=0.5, **kw), split_every) \
-            if interlace else None
+        shifts = (0.0, 0.5) if interlace else (0.0,)
+        meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
+                                 dtype=dtype, slabs=slabs, split_every=split_every or 8,
+                                 what=what)
+        mesh0, mesh1 = meshes[0], (meshes[1] if interlace else None)
         sums = None if not isinstance(m, da.Array) else (
             m.astype(np.float64).sum(), (m.astype(np.float64) ** 2).sum())
     if k_bins is None:
@@ -304,20 +318,22 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
                                  "(at least 2) or a number of bins")
     req = poles
     poles = poles if 0 in poles else (0,) + poles  # the monopole is always computed
-    args = [mesh0] + ([mesh1] if mesh1 is not None else [])
-    binned = da.map_blocks(
-        _binned_block, *args, box=box, scheme=scheme, edges=edges, los=los_v, poles=poles,
-        interlaced=mesh1 is not None, dtype=np.float64,
-        chunks=((1,), (2 + len(poles),), (len(edges) - 1,)), drop_axis=[], new_axis=[],
-        meta=np.empty((0, 0, 0), dtype=np.float64))
+    shape = (n, n, n)
+    kmeshes = [rfftn(centred(mesh0))] + ([rfftn(centred(mesh1))] if mesh1 is not None else [])
+    binned = reduce_kslabs(_bin_kslab, *kmeshes, shape=shape, box_size=box, name="power-bin",
+                           out_shape=(2 + len(poles), len(edges) - 1), n=n, box=box,
+                           scheme=scheme, edges=edges, los=los_v, poles=poles)
+    total = mesh0.sum(dtype=np.float64)
     if sums is not None:
-        res, ms, m2s = compute(binned, sums[0], sums[1], label="power spectrum")
+        res, tot, ms, m2s = compute(binned, total, sums[0], sums[1], label="power spectrum")
         shot = box**3 * float(m2s) / float(ms) ** 2
     else:
-        (res,) = compute(binned, label="power spectrum")
+        res, tot = compute(binned, total, label="power spectrum")
         if not is_mesh:
             shot = box**3 / n_part
-    res = np.asarray(res)[0]
+    # delta_k (continuous normalisation) = FFT(mesh / mean - 1) V_cell / V = FFT(mesh) / total
+    res = np.array(res, dtype=np.float64)
+    res[2:] /= float(tot) ** 2
     volume = box**3
     n_modes = res[0]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -352,11 +368,6 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
              "estimator": "FFT, window-compensated (sinc^p), "
                           + ("interlaced" if mesh1 is not None else "not interlaced")}
     return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-def _binned_block(mesh0, mesh1=None, *, box, scheme, edges, los, poles, interlaced):
-    return _fourier_power(mesh0, mesh1 if interlaced else None, box=box, scheme=scheme,
-                          edges=edges, los=los, poles=poles)
 
 
 def plot_power_spectrum(ds, path=None, *, ax=None, reference=None, label=None):

@@ -5,9 +5,10 @@ Layout of ``OUT.zarr`` (Zarr v3 group, written atomically; attrs
 ``scheme``, ``cell_size``, ``convention``, and the units ``mass_units``,
 ``box_size_units``, ``cell_size_units``, ``density_units``): one array ``mass``
 (n, n, n), the mass per cell in the snapshot's mass unit (its ``units``
-attribute), chunked in z-slabs. Cell ``i`` covers ``[i H, (i + 1) H)`` with
-``H = box_size / n``; divide by ``H**3`` for a density (in ``density_units``).
-Units come from :func:`~cosmo_dask.product_units.product_units`.
+attribute), chunked in slabs along axis 0 (about 128 MiB of float64 each; the
+painted mesh's slabs are rechunked to them as they are written). Cell ``i``
+covers ``[i H, (i + 1) H)`` with ``H = box_size / n``; divide by ``H**3`` for a
+density (in ``density_units``). Units come from :func:`~cosmo_dask.product_units.product_units`.
 """
 
 from __future__ import annotations

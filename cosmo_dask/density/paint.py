@@ -2,22 +2,32 @@
 
 :func:`paint` returns a lazy dask array ``(n_mesh,)*3`` holding the **mass per
 cell** (mass units of the input; density = mesh / cell volume, density
-contrast = :func:`density_contrast`, i.e. ``mesh / mesh.mean() - 1``).
+contrast = :func:`density_contrast`, i.e. ``mesh / mesh.mean() - 1``), **in
+slabs along axis 0** (``chunks = (slab_chunks(n, S), n, n)``): the layout of
+the distributed FFT (:mod:`cosmo_dask.spatial.fft`), so P(k), PM and TreePM
+take it from here without regathering (:func:`paint_meshes` is their entry).
 
-Method: every particle chunk is painted onto its own full partial mesh (numba on
-NumPy chunks, a CuPy atomicAdd kernel on CuPy chunks; see
-:mod:`~cosmo_dask.density.paint_kernels` for the convention and weights) and
-the partial meshes are added by a tree reduction (``split_every`` of them per
-task, default up to 8, fewer where half a worker's memory holds fewer): the only
-global step. The result is one chunk.
+Method (the mesh path of issue 19, :mod:`cosmo_dask.spatial.slabs`): every
+particle chunk is split by the slabs its assignment kernel reaches (its home
+plane, the kernel's spill into the next planes, a one-plane margin, periodic
+wrap), and each slab is deposited by one task from the pieces of every chunk
+(numba on NumPy chunks, a CuPy atomicAdd kernel on CuPy chunks; see
+:mod:`~cosmo_dask.density.paint_kernels` for the convention and weights):
+no slab is ever summed from partial meshes, and no task holds more than one
+slab. When there are fewer slabs than worker threads (a small mesh: one slab),
+a slab's chunks are painted in a few groups in parallel and their slabs summed
+by a tree of ``split_every``-way additions.
 
-Memory: each painting task holds one ``n_mesh^3`` mesh (``8 n_mesh^3`` bytes in
-float64: 134 MB at 256, 1.07 GB at 512, 8.6 GB at 1024) and each reduction task
-holds up to ``split_every`` of them, so a worker needs about
-``(threads + split_every) * 8 n_mesh^3`` bytes at peak. Meshes beyond ~1024^3
-(or that do not fit a worker a few times) are out of scope of this
-implementation: slab decomposition (each chunk depositing only into the z slabs
-it touches) is not implemented.
+Slab count ``S``: :func:`~cosmo_dask.spatial.fft.default_slab_count` (one slab
+up to a 256 MiB complex mesh, else one per 64 MiB and at least one per worker
+thread), raised where a task would not fit a worker; ``slabs=`` or the dask
+config key ``cosmo_dask.mesh_slabs`` set it.
+
+Memory (checked before any work by :func:`mesh_slabs`): a deposit task holds
+one slab (``8 n^3 / S`` bytes in float64) and the particles sent to it; the
+whole mesh, ``8 n^3`` bytes, is spread over the workers (134 MB at 256, 1.07 GB
+at 512, 8.6 GB at 1024, 68.7 GB at 2048). ``n_mesh`` may be up to 4096 with
+prime factors 2, 3, 5, 7 (:func:`~cosmo_dask.spatial.fft.check_mesh_size`).
 """
 
 from __future__ import annotations
@@ -31,18 +41,30 @@ import numpy as np
 from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute
+from ..spatial.fft import (
+    check_mesh_size,
+    default_slab_count,
+    irfftn,
+    map_kslabs,
+    rfftn,
+    smooth_size_below,
+    worker_threads,
+)
+from ..spatial.slabs import SlabExchange, slab_layout
 from .paint_kernels import SCHEMES
 
-__all__ = ["paint", "density_contrast", "SCHEMES"]
+__all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme",
+           "centred", "half_cell_phase", "interlace_kslab", "memory_per_worker", "mesh_slabs",
+           "paint_meshes", "particles_input", "worker_count"]
 
 
-def check_n_mesh(n_mesh, what):
-    if isinstance(n_mesh, bool) or not isinstance(n_mesh, (int, np.integer)) or n_mesh < 1:
-        raise ParameterError(f"{what}: n_mesh must be a positive integer, got {n_mesh!r}")
-    return int(n_mesh)
+def check_n_mesh(n_mesh, what: str) -> int:
+    """``n_mesh`` checked for the mesh path: :func:`cosmo_dask.spatial.fft.check_mesh_size`
+    (a positive integer up to 4096, prime factors 2, 3, 5, 7)."""
+    return check_mesh_size(n_mesh, what)
 
 
-def check_scheme(scheme, what):
+def check_scheme(scheme, what: str) -> str:
     if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
         raise ParameterError(f"{what}: scheme must be one of {', '.join(SCHEMES)}, "
                              f"got {scheme!r}")
@@ -88,34 +110,7 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
     return pos, m, box, n
 
 
-def _paint_block(pos, mass=None, *, mass_scalar, n, box, scheme, shift, dtype):
-    m = mass_scalar if mass is None else mass
-    try:
-        if array_module(pos) is not np:
-            from .paint_kernels_gpu import paint_cupy
-
-            mesh = paint_cupy(pos, m, n, box, scheme, shift, dtype)
-        else:
-            from .paint_kernels import paint_numpy
-
-            mesh = paint_numpy(pos, m, n, box, scheme, shift, dtype)
-    except ValueError as exc:
-        raise ParameterError(str(exc)) from None
-    return mesh[None]
-
-
-def _add(*meshes):
-    """Sum partial meshes into the first (each partial has this task as only consumer)."""
-    out = meshes[0]
-    for m in meshes[1:]:
-        out += m
-    return out
-
-
-def _squeeze(mesh):
-    return mesh[0]
-
-
+# ----------------------------------------------------------------------------- memory
 def memory_per_worker(gpu: bool) -> tuple[int | None, str]:
     """``(bytes, what)``: the memory one task can use: the GPU's (device 0), the smallest
     ``memory_limit`` of the active distributed client's workers, else this machine's."""
@@ -136,84 +131,222 @@ def memory_per_worker(gpu: bool) -> tuple[int | None, str]:
     return int(psutil.virtual_memory().total), "machine"
 
 
-def check_mesh_fits(n: int, *, gpu: bool, meshes: int = 2) -> None:
-    """ParameterError when ``meshes`` float64 ``n^3`` meshes (a task's least: the mesh it
-    paints and one it adds) exceed one worker's memory, naming the largest n that fits."""
-    need = meshes * 8 * n**3
-    have, where = memory_per_worker(gpu)
-    if have and need > have:
-        largest = int((have / (meshes * 8)) ** (1 / 3))
+def worker_count() -> int:
+    """Workers of the active distributed client (1 without one): the mesh is spread
+    over them."""
+    from ..progress import active_client
+
+    client = active_client()
+    if client is None:
+        return 1
+    return max(1, len(client.scheduler_info().get("workers", {})))
+
+
+#: a slab task holds about this many slabs at once (one in, one out, an FFT's or a
+#: transpose's copy, a Green's function's temporary)
+TASK_SLABS = 4
+#: a mesh of one slab runs its whole pipeline (deposit, transforms, force components)
+#: in one worker: about this many meshes at once
+SINGLE_SLAB_MESHES = 8
+#: target bytes of one slab on GPU workers (a GPU transforms big slabs fast; small ones
+#: only add transpose pieces)
+GPU_SLAB_BYTES = 2 * 2**30
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
+               meshes: int = 1) -> int:
+    """The number of slabs of an ``n^3`` mesh of ``dtype``, checked against the memory.
+
+    ``slabs`` (or the dask config key ``cosmo_dask.mesh_slabs``) when given, else
+    :func:`~cosmo_dask.spatial.fft.default_slab_count` on CPU workers, and on GPU
+    workers one slab when the one-slab pipeline fits a GPU, else one slab per
+    :data:`GPU_SLAB_BYTES` (2 GiB) and at least one per worker; then made larger
+    where a task would not fit one worker.
+
+    Checks, before any work (:func:`memory_per_worker`, :func:`worker_count`):
+
+    * ``meshes`` meshes of ``n^3`` (``dtype``) fit in the memory of all the
+      workers together (the mesh is spread over them; the transpose's and
+      interlacing's transient second copies may spill to disk);
+    * a slab task, about :data:`TASK_SLABS` slabs, fits one worker, and a
+      one-slab mesh's pipeline, about :data:`SINGLE_SLAB_MESHES` meshes, too.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``n_mesh`` and what would fit: the largest ``n_mesh`` for these
+        workers, or the fewest slabs a given mesh needs.
+    """
+    dtype = np.dtype(dtype)
+    item = dtype.itemsize
+    mesh_bytes = float(n) ** 3 * item
+    per_worker, where = memory_per_worker(gpu)
+    workers = worker_count()
+    total = (per_worker or 0) * workers
+    if per_worker and meshes * mesh_bytes > total:
+        largest = smooth_size_below((total / (meshes * item)) ** (1 / 3))
+        holder = ("this machine" if where == "machine" else f"one {where}" if workers == 1
+                  else f"{workers} {where}s together")
         raise ParameterError(
-            f"n_mesh={n} needs at least {need / 2**30:.1f} GiB in one {where} "
-            f"({meshes} float64 meshes of {n}^3), which has {have / 2**30:.1f} GiB; "
-            f"the largest n_mesh that fits is about {largest}")
+            f"{what}: n_mesh={n} needs at least {_gib(meshes * mesh_bytes)} "
+            f"({meshes} {dtype.name} mesh{'es' if meshes > 1 else ''} of {n}^3), more than "
+            f"the {_gib(total)} of {holder}; the largest n_mesh that fits is about "
+            f"{largest} (or add workers or memory)")
+    configured = slabs is not None or dask.config.get("cosmo_dask.mesh_slabs", None) is not None
+    if slabs is not None:
+        if isinstance(slabs, bool) or not isinstance(slabs, (int, np.integer)) or slabs < 1:
+            raise ParameterError(f"{what}: slabs must be a positive integer or None, "
+                                 f"got {slabs!r}")
+        count = min(int(slabs), n)
+    elif gpu and dask.config.get("cosmo_dask.mesh_slabs", None) is None and per_worker:
+        count = 1 if SINGLE_SLAB_MESHES * mesh_bytes <= per_worker else \
+            min(n, max(workers, math.ceil(mesh_bytes / GPU_SLAB_BYTES)))
+    else:
+        count = default_slab_count((n, n, n), dtype)
+    if not per_worker:
+        return count
+    if count == 1 and SINGLE_SLAB_MESHES * mesh_bytes > per_worker:
+        if configured:
+            raise ParameterError(
+                f"{what}: one slab of a {n}^3 {dtype.name} mesh needs about "
+                f"{_gib(SINGLE_SLAB_MESHES * mesh_bytes)} in one {where}, which has "
+                f"{_gib(per_worker)}; use more slabs")
+        count = default_slab_count((n, n, n), dtype, single_slab=False)
+    fewest = math.ceil(TASK_SLABS * mesh_bytes / per_worker)
+    if count > 1 and count < fewest:
+        if fewest > n:
+            raise ParameterError(
+                f"{what}: n_mesh={n} does not fit: even a slab of one plane "
+                f"({_gib(TASK_SLABS * mesh_bytes / n)} per task) exceeds one {where}'s "
+                f"{_gib(per_worker)}; the largest n_mesh that fits is about "
+                f"{smooth_size_below((per_worker / (TASK_SLABS * item)) ** 0.5)}")
+        if configured:
+            raise ParameterError(
+                f"{what}: {count} slabs of a {n}^3 {dtype.name} mesh need about "
+                f"{_gib(TASK_SLABS * mesh_bytes / count)} per task, more than one {where}'s "
+                f"{_gib(per_worker)}; use slabs >= {fewest}")
+        count = fewest
+    return count
 
 
-def partial_meshes(pos, mass, *, n_mesh, box_size, scheme, shift, dtype) -> da.Array:
-    """Per-chunk meshes, dask array ``(n_chunks, n, n, n)`` (one chunk per partial)."""
-    n = n_mesh
-    check_mesh_fits(n, gpu=array_module(pos) is not np)
-    kw = dict(new_axes={"x": n, "y": n, "z": n}, adjust_chunks={"i": 1}, concatenate=True,
-              dtype=dtype, meta=array_module(pos).empty((0, 0, 0, 0), dtype=dtype), n=n,
-              box=box_size, scheme=scheme, shift=float(shift), mdtype=np.dtype(dtype))
-    if isinstance(mass, da.Array):
-        return da.blockwise(_paint_pair, "ixyz", pos, "ij", mass, "i", **kw)
-    return da.blockwise(_paint_single, "ixyz", pos, "ij", mass_scalar=float(mass), **kw)
+# ----------------------------------------------------------------------------- deposit
+def _deposit_block(pieces, lo, hi, *, n, box, scheme, shift, mdtype, mass_scalar):
+    """``mesh-paint``: the slab ``[lo, hi)`` of the pieces' deposits, a fresh array."""
+    try:
+        xp = array_module(pieces[0][0])
+        mesh = xp.zeros((hi - lo, n, n), dtype=mdtype)
+        if xp is np:
+            from .paint_kernels import paint_numpy as kernel
+        else:
+            from .paint_kernels_gpu import paint_cupy as kernel
+        for pos, mass, _ in pieces:
+            kernel(pos, mass_scalar if mass is None else mass, n, box, scheme, shift, mdtype,
+                   planes=(lo, hi), out=mesh)
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
+    return mesh
 
 
-def _paint_pair(pos, mass, *, n, box, scheme, shift, mdtype):
-    return _paint_block(pos, mass, mass_scalar=0.0, n=n, box=box, scheme=scheme, shift=shift,
-                        dtype=mdtype)
+def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: str,
+                 shifts=(0.0,), dtype, slabs: int | None = None, split_every: int = 8,
+                 what: str = "paint", exchange=None, after=(), layout_shifts=None):
+    """Meshes painted with each of ``shifts``, in slabs, and the particles' exchange.
+
+    The one deposit of the mesh path (painting, P(k), PM, TreePM): the particle
+    chunks are routed once to the slabs (:class:`~cosmo_dask.spatial.slabs.SlabExchange`,
+    reach covering every shift) and each mesh is deposited slab by slab.
+
+    Parameters
+    ----------
+    pos : dask array (N, 3)
+        Checked positions (rows-chunked; NumPy or CuPy chunks).
+    mass : dask array (N,) or float
+        Masses (chunked like ``pos``) or one mass.
+    n_mesh : int
+        Cells per side (checked by the caller).
+    box_size : float
+    scheme : str
+        Assignment scheme.
+    shifts : tuple of float
+        Mesh shifts in cells, one mesh each (``(0, 0.5)``: an interlaced pair).
+    layout_shifts : tuple of float, optional
+        The shifts the routing must cover (default ``shifts``): all the meshes
+        later painted from the same ``exchange``.
+    dtype : dtype
+        Mesh dtype.
+    slabs : int, optional
+        Slab count (:func:`mesh_slabs` checks it, or picks it).
+    split_every : int
+        Fan-in of the sums of a slab's partial deposits (only used when a slab's
+        chunks are painted in several groups).
+    what : str
+        Caller's name for errors.
+    exchange : SlabExchange, optional
+        Reuse this routing (its layout fixes the slabs and must cover ``shifts``).
+    after : sequence of dask arrays
+        Computed before any deposit starts (:func:`cosmo_dask.spatial.slabs.after`):
+        orders the meshes of a pipeline to bound its memory.
+
+    Returns
+    -------
+    meshes : list of dask arrays (n, n, n), chunks ``(slab_chunks(n, S), n, n)``
+    exchange : SlabExchange
+        For interpolating back (:meth:`~cosmo_dask.spatial.slabs.SlabExchange.interpolate`).
+    """
+    n = int(n_mesh)
+    dtype = np.dtype(dtype)
+    if exchange is None:
+        count = mesh_slabs(n, dtype, slabs, gpu=array_module(pos) is not np, what=what)
+        layout = slab_layout(n, count, box_size, order=SCHEMES[scheme],
+                             shifts=shifts if layout_shifts is None else layout_shifts)
+        exchange = SlabExchange(pos, mass, layout, name="mesh")
+    count = exchange.layout.n_slabs
+    groups = max(1, math.ceil(worker_threads() / count))
+    scalar = 0.0 if isinstance(mass, da.Array) else float(mass)
+    meshes = [exchange.deposit(_deposit_block, name="mesh-paint", dtype=dtype, groups=groups,
+                               split_every=split_every, after=after, n=n,
+                               box=float(box_size), scheme=scheme, shift=float(s),
+                               mdtype=dtype, mass_scalar=scalar)
+              for s in shifts]
+    return meshes, exchange
 
 
-def _paint_single(pos, *, mass_scalar, n, box, scheme, shift, mdtype):
-    return _paint_block(pos, None, mass_scalar=mass_scalar, n=n, box=box, scheme=scheme,
-                        shift=shift, dtype=mdtype)
+def centred(mesh: da.Array) -> da.Array:
+    """``mesh`` minus its mean (a lazy scalar, summed in float64), in ``mesh``'s dtype.
+
+    Only the ``k = 0`` mode changes, which P(k) and PM discard; the FFT's
+    rounding errors scale with the norm of its input, so a float32 transform
+    of a nearly uniform mesh (initial conditions: density contrasts of a few
+    per cent) is that many times more accurate without the mean.
+    """
+    return mesh - mesh.mean(dtype=np.float64).astype(mesh.dtype)
 
 
-def tree_sum(parts: da.Array, split_every: int | None = None) -> da.Array:
-    """Sum the partial meshes of ``parts`` ``(k, n, n, n)`` by a tree of ``split_every``-way
-    additions (in place, no concatenation): returns a one-chunk ``(n, n, n)`` dask array.
-
-    The default takes as many meshes per addition as fill half of one worker's memory
-    (:func:`memory_per_worker`), between 2 and 8: with 2 GB workers and 256^3 float64
-    meshes that is 7, with 1 GB 3 (8 would need 1 GiB of inputs in one task, which the
-    scheduler refuses to place)."""
-    n = parts.shape[1:]
-    if split_every is None:
-        mesh_bytes = math.prod(n) * parts.dtype.itemsize
-        have, _ = memory_per_worker(array_module(parts._meta) is not np)
-        split_every = max(2, min(8, int(0.5 * have / mesh_bytes))) if have else 8
-    nodes = list(parts.to_delayed(optimize_graph=False).ravel())
-    add = dask.delayed(_add, pure=True)
-    while len(nodes) > 1:
-        nodes = [add(*nodes[i:i + split_every]) if len(nodes[i:i + split_every]) > 1
-                 else nodes[i] for i in range(0, len(nodes), split_every)]
-    final = dask.delayed(_squeeze, pure=True)(nodes[0])
-    return da.from_delayed(final, shape=n, dtype=parts.dtype, meta=parts._meta.reshape((0, 0, 0)))
+# ----------------------------------------------------------------------------- interlacing
+def half_cell_phase(kx, ky, kz, cell: float):
+    """``exp(i (kx + ky + kz) H / 2)`` on a k-space slab's wavenumbers (``H = cell``):
+    the phase that brings a mesh painted with ``shift = 1/2`` back onto the unshifted
+    nodes (broadcast shape of the slab, complex128, the wavenumbers' module)."""
+    xp = array_module(kx)
+    half = 0.5 * cell
+    return (xp.exp(1j * half * kx.astype(np.float64)) * xp.exp(1j * half * ky.astype(np.float64))
+            * xp.exp(1j * half * kz.astype(np.float64)))
 
 
-def _interlace_block(m0, m1):
-    """Average of ``m0`` and ``m1`` (painted with a half-cell shift) combined in Fourier space."""
-    xp = array_module(m0)
-    n = m0.shape[0]
-    f0 = xp.fft.rfftn(m0)
-    f1 = xp.fft.rfftn(m1)
-    phase = half_cell_phase(xp, n)
-    out = xp.fft.irfftn((f0 + f1 * phase) * 0.5, s=m0.shape, axes=(0, 1, 2))
-    return out.astype(m0.dtype, copy=False)
+def interlace_kslab(f0, kx, ky, kz, f1, *, cell: float):
+    """``(f0 + f1 exp(i (kx + ky + kz) H / 2)) / 2``: one k-space slab of an interlaced
+    pair (Hockney & Eastwood; Sefusatti et al. 2016), in ``f0``'s dtype."""
+    out = (f0 + f1 * half_cell_phase(kx, ky, kz, cell)) * 0.5
+    return out.astype(f0.dtype, copy=False)
 
-
-def half_cell_phase(xp, n):
-    """``exp(i (kx + ky + kz) H / 2)`` on the rfft half-space of an n^3 mesh (H = cell)."""
-    q = 2.0 * np.pi * np.fft.fftfreq(n)  # k H for the full axes
-    qz = 2.0 * np.pi * np.fft.rfftfreq(n)
-    ph = lambda v: xp.asarray(np.exp(0.5j * v))  # noqa: E731
-    return ph(q)[:, None, None] * ph(q)[None, :, None] * ph(qz)[None, None, :]
 
 
 def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interlace=False,
-          shift=0.0, precision="float64", split_every=None) -> da.Array:
+          shift=0.0, precision="float64", split_every=None, slabs=None) -> da.Array:
     """Paint particles' masses onto a periodic ``n_mesh^3`` mesh (mass per cell).
 
     Parameters
@@ -227,7 +360,8 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
         1 per particle for raw positions (the mesh then counts particles). An
         array is checked eagerly (positive, finite).
     n_mesh : int
-        Cells per side, >= 1.
+        Cells per side, 1 to 4096, prime factors 2, 3, 5 and 7 only
+        (:func:`~cosmo_dask.spatial.fft.check_mesh_size`).
     box_size : float, optional
         Side of the periodic cube. Required for raw positions and for a
         snapshot without ``box_size`` (isolated).
@@ -240,41 +374,49 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
         Return the average of this mesh and the mesh painted with positions
         shifted by half a cell, the latter phase-shifted back in Fourier space
         (Hockney & Eastwood; Sefusatti et al. 2016). This cancels the odd
-        aliasing images; costs a second painting pass and three FFTs of the whole
-        mesh in one task. :func:`cosmo_dask.analysis.power_spectrum` does its own
-        interlacing and does not need this.
+        aliasing images; costs a second painting pass and three distributed
+        FFTs (:mod:`cosmo_dask.spatial.fft`).
+        :func:`cosmo_dask.analysis.power_spectrum` does its own interlacing and
+        does not need this.
     shift : float
         Shift of the mesh coordinate in cells (``u = x/H - 1/2 + shift``); 0.5
         gives the second mesh of an interlaced pair.
     precision : {"float64", "float32"}
         Dtype of the mesh (weights are computed in float64 on both devices).
     split_every : int, optional
-        Partial meshes added per reduction task (>= 2; default: as many as fill half
-        of one worker's memory, at most 8).
+        Fan-in of the sums of a slab's partial deposits, used when a slab's
+        chunks are painted in several groups (fewer slabs than worker threads);
+        >= 2, default 8.
+    slabs : int, optional
+        Number of slabs along axis 0 (default:
+        :func:`~cosmo_dask.spatial.fft.default_slab_count`, or the dask config
+        key ``cosmo_dask.mesh_slabs``); checked against the workers' memory.
 
     Returns
     -------
     dask.array.Array
-        ``(n_mesh, n_mesh, n_mesh)``, one chunk, mass per cell (sum = total mass
-        to rounding: ~1e-15 relative in float64) in the snapshot's mass unit.
-        Divide by ``(L/n)^3`` for a density; see :func:`density_contrast`.
+        ``(n_mesh, n_mesh, n_mesh)`` in slabs along axis 0 (``chunks =
+        (slab_chunks(n_mesh, S), n_mesh, n_mesh)``), mass per cell (sum = total
+        mass to rounding: ~1e-15 relative in float64) in the snapshot's mass
+        unit. Divide by ``(L/n)^3`` for a density; see :func:`density_contrast`.
         :func:`~cosmo_dask.density.mesh_store.write_mesh` with ``units=snap.units``
         stores it with its units.
 
     Raises
     ------
     ParameterError
-        ``n_mesh`` not a positive integer, an unknown scheme, no ``box_size``
+        ``n_mesh`` not a valid mesh side, an unknown scheme, no ``box_size``
         for raw positions or an isolated snapshot, masses not positive and
-        finite, wrong shapes, empty input; at compute time, non-finite positions.
+        finite, wrong shapes, empty input, a mesh that does not fit the
+        workers' memory (naming what fits), bad ``slabs``; at compute time,
+        non-finite positions.
 
     Notes
     -----
-    Cost: O(N order^3) scattered additions (numba, serial per chunk; or GPU
-    atomics), plus ``n_chunks`` mesh zeroings and ``n_chunks - 1`` mesh
-    additions (memory bound: 8 n^3 bytes each). Memory: one ``n_mesh^3`` mesh per
-    painting task in flight and up to ``split_every`` per reduction task (see the
-    module docstring); no slab decomposition.
+    Cost: O(N order^3) scattered additions (numba, serial per slab task; or GPU
+    atomics), one zeroing of each slab, and the routing of the particles to
+    the slabs (a sort per chunk). Memory: one slab per deposit task (see the
+    module docstring); no task holds the whole mesh unless it is one slab.
     """
     what = "paint"
     n = check_n_mesh(n_mesh, what)
@@ -291,13 +433,15 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     if not math.isfinite(shift):
         raise ParameterError(f"{what}: shift must be finite, got {shift!r}")
     pos, m, box, _ = particles_input(snap_or_pos, mass, box_size, what=what)
-    mesh = tree_sum(partial_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shift=shift,
-                                   dtype=dtype), split_every)
+    shifts = (shift, shift + 0.5) if interlace else (shift,)
+    meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
+                             dtype=dtype, slabs=slabs, split_every=split_every or 8, what=what)
     if not interlace:
-        return mesh
-    mesh2 = tree_sum(partial_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme,
-                                    shift=shift + 0.5, dtype=dtype), split_every)
-    return da.map_blocks(_interlace_block, mesh, mesh2, dtype=dtype)
+        return meshes[0]
+    k0, k1 = rfftn(meshes[0]), rfftn(meshes[1])
+    both = map_kslabs(interlace_kslab, k0, k1, shape=(n, n, n), box_size=box,
+                      name="mesh-interlace", kdtype=np.float64, cell=box / n)
+    return irfftn(both, (n, n, n))
 
 
 def density_contrast(mesh):

@@ -27,9 +27,15 @@ float64).
 Coordinates and weights are computed in float64 whatever the input dtype;
 the products are added to the mesh in its dtype.
 
+Slabs: the kernels write (and :mod:`cosmo_dask.gravity.pm_kernels` reads) one
+slab of planes ``x_lo .. x_lo + nx - 1`` along axis 0, an ``(nx, n, n)`` array;
+a particle's contributions to planes outside it are skipped (they belong to
+the slabs :mod:`cosmo_dask.spatial.slabs` sends the particle to as well). The
+whole mesh is the slab ``x_lo = 0, nx = n``.
+
 Cost: ``p^3`` scattered additions per particle, O(N p^3) time, serial within a
-chunk (dask parallelises over chunks, each onto its own mesh), plus zeroing the
-``n^3`` mesh. Non-finite positions are skipped and counted (the caller raises).
+task (dask parallelises over slabs), plus zeroing the slab. Non-finite
+positions are skipped and counted (the caller raises).
 """
 
 from __future__ import annotations
@@ -79,8 +85,8 @@ def assignment_weights(u, order, w):
 
 
 @numba.njit(cache=True, nogil=True)
-def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
-    """Add the particles' masses onto ``mesh`` (flat, ``n^3``, C order) in place.
+def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh, x_lo, nx):
+    """Add the particles' masses onto the slab ``mesh`` (flat, ``nx n^2``, C order) in place.
 
     Parameters
     ----------
@@ -93,7 +99,10 @@ def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
         1 (NGP), 2 (CIC), 3 (TSC) or 4 (PCS).
     shift : float
         Added to the mesh coordinate, in cells.
-    mesh : (n^3,) array, float32 or float64
+    mesh : (nx n^2,) array, float32 or float64
+        The planes ``x_lo .. x_lo + nx - 1`` of the mesh (all of it: 0, n).
+    x_lo, nx : int
+        The slab's first plane and its number of planes (``x_lo + nx <= n``).
 
     Returns
     -------
@@ -121,7 +130,10 @@ def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
         iz = assignment_weights(into_period(uz, fn), order, wz)
         m = np.float64(mass[p]) if use_array else mass_scalar
         for a in range(order):
-            jx = (np.int64(ix + a) % nn) * nn
+            lx = np.int64(ix + a) % nn - x_lo
+            if lx < 0 or lx >= nx:
+                continue
+            jx = lx * nn
             ma = m * wx[a]
             for b in range(order):
                 jxy = (jx + np.int64(iy + b) % nn) * nn
@@ -132,20 +144,25 @@ def paint_chunk(pos, mass, mass_scalar, n, box_size, order, shift, mesh):
 
 
 def paint_numpy(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,
-                dtype=np.float64) -> np.ndarray:
-    """Paint one chunk on the CPU: a fresh ``(n, n, n)`` mesh of ``dtype``.
+                dtype=np.float64, planes: tuple[int, int] | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """Paint one chunk on the CPU onto planes ``planes = (lo, hi)`` (default all).
 
-    ``mass`` is an (m,) array or a float (every particle's mass). Raises
-    ``ValueError`` if a position is not finite.
+    ``mass`` is an (m,) array or a float (every particle's mass). ``out``, a
+    C-contiguous ``(hi - lo, n, n)`` array of ``dtype``, is added into (and
+    returned); default a fresh zeroed one. Raises ``ValueError`` if a position
+    is not finite.
     """
+    lo, hi = (0, n) if planes is None else (int(planes[0]), int(planes[1]))
     pos = np.ascontiguousarray(pos)
-    mesh = np.zeros(n * n * n, dtype=dtype)
+    mesh = np.zeros((hi - lo, n, n), dtype=dtype) if out is None else out
     if np.isscalar(mass) or np.ndim(mass) == 0:
-        marr, mscalar = np.empty(0, dtype=dtype), float(mass)
+        marr, mscalar = np.empty(0, dtype=mesh.dtype), float(mass)
     else:
         marr, mscalar = np.ascontiguousarray(mass), 0.0
-    bad = paint_chunk(pos, marr, mscalar, int(n), float(box_size), SCHEMES[scheme],
-                      float(shift), mesh)
-    if bad:
-        raise ValueError(f"paint: {bad} particle position(s) are not finite")
-    return mesh.reshape(n, n, n)
+    if pos.shape[0]:
+        bad = paint_chunk(pos, marr, mscalar, int(n), float(box_size), SCHEMES[scheme],
+                          float(shift), mesh.reshape(-1), lo, hi - lo)
+        if bad:
+            raise ValueError(f"paint: {bad} particle position(s) are not finite")
+    return mesh

@@ -6,6 +6,9 @@ separable weights of order 1-4, indices modulo ``n``. One thread per particle
 computes its ``3 p`` weights in float64 and adds its ``p^3`` contributions with
 ``atomicAdd`` (float32 or float64 mesh; double atomics need compute capability
 >= 6.0). Non-finite positions are skipped and counted in a device counter.
+Like the CPU kernel it writes one slab of planes ``x_lo .. x_lo + nx - 1``
+(``(nx, n, n)``; the whole mesh is ``x_lo = 0, nx = n``), skipping the other
+planes' contributions.
 
 Cost: O(N p^3) atomic additions; the atomics collide only when many particles
 share a cell (clustered input), which serialises those additions. Summation
@@ -26,7 +29,8 @@ extern "C" __global__ void paint(const POS_T* __restrict__ pos, const MASS_T* __
                                  const int use_array, const double mass_scalar,
                                  const long long m, const long long n, const double inv_h,
                                  const double off, MESH_T* __restrict__ mesh,
-                                 unsigned long long* __restrict__ bad)
+                                 unsigned long long* __restrict__ bad,
+                                 const long long x_lo, const long long nx)
 {
     long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= m) return;
@@ -68,7 +72,9 @@ extern "C" __global__ void paint(const POS_T* __restrict__ pos, const MASS_T* __
     }
     const double mp = use_array ? (double)mass[p] : mass_scalar;
     for (int a = 0; a < ORDER; ++a) {
-        long long jx = ((i0[0] + a + n) % n) * n;  // i0 >= -1: keep % non-negative
+        long long lx = (i0[0] + a + n) % n - x_lo;  // i0 >= -1: keep % non-negative
+        if (lx < 0 || lx >= nx) continue;
+        long long jx = lx * n;
         double ma = mp * w[0][a];
         for (int b = 0; b < ORDER; ++b) {
             long long jxy = (jx + (i0[1] + b + n) % n) * n;
@@ -94,21 +100,23 @@ def _kernel(order: int, pos_t: str, mass_t: str, mesh_t: str, device_id: int):
 
 
 def paint_cupy(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,
-               dtype=np.float64):
-    """Paint one CuPy chunk: a fresh ``(n, n, n)`` CuPy mesh of ``dtype``.
+               dtype=np.float64, planes: tuple[int, int] | None = None, out=None):
+    """Paint one CuPy chunk onto planes ``planes = (lo, hi)`` (default all) of a CuPy mesh.
 
-    ``mass`` is an (m,) array (any module) or a float. Raises ``ValueError`` if a
-    position is not finite.
+    ``mass`` is an (m,) array (any module) or a float. ``out``, a C-contiguous
+    ``(hi - lo, n, n)`` CuPy array of ``dtype``, is added into (and returned);
+    default a fresh zeroed one. Raises ``ValueError`` if a position is not finite.
     """
     import cupy
 
-    dtype = np.dtype(dtype)
+    lo, hi = (0, n) if planes is None else (int(planes[0]), int(planes[1]))
+    dtype = np.dtype(dtype if out is None else out.dtype)
     pos = cupy.asarray(pos)
     if pos.dtype not in (np.float32, np.float64):
         pos = pos.astype(np.float64)
     pos = cupy.ascontiguousarray(pos)
     m = pos.shape[0]
-    mesh = cupy.zeros(n * n * n, dtype=dtype)
+    mesh = cupy.zeros((hi - lo, n, n), dtype=dtype) if out is None else out
     if np.isscalar(mass) or np.ndim(mass) == 0:
         marr, mscalar, use = cupy.empty(1, dtype=np.float64), float(mass), 0
     else:
@@ -124,8 +132,9 @@ def paint_cupy(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0
         blocks = (m + threads - 1) // threads
         kern((blocks,), (threads,),
              (pos, marr, np.int32(use), np.float64(mscalar), np.int64(m), np.int64(n),
-              np.float64(n / box_size), np.float64(shift - 0.5), mesh, bad))
-    nbad = int(bad.get()[0])
-    if nbad:
-        raise ValueError(f"paint: {nbad} particle position(s) are not finite")
-    return mesh.reshape(n, n, n)
+              np.float64(n / box_size), np.float64(shift - 0.5), mesh, bad, np.int64(lo),
+              np.int64(hi - lo)))
+        nbad = int(bad.get()[0])
+        if nbad:
+            raise ValueError(f"paint: {nbad} particle position(s) are not finite")
+    return mesh

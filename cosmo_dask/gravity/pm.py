@@ -1,49 +1,56 @@
-"""Periodic particle-mesh (PM) gravity as a Dask graph.
+"""Periodic particle-mesh (PM) gravity as a Dask graph, on the mesh path of issue 19.
 
-Graph (one call, ``C`` particle chunks):
+Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
 
 1. ``gravity-pm-check``: one task per chunk checks that the positions lie in
    ``[0, box_size)`` (raises :class:`~cosmo_dask.errors.ParameterError` at
    compute time otherwise).
-2. CIC deposit: :func:`cosmo_dask.density.paint.partial_meshes` paints every
-   chunk onto its own ``n^3`` mass mesh (numba or CuPy) and
-   :func:`cosmo_dask.density.paint.tree_sum` adds them (8 per task): the mesh
-   painting of the density package, not a second deposit.
-3. ``gravity-pm-fft``: **one task** per mesh (two when interlaced), each on one
-   worker: ``rfftn``, Green's function with the Gaussian split and CIC
-   deconvolution, spectral gradient, 3 or 4 ``irfftn`` (:mod:`~cosmo_dask.gravity.pm_kernels`, or
-   :mod:`~cosmo_dask.gravity.pm_kernels_gpu` for a CuPy mesh). Output: one
-   ``(3 or 4, n, n, n)`` chunk of force (and potential) meshes.
-4. ``gravity-pm-interp``: one task per particle chunk CIC-interpolates the
-   meshes at its particles (and averages the two interlaced meshes); the
-   outputs follow the input's row chunks.
+2. ``mesh-split`` / ``mesh-paint``: the CIC deposit of
+   :func:`cosmo_dask.density.paint.paint_meshes`: each chunk is routed once to
+   the slabs its particles reach (:mod:`cosmo_dask.spatial.slabs`, covering both
+   interlaced shifts) and each slab of each mesh is deposited by one task.
+3. the solve, slab by slab, with :mod:`cosmo_dask.spatial.fft`: ``fft-r2c`` /
+   transpose / ``fft-c2c`` (:func:`~cosmo_dask.spatial.fft.rfftn`),
+   ``gravity-pm-green`` (Green's function with the Gaussian split and CIC
+   deconvolution, per k-space slab), per component ``gravity-pm-grad`` (the
+   spectral or 4-point gradient) and the inverse transform back to real slabs
+   (:func:`~cosmo_dask.spatial.fft.irfftn`), and the potential's inverse
+   transform; kernels in :mod:`~cosmo_dask.gravity.pm_kernels` (numba) or
+   :mod:`~cosmo_dask.gravity.pm_kernels_gpu` (CUDA) by the slab's type.
+4. ``gravity-pm-interp-slab``: one task per (mesh, slab, chunk) CIC-interpolates
+   the slab's force (and potential) components at the chunk's particles that
+   reach it; ``gravity-pm-interp``: one task per chunk adds the slabs' parts,
+   averages the interlaced pair and returns the chunk's rows in input order.
 
-Size limit: the FFT task holds the whole mesh, about ``7 n^3`` words at peak
-(:func:`~cosmo_dask.gravity.pm_kernels.mesh_bytes`: 7.5 GB at ``n = 512``, 60 GB
-at 1024 in float64, half in float32), and every interpolation task reads the
-``(4, n, n, n)`` meshes (4 GB at 512 in float64), which the scheduler copies once
-to each worker. ``n_mesh > MAX_N_MESH`` (1024) raises ``NotImplementedError``:
-a mesh split over workers (slab or pencil FFT) is not implemented.
+Memory: no task holds more than about :data:`~cosmo_dask.density.paint.TASK_SLABS`
+slabs (``4 / S`` of a mesh) unless the mesh is one slab (the default up to a
+256 MiB complex mesh: ``n <= 400`` in float32, 320 in float64), whose pipeline
+runs in one worker at a time (about 8 meshes). Over the cluster the potential's
+k-space mesh, the component in flight and its transposes are alive at once,
+about 3 meshes per shift (Dask spills what does not fit). ``n_mesh`` up to
+:data:`MAX_N_MESH` (4096), prime factors 2, 3, 5, 7; the memory is checked
+before any work (:func:`cosmo_dask.density.paint.mesh_slabs`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, particle_rows, resolve_precision
+from ..backend import array_module, empty_meta, particle_rows, resolve_precision
+from ..density.paint import centred, paint_meshes
 from ..density.paint import check_n_mesh as check_mesh_size
-from ..density.paint import partial_meshes, tree_sum
 from ..errors import ParameterError
+from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
+from ..spatial.slabs import after as slab_after
+from .pm_kernels import gradient_kslab, green_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
-           "inside_box", "long_range", "pm_meshes", "pm_interpolate"]
-
-#: the largest mesh whose FFT task runs on one worker
-MAX_N_MESH = 1024
+           "force_kmesh", "inside_box", "long_range", "pm_force_meshes", "potential_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
@@ -60,15 +67,9 @@ def check_box_size(box_size, what: str) -> float:
 
 
 def check_n_mesh(n_mesh, what: str) -> int:
-    """``n_mesh`` as a positive int (:func:`cosmo_dask.density.paint.check_n_mesh`); above
-    :data:`MAX_N_MESH` raises NotImplementedError."""
-    n_mesh = check_mesh_size(n_mesh, what)
-    if n_mesh > MAX_N_MESH:
-        raise NotImplementedError(
-            f"{what}: n_mesh={n_mesh} is larger than {MAX_N_MESH}: the PM FFT runs on one "
-            f"worker (about 56 n_mesh^3 bytes in float64) and a mesh split over workers "
-            "(slab/pencil FFT) is not implemented")
-    return int(n_mesh)
+    """``n_mesh`` checked for the mesh path (:func:`cosmo_dask.density.paint.check_n_mesh`:
+    a positive integer up to :data:`MAX_N_MESH`, prime factors 2, 3, 5, 7)."""
+    return check_mesh_size(n_mesh, what)
 
 
 def _check_number(value, name: str, what: str, *, allow_zero: bool) -> float:
@@ -115,87 +116,134 @@ def checked_particles(pos, mass, box_size: float, what: str):
     return inside_box(pos, box_size, what), m, n
 
 
-def _fft_block(mass_mesh, *, box, rs, G, potential):
-    if array_module(mass_mesh) is np:
-        from .pm_kernels import long_range_meshes_numpy
-
-        return long_range_meshes_numpy(mass_mesh, box, rs, G, potential)
-    from .pm_kernels_gpu import long_range_meshes_cupy
-
-    return long_range_meshes_cupy(mass_mesh, box, rs, G, potential)
-
-
-def _interp_block(pos, mass, *meshes, box, shifts, self_coef, out_dtype):
-    """Average over ``shifts`` of the CIC-interpolated ``meshes``, + self term on column 3."""
-    xp = array_module(pos)
-    if xp is np:
+def _interp_piece(piece, lo, hi, *slabs, box, shift):
+    """``gravity-pm-interp-slab``: the slab's part of the CIC interpolation of ``slabs``
+    at one piece's particles: ``(rows, (m, c) float64)``."""
+    pos, _, rows = piece
+    if array_module(pos) is np:
         from .pm_kernels import cic_interpolate_numpy as interp
     else:
         from .pm_kernels_gpu import cic_interpolate_cupy as interp
-    vals = interp(pos, meshes[0], box, shifts[0])
-    for mesh, shift in zip(meshes[1:], shifts[1:], strict=True):
-        vals += interp(pos, mesh, box, shift)
-    if len(meshes) > 1:
-        vals *= 1.0 / len(meshes)
-    if self_coef and vals.shape[1] == 4:
-        m = mass.astype(np.float64) if hasattr(mass, "shape") else float(mass)
-        vals[:, 3] += self_coef * m
-    return vals.astype(out_dtype, copy=False)
+    return rows, interp(pos, slabs, box, shift, x_lo=lo)
 
 
-def pm_meshes(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r_split: float,
-              dtype, potential: bool, shift: float = 0.0) -> da.Array:
-    """The ``gravity-pm-fft`` output: a one-chunk ``(3 or 4, n, n, n)`` dask array.
+def _finish(vals, mass=None, *, c, n_meshes, self_coef, mass_scalar, out_dtype):
+    """``gravity-pm-interp``: the mean over the interlaced meshes (columns side by side),
+    plus the self term ``self_coef * m`` on the potential column (4 of 4)."""
+    out = vals[:, :c].copy()
+    for k in range(1, n_meshes):
+        out += vals[:, k * c:(k + 1) * c]
+    if n_meshes > 1:
+        out *= 1.0 / n_meshes
+    if self_coef and c == 4:
+        m = mass.astype(np.float64) if mass is not None else mass_scalar
+        out[:, 3] += self_coef * m
+    return out.astype(out_dtype, copy=False)
 
-    ``pos`` must already be checked (rows-chunked dask array inside the box);
-    ``shift`` (cells) is the mesh offset of :func:`cosmo_dask.density.paint.paint`.
+
+def potential_kmesh(mass_mesh: da.Array, *, G: float, box_size: float,
+                    r_split: float) -> da.Array:
+    """The potential's k-space mesh (k-space slabs) of a mass mesh (mass per cell) in slabs.
+
+    ``rfftn`` of the mesh less its mean (:func:`cosmo_dask.density.paint.centred`:
+    more accurate in float32; the ``k = 0`` mode is dropped anyway) times the
+    Green's function (:func:`~cosmo_dask.gravity.pm_kernels.green_kslab`,
+    ``scale = -4 pi G / H^3``): ``gravity-pm-green`` tasks.
     """
-    n = n_mesh
-    mesh = tree_sum(partial_meshes(pos, mass, n_mesh=n, box_size=box_size, scheme="cic",
-                                   shift=float(shift), dtype=dtype))
-    c = 4 if potential else 3
-    token = tokenize(mesh, G, box_size, r_split, potential)
-    return da.blockwise(_fft_block, "cxyz", mesh, "xyz", new_axes={"c": c}, dtype=dtype,
-                        meta=array_module(pos).empty((0, 0, 0, 0), dtype=dtype),
-                        name=f"gravity-pm-fft-{token}", box=box_size, rs=r_split, G=G,
-                        potential=potential)
+    n = int(mass_mesh.shape[0])
+    cell = box_size / n
+    return map_kslabs(green_kslab, rfftn(centred(mass_mesh)), shape=(n, n, n),
+                      box_size=box_size, name="gravity-pm-green", kdtype=np.float64, cell=cell,
+                      rs=float(r_split), scale=-4.0 * math.pi * float(G) / cell**3)
 
 
-def pm_interpolate(pos: da.Array, mass, meshes, shifts, *, box_size: float, self_coef: float,
-                   dtype) -> da.Array:
-    """``gravity-pm-interp``: (N, c) mean over ``meshes`` of their values at ``pos``.
+def force_kmesh(phi: da.Array, component: int, *, box_size: float,
+                r_split: float) -> da.Array:
+    """The k-space mesh of acceleration ``component`` 0, 1, 2 (``gravity-pm-grad``: the
+    spectral gradient with a split, the 4-point difference without;
+    :func:`~cosmo_dask.gravity.pm_kernels.gradient_kslab`), or ``phi`` itself for 3."""
+    if component == 3:
+        return phi
+    n = int(phi.shape[0])
+    return map_kslabs(gradient_kslab, phi, shape=(n, n, n), box_size=box_size,
+                      name="gravity-pm-grad", kdtype=np.float64, axis=component,
+                      cell=box_size / n, kind="spectral" if r_split > 0 else "fd4")
 
-    ``meshes`` is a list of :func:`pm_meshes` outputs painted with the given
-    ``shifts``; one task per chunk of ``pos`` reads them all. ``self_coef * m_i``
-    is added to the last column when there are 4 (the potential's self-pair
-    correction). The output is chunked like ``pos``.
-    """
-    c = meshes[0].shape[0]
-    token = tokenize(pos, mass, meshes, shifts, box_size, self_coef)
-    mesh_args = [x for mm in meshes for x in (mm, "cxyz")]
-    mass_arg = (mass, "i") if isinstance(mass, da.Array) else (float(mass), None)
-    return da.blockwise(_interp_block, "ij", pos, "ij", *mass_arg, *mesh_args,
-                        adjust_chunks={"j": c}, concatenate=True, dtype=dtype,
-                        meta=array_module(pos).empty((0, 0), dtype=dtype),
-                        name=f"gravity-pm-interp-{token}", box=box_size,
-                        shifts=tuple(float(x) for x in shifts), self_coef=float(self_coef),
-                        out_dtype=np.dtype(dtype))
+
+def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: float,
+                    potential: bool) -> list[da.Array]:
+    """Force (and potential) meshes of a mass mesh (mass per cell) in slabs:
+    :func:`potential_kmesh`, :func:`force_kmesh` and ``irfftn`` of each. Returns
+    ``[a_x, a_y, a_z]`` (+ the potential), each ``(n, n, n)`` in ``mass_mesh``'s
+    slabs and dtype (accelerations in ``G M / L^2``, the potential in ``G M / L``)."""
+    n = int(mass_mesh.shape[0])
+    phi = potential_kmesh(mass_mesh, G=G, box_size=box_size, r_split=r_split)
+    return [irfftn(force_kmesh(phi, a, box_size=box_size, r_split=r_split), (n, n, n))
+            for a in range(4 if potential else 3)]
 
 
 def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r_split: float,
-               dtype, potential: bool, interlace: bool) -> da.Array:
-    """(N, 3 or 4) PM accelerations (and potentials) of checked positions, chunked like ``pos``."""
+               dtype, potential: bool, interlace: bool, slabs: int | None = None,
+               what: str = "pm_accelerations") -> da.Array:
+    """(N, 3 or 4) PM accelerations (and potentials) of checked positions, chunked like ``pos``.
+
+    The graph of the module docstring; ``slabs`` as in
+    :func:`cosmo_dask.density.paint.paint_meshes` (default: chosen and checked
+    against the workers' memory). A mesh in several slabs is solved one force
+    component at a time (each component's mesh is made once the previous one
+    has been interpolated, the second interlaced mesh once the first is done:
+    :func:`cosmo_dask.spatial.slabs.after`), so that the cluster holds the
+    potential's k-space mesh and one component at a time; a one-slab mesh
+    interpolates all its components in one task per chunk.
+    """
     shifts = (0.0, 0.5) if interlace else (0.0,)
-    meshes = [pm_meshes(pos, mass, G=G, box_size=box_size, n_mesh=n_mesh, r_split=r_split,
-                        dtype=dtype, potential=potential, shift=s) for s in shifts]
+    c = 4 if potential else 3
     self_coef = G / (math.sqrt(math.pi) * r_split) if (potential and r_split > 0) else 0.0
-    return pm_interpolate(pos, mass, meshes, shifts, box_size=box_size, self_coef=self_coef,
-                          dtype=dtype)
+    mass_array = isinstance(mass, da.Array)
+    finish = functools.partial(_finish, c=c, n_meshes=len(shifts), self_coef=float(self_coef),
+                               mass_scalar=0.0 if mass_array else float(mass),
+                               out_dtype=np.dtype(dtype))
+    finish_args = [mass] if mass_array else []
+    meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
+                                    shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,
+                                    slabs=slabs, what=what)
+    if exchange.layout.n_slabs == 1:  # the fast path: one task per chunk reads every mesh
+        if interlace:
+            meshes += paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
+                                   shifts=shifts[1:], dtype=dtype, exchange=exchange)[0]
+        groups = [(functools.partial(_interp_piece, box=float(box_size), shift=shift),
+                   pm_force_meshes(mesh, G=G, box_size=box_size, r_split=r_split,
+                                   potential=potential), c)
+                  for mesh, shift in zip(meshes, shifts, strict=True)]
+        return exchange.interpolate(groups, name="gravity-pm-interp", dtype=dtype,
+                                    finish=finish, finish_args=finish_args)
+    n = int(n_mesh)
+    columns: list[da.Array] = []  # (N, 1) float64 per mesh and component, in order
+    for shift in shifts:
+        if columns:  # the second mesh is painted once the first is interpolated
+            meshes = paint_meshes(pos, mass, n_mesh=n, box_size=box_size, scheme="cic",
+                                  shifts=(shift,), dtype=dtype, exchange=exchange,
+                                  after=columns[-1:])[0]
+        phi = potential_kmesh(meshes[0], G=G, box_size=box_size, r_split=r_split)
+        for a in range(c):
+            # each component once the previous one is interpolated (the gate sits on
+            # phi, so that the gradient and the first inverse FFT stay one task)
+            gated = slab_after(phi, columns[-1]) if columns else phi
+            kmesh = force_kmesh(gated, a, box_size=box_size, r_split=r_split)
+            part = functools.partial(_interp_piece, box=float(box_size), shift=shift)
+            columns.append(exchange.interpolate([(part, [irfftn(kmesh, (n, n, n))], 1)],
+                                                name="gravity-pm-interp-part",
+                                                dtype=np.float64))
+    values = da.concatenate(columns, axis=1).rechunk({1: -1})
+    mass_arg = (mass, "i") if mass_array else ()
+    return da.blockwise(finish, "ij", values, "ij", *mass_arg, adjust_chunks={"j": c},
+                        dtype=dtype, meta=empty_meta(values, 2, dtype),
+                        name=f"gravity-pm-interp-{tokenize(values, finish)}")
 
 
 def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_split: float = 0.0,
                      precision: str = "float64", potential: bool = True,
-                     interlace: bool = True):
+                     interlace: bool = True, slabs: int | None = None):
     """Periodic PM accelerations and potentials (long-range part when ``r_split > 0``).
 
     Parameters
@@ -209,7 +257,8 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
     box_size : float
         Side of the periodic cube, > 0. ``None`` (an isolated snapshot) raises.
     n_mesh : int
-        Mesh cells per side, 1..:data:`MAX_N_MESH`.
+        Mesh cells per side, 1..:data:`MAX_N_MESH` (4096), prime factors 2, 3,
+        5, 7 only.
     r_split : float
         Gaussian split scale ``rs`` (length units, >= 0): the mesh force is the
         long-range part ``exp(-k^2 rs^2)`` of the periodic force, i.e. the pair
@@ -224,6 +273,10 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
         Average the forces of two meshes offset by half a cell (default): about
         4x smaller mesh force errors for twice the PM cost (see
         :mod:`~cosmo_dask.gravity.pm_kernels`).
+    slabs : int, optional
+        Slabs of the mesh path (default:
+        :func:`~cosmo_dask.spatial.fft.default_slab_count` or the dask config key
+        ``cosmo_dask.mesh_slabs``; checked against the workers' memory).
 
     Returns
     -------
@@ -242,18 +295,18 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
     Raises
     ------
     ParameterError
-        ``box_size`` missing or not positive, ``n_mesh`` not a positive
-        integer, negative ``r_split``, ``G`` not positive, bad precision or
-        shapes; at compute time, a position outside ``[0, box_size)``.
-    NotImplementedError
-        ``n_mesh > MAX_N_MESH`` (the mesh would not fit one worker).
+        ``box_size`` missing or not positive, ``n_mesh`` not a valid mesh side
+        (above 4096, or a prime factor above 7), negative ``r_split``, ``G`` not
+        positive, bad precision, shapes or ``slabs``, a mesh that does not fit
+        the workers' memory (naming what fits); at compute time, a position
+        outside ``[0, box_size)``.
 
     Notes
     -----
     Accuracy (measured in ``tests/test_pm.py`` against the Ewald long-range
     sum): see the test docstrings. The mesh force conserves momentum
     (``sum m a = 0`` to rounding) and has no self-force. Cost: O(N) deposit
-    and interpolation, O(n^3 log n) for the 4-5 FFTs in one task.
+    and interpolation, O(n^3 log n) for the 4-5 FFTs per mesh, slab by slab.
     """
     what = "pm_accelerations"
     box = check_box_size(box_size, what)
@@ -263,7 +316,8 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
     dtype = resolve_precision(precision)
     pos, m, _ = checked_particles(pos, mass, box, what)
     vals = long_range(pos, m, G=G, box_size=box, n_mesh=n, r_split=rs, dtype=dtype,
-                      potential=bool(potential), interlace=bool(interlace))
+                      potential=bool(potential), interlace=bool(interlace), slabs=slabs,
+                      what=what)
     acc = vals[:, :3]
     pot = vals[:, 3] if potential else None
     return acc, pot

@@ -1,7 +1,14 @@
-"""Periodic particle-mesh (PM) gravity: CPU kernels (numba + NumPy/SciPy FFT).
+"""Periodic particle-mesh (PM) gravity: CPU kernels (numba + NumPy) on mesh slabs.
+
+The kernels act on one slab of a mesh at a time (the mesh path of issue 19,
+:mod:`cosmo_dask.spatial.fft`, :mod:`cosmo_dask.spatial.slabs`): the Green's
+function and the gradient on one **k-space slab** given its wavenumbers
+(:func:`~cosmo_dask.spatial.fft.map_kslabs`), the interpolation on one **real
+slab** of planes ``x_lo .. x_lo + nx - 1``; a one-slab mesh is the whole mesh.
+The FFTs are :mod:`cosmo_dask.spatial.fft`'s.
 
 Mesh convention: the one of :mod:`cosmo_dask.density.paint_kernels` (the
-deposit is done there, by :func:`cosmo_dask.density.paint.partial_meshes` with
+deposit is done there, by :func:`cosmo_dask.density.paint.paint_meshes` with
 ``scheme="cic"``): ``n^3`` cells of side ``H = L / n``, node ``j`` at
 ``(j + 1/2) H``, mesh coordinate ``u = x / H - 1/2``, CIC weights
 ``1 - |u - j|`` per axis, indices modulo ``n``. The interpolation here is the
@@ -65,165 +72,130 @@ import math
 
 import numba
 import numpy as np
-import scipy.fft
 
+from ..backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
-__all__ = ["green_multiply", "derivative_wavenumbers", "long_range_meshes",
-           "long_range_meshes_numpy", "cic_interpolate", "cic_interpolate_numpy",
-           "mesh_bytes"]
+__all__ = ["green_factors", "green_kslab", "green_slab", "derivative_factor",
+           "gradient_kslab", "cic_interpolate", "cic_interpolate_numpy"]
+
+
+def green_factors(k, cell: float, rs: float):
+    """Per-axis factors of the Green's function: ``exp(-k^2 rs^2) / sinc(k H / 2)^4``
+    (float64, the module of ``k``); all ones without a split (``rs = 0``, no
+    deconvolution). ``k`` is one axis's wavenumbers (1 / length), ``H = cell``."""
+    xp = array_module(k)
+    k = k.astype(np.float64)
+    if rs <= 0:
+        return xp.ones_like(k)
+    q = 0.5 * cell * k
+    safe = xp.where(q == 0, 1.0, q)
+    s = xp.where(q == 0, 1.0, xp.sin(safe) / safe)
+    return xp.exp(-k * k * (rs * rs)) / (s * s * s * s)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def green_multiply(fk, n, box_size, rs, scale):
-    """Multiply the rfft mesh ``fk`` (n, n, n//2 + 1) in place by the PM Green's function.
+def green_slab(fk, out, k2x, k2y, k2z, gx, gy, gz, scale):
+    """``out = fk * scale gx gy gz / k^2`` (0 at ``k = 0``) on a k-space slab, per element.
 
-    ``fk[i, j, l] *= scale * exp(-k^2 rs^2) / (k^2 W(k)^2)`` and ``fk[0, 0, 0] = 0``,
-    with ``k^2 = (2 pi / L)^2 (i'^2 + j'^2 + l^2)`` (``i'`` the signed frequency)
-    and ``W = prod sinc^2(pi m / n)``. ``scale = -4 pi G / H^3`` turns a mesh of
-    mass per cell into the potential.
+    ``k2x, k2y, k2z`` are the squared wavenumbers along the slab's three axes
+    and ``gx, gy, gz`` the :func:`green_factors`, all float64 and 1-d; ``out``
+    has ``fk``'s shape and dtype (the factor is float64, the product rounded
+    to it).
     """
-    nz = n // 2 + 1
-    kf = 2.0 * math.pi / box_size
-    rs2 = rs * rs
-    for i in numba.prange(n):
-        mi = i if i <= n // 2 else i - n
-        qx = math.pi * mi / n
-        sx = 1.0 if mi == 0 else math.sin(qx) / qx
-        for j in range(n):
-            mj = j if j <= n // 2 else j - n
-            qy = math.pi * mj / n
-            sy = 1.0 if mj == 0 else math.sin(qy) / qy
-            for lz in range(nz):
-                if i == 0 and j == 0 and lz == 0:
-                    fk[0, 0, 0] = 0.0
-                    continue
-                qz = math.pi * lz / n
-                sz = 1.0 if lz == 0 else math.sin(qz) / qz
-                k2 = kf * kf * (mi * mi + mj * mj + lz * lz)
-                if rs > 0.0:
-                    w = sx * sy * sz
-                    w2 = w * w * w * w  # W(k)^2 = (prod sinc^2)^2
-                    fk[i, j, lz] *= scale * math.exp(-k2 * rs2) / (k2 * w2)
+    for i in numba.prange(fk.shape[0]):
+        for j in range(fk.shape[1]):
+            gij = gx[i] * gy[j]
+            k2ij = k2x[i] + k2y[j]
+            for lz in range(fk.shape[2]):
+                k2 = k2ij + k2z[lz]
+                if k2 == 0.0:
+                    out[i, j, lz] = 0.0
                 else:
-                    fk[i, j, lz] *= scale / k2
+                    out[i, j, lz] = fk[i, j, lz] * (scale * gij * gz[lz] / k2)
 
 
-def derivative_wavenumbers(n: int, box_size: float, kind: str = "spectral"):
-    """``k_a`` of the derivative along x, y (full axes) and z (rfft axis), 1/length.
+def green_kslab(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
+    """The potential's k-space slab: ``fk`` times the PM Green's function (a new array).
 
-    ``kind="spectral"``: ``k`` itself, with the Nyquist frequency ``m = -n/2``
-    (even ``n``) set to 0. ``kind="fd4"``: the Fourier multiplier of the
-    4-point difference ``(4/3) D_1 - (1/3) D_2``, ``(8 sin(kH) - sin(2kH)) / (6H)``
-    (identical to differencing the potential mesh in real space). Broadcastable
-    to (n, n, n//2 + 1).
+    ``phi_k = scale exp(-k^2 rs^2) / (k^2 W(k)^2) M_k`` with the CIC window
+    ``W = prod_a sinc^2(k_a H / 2)`` (divided out only with a split, ``rs > 0``),
+    ``phi_0 = 0``; ``scale = -4 pi G / H^3`` turns a mesh of mass per cell into
+    the potential. ``kx, ky, kz``: the slab's wavenumbers (float64, from
+    :func:`~cosmo_dask.spatial.fft.map_kslabs`). NumPy (numba) or CuPy
+    (:func:`cosmo_dask.gravity.pm_kernels_gpu.green_slab_cupy`) by ``fk``'s type.
     """
-    kf = 2.0 * math.pi / box_size
-    full = np.fft.fftfreq(n, d=1.0 / n) * kf
-    half = np.fft.rfftfreq(n, d=1.0 / n) * kf
+    xp = array_module(fk)
+    axes = [k.ravel().astype(np.float64) for k in (kx, ky, kz)]
+    k2 = [k * k for k in axes]
+    g = [green_factors(k, cell, rs) for k in axes]
+    if xp is np:
+        out = np.empty_like(fk)
+        green_slab(fk, out, *k2, *g, float(scale))
+        return out
+    from .pm_kernels_gpu import green_slab_cupy
+
+    return green_slab_cupy(fk, *k2, *g, float(scale))
+
+
+def derivative_factor(k, cell: float, kind: str):
+    """The Fourier multiplier of ``d/dx`` along one axis (1 / length, float64).
+
+    ``kind="spectral"``: ``k`` itself, 0 at the Nyquist frequency ``|k| H = pi``
+    (even ``n``: the odd derivative of that mode has no real representation).
+    ``kind="fd4"``: the multiplier of the 4-point difference
+    ``(4/3) D_1 - (1/3) D_2``, ``(8 sin(kH) - sin(2kH)) / (6H)`` (identical to
+    differencing the potential mesh in real space). ``H = cell``.
+    """
+    xp = array_module(k)
+    k = k.astype(np.float64)
     if kind == "fd4":
-        h = box_size / n
-        full = (8.0 * np.sin(full * h) - np.sin(2.0 * full * h)) / (6.0 * h)
-        half = (8.0 * np.sin(half * h) - np.sin(2.0 * half * h)) / (6.0 * h)
-    elif n % 2 == 0:
-        full[n // 2] = 0.0
-        half[-1] = 0.0
-    return full[:, None, None], full[None, :, None], half[None, None, :]
+        return (8.0 * xp.sin(k * cell) - xp.sin(2.0 * k * cell)) / (6.0 * cell)
+    nyquist = xp.abs(xp.abs(k) * cell - math.pi) < 1e-6
+    return xp.where(nyquist, 0.0, k)
 
 
-def mesh_bytes(n_mesh: int, itemsize: int, potential: bool) -> int:
-    """Peak bytes of :func:`long_range_meshes` on one worker (input mesh included).
+def gradient_kslab(phi, kx, ky, kz, *, axis: int, cell: float, kind: str):
+    """One acceleration component's k-space slab: ``-i D_axis(k) phi_k`` (a new array).
 
-    Mass mesh ``n^3`` + the potential spectrum ``n^2 (n/2+1)`` complex + one
-    component spectrum in flight + the ``3`` or ``4`` output meshes:
-    about ``(6 or 7) n^3 itemsize`` (float64: 7.5 GB at 512^3, 60 GB at 1024^3).
+    ``D`` is :func:`derivative_factor` (``kind`` "spectral" or "fd4") along
+    ``axis`` (0, 1, 2), cast to ``phi``'s real dtype before the product (so a
+    complex64 slab stays complex64). NumPy or CuPy.
     """
-    n3 = n_mesh**3
-    spec = n_mesh * n_mesh * (n_mesh // 2 + 1) * 2 * itemsize
-    return n3 * itemsize + 2 * spec + (4 if potential else 3) * n3 * itemsize
-
-
-def long_range_meshes(xp, rfftn, irfftn, green, mass_mesh, box_size: float, rs: float, G: float,
-                      potential: bool):
-    """Force (and potential) meshes from a mass mesh; module-generic core.
-
-    Parameters
-    ----------
-    xp : module
-        numpy or cupy.
-    rfftn, irfftn : callables
-        Forward/inverse real FFTs over all three axes of that module.
-    green : callable
-        ``green(fk, n, box_size, rs, scale)`` multiplying in place (this
-        module's :func:`green_multiply` or the CuPy kernel).
-    mass_mesh : (n, n, n) array
-        Mass per cell (float32 or float64; the FFTs run in that precision).
-    box_size, rs, G : float
-        Box side and split scale (length units), gravitational constant.
-    potential : bool
-        Also return the potential mesh.
-
-    Returns
-    -------
-    (3 or 4, n, n, n) array of the mesh dtype
-        ``a_x, a_y, a_z`` (acceleration units, ``G M / L^2``) and, if asked,
-        the potential (``G M / L``), at the mesh nodes.
-    """
-    n = mass_mesh.shape[0]
-    dtype = mass_mesh.dtype
-    h = box_size / n
-    fk = rfftn(mass_mesh)
-    green(fk, n, float(box_size), float(rs), -4.0 * math.pi * float(G) / h**3)
-    out = xp.empty((4 if potential else 3, n, n, n), dtype=dtype)
-    kd = derivative_wavenumbers(n, box_size, "spectral" if rs > 0 else "fd4")
-    for a in range(3):
-        ka = xp.asarray(kd[a].astype(dtype))
-        out[a] = irfftn(fk * (-1j * ka), s=(n, n, n))
-    if potential:
-        out[3] = irfftn(fk, s=(n, n, n))
-    return out
-
-
-def _rfftn(x):
-    return scipy.fft.rfftn(x, workers=-1)
-
-
-def _irfftn(x, s):
-    return scipy.fft.irfftn(x, s=s, workers=-1)
-
-
-def long_range_meshes_numpy(mass_mesh: np.ndarray, box_size: float, rs: float, G: float,
-                            potential: bool = True) -> np.ndarray:
-    """:func:`long_range_meshes` on the CPU (SciPy pocketfft, all cores; numba Green)."""
-    return long_range_meshes(np, _rfftn, _irfftn, green_multiply, np.asarray(mass_mesh),
-                             box_size, rs, G, potential)
+    real = np.float32 if phi.dtype == np.complex64 else np.float64
+    d = derivative_factor((kx, ky, kz)[axis], cell, kind).astype(real)
+    return phi * (-1j * d)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def cic_interpolate(pos, meshes, n, box_size, shift, out):
-    """CIC-interpolate ``c`` meshes at the particles: ``out[p, q] = sum_g W(x_p - g) mesh_q[g]``.
+def cic_interpolate(pos, meshes, n, box_size, shift, out, x_lo, nx):
+    """CIC-interpolate ``c`` mesh slabs: ``out[p, q] = sum_g W(x_p - g) mesh_q[g]``.
 
     The transpose of the CIC deposit of :func:`cosmo_dask.density.paint_kernels.paint_chunk`
-    with the same ``shift`` (mesh coordinate ``u = x / H - 1/2 + shift``).
+    with the same ``shift`` (mesh coordinate ``u = x / H - 1/2 + shift``), over
+    the nodes of the slab's planes ``x_lo .. x_lo + nx - 1`` only (the other
+    planes' part of a particle's sum comes from the slabs holding them).
 
     Parameters
     ----------
     pos : (m, 3) float32/float64
         Positions (any values: the nodes wrap modulo ``n``).
-    meshes : (c, n^3) float32/float64
-        Flattened C-order meshes.
+    meshes : tuple of c (nx n^2,) float32/float64 arrays
+        Flattened C-order slabs (one dtype).
     n : int
     box_size : float
     shift : float
         In cells (0, or 1/2 for the interlaced mesh).
     out : (m, c) float64
         Filled in place (weights and sums in float64).
+    x_lo, nx : int
+        The slab's first plane and plane count (the whole mesh: 0, n).
     """
     inv_h = n / box_size
     off = shift - 0.5
     fn = float(n)
     nn = np.int64(n)
-    c = meshes.shape[0]
+    c = len(meshes)
     for p in numba.prange(pos.shape[0]):
         wx = np.empty(4, dtype=np.float64)
         wy = np.empty(4, dtype=np.float64)
@@ -237,7 +209,10 @@ def cic_interpolate(pos, meshes, n, box_size, shift, out):
         for q in range(c):
             out[p, q] = 0.0
         for a in range(2):
-            jx = (np.int64(ix + a) % nn) * nn
+            lx = np.int64(ix + a) % nn - x_lo
+            if lx < 0 or lx >= nx:
+                continue
+            jx = lx * nn
             for b in range(2):
                 jxy = (jx + np.int64(iy + b) % nn) * nn
                 wab = wx[a] * wy[b]
@@ -245,15 +220,23 @@ def cic_interpolate(pos, meshes, n, box_size, shift, out):
                     g = jxy + np.int64(iz + cc) % nn
                     w = wab * wz[cc]
                     for q in range(c):
-                        out[p, q] += w * meshes[q, g]
+                        out[p, q] += w * meshes[q][g]
 
 
-def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0) -> np.ndarray:
-    """CIC interpolation of ``meshes`` (c, n, n, n) at ``pos`` (m, 3): (m, c) float64."""
+def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0,
+                          x_lo: int = 0) -> np.ndarray:
+    """CIC interpolation at ``pos`` (m, 3) of mesh slabs: (m, c) float64.
+
+    ``meshes`` is a sequence of ``c`` slabs ``(nx, n, n)`` of one dtype (or one
+    ``(c, nx, n, n)`` array) holding planes ``x_lo .. x_lo + nx - 1`` of ``n^3``
+    meshes (default: whole meshes).
+    """
     pos = np.ascontiguousarray(pos)
-    c, n = meshes.shape[0], meshes.shape[1]
-    flat = np.ascontiguousarray(meshes).reshape(c, n * n * n)
-    out = np.empty((pos.shape[0], c), dtype=np.float64)
+    slabs = tuple(np.ascontiguousarray(m) for m in meshes)
+    nx, n = slabs[0].shape[0], slabs[0].shape[1]
+    flat = tuple(m.reshape(-1) for m in slabs)
+    out = np.empty((pos.shape[0], len(flat)), dtype=np.float64)
     if pos.shape[0]:
-        cic_interpolate(pos, flat, int(n), float(box_size), float(shift), out)
+        cic_interpolate(pos, flat, int(n), float(box_size), float(shift), out, int(x_lo),
+                        int(nx))
     return out

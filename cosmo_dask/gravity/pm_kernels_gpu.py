@@ -1,12 +1,14 @@
-"""Periodic PM gravity on the GPU: CuPy FFTs and RawKernels.
+"""Periodic PM gravity on the GPU: CuPy RawKernels on mesh slabs.
 
-Same conventions, Green's function, gradient and interpolation as
+Same conventions, Green's function and interpolation as
 :mod:`cosmo_dask.gravity.pm_kernels` (see there); this module only swaps the
-implementation: ``cupy.fft`` (cuFFT) for the transforms, one CUDA thread per
-rfft mesh element for the Green's function, one thread per particle for the
-CIC interpolation (weights and sums in float64, meshes read in their dtype).
-Results agree with the CPU kernels to FFT rounding (~1e-14 relative in
-float64).
+implementation: one CUDA thread per k-space slab element for the Green's
+function (from the same per-axis float64 factors), one thread per particle for
+the CIC interpolation of a real slab (weights and sums in float64, meshes read
+in their dtype, up to four slabs at once). The FFTs are cuFFT's, through
+:mod:`cosmo_dask.spatial.fft`; the gradient is a CuPy product
+(:func:`~cosmo_dask.gravity.pm_kernels.gradient_kslab`). Results agree with the
+CPU kernels to rounding (~1e-14 relative in float64).
 """
 
 from __future__ import annotations
@@ -15,50 +17,42 @@ import functools
 
 import numpy as np
 
-from .pm_kernels import long_range_meshes
-
-__all__ = ["green_multiply_cupy", "long_range_meshes_cupy", "cic_interpolate_cupy"]
+__all__ = ["green_slab_cupy", "cic_interpolate_cupy"]
 
 _SOURCE = r"""
-// fk: the complex rfft mesh as interleaved (re, im) pairs of REAL_T (no complex header needed)
-extern "C" __global__ void green(REAL_T* __restrict__ fk, const long long n,
-                                 const double box_size, const double rs, const double scale)
+// fk, out: a complex k-space slab (n0, n1, nk) as interleaved (re, im) pairs of REAL_T
+extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restrict__ out,
+                                 const long long n0, const long long n1, const long long nk,
+                                 const double* __restrict__ k2x, const double* __restrict__ k2y,
+                                 const double* __restrict__ k2z, const double* __restrict__ gx,
+                                 const double* __restrict__ gy, const double* __restrict__ gz,
+                                 const double scale)
 {
-    const long long nz = n / 2 + 1;
-    const long long total = n * n * nz;
+    const long long total = n0 * n1 * nk;
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= total) return;
-    const long long lz = t % nz;
-    const long long j = (t / nz) % n;
-    const long long i = t / (nz * n);
-    if (t == 0) { fk[0] = (REAL_T)0; fk[1] = (REAL_T)0; return; }
-    const double pi = 3.141592653589793;
-    const long long mi = (i <= n / 2) ? i : i - n;
-    const long long mj = (j <= n / 2) ? j : j - n;
-    const double qx = pi * mi / n, qy = pi * mj / n, qz = pi * lz / n;
-    const double kf = 2.0 * pi / box_size;
-    const double k2 = kf * kf * (double)(mi * mi + mj * mj + lz * lz);
-    double f;
-    if (rs > 0.0) {
-        const double sx = mi == 0 ? 1.0 : sin(qx) / qx;
-        const double sy = mj == 0 ? 1.0 : sin(qy) / qy;
-        const double sz = lz == 0 ? 1.0 : sin(qz) / qz;
-        const double w = sx * sy * sz;
-        f = scale * exp(-k2 * rs * rs) / (k2 * w * w * w * w);
-    } else {
-        f = scale / k2;
-    }
-    fk[2 * t] *= (REAL_T)f;
-    fk[2 * t + 1] *= (REAL_T)f;
+    const long long lz = t % nk;
+    const long long j = (t / nk) % n1;
+    const long long i = t / (nk * n1);
+    const double k2 = (k2x[i] + k2y[j]) + k2z[lz];
+    double f = 0.0;
+    if (k2 != 0.0) f = scale * (gx[i] * gy[j]) * gz[lz] / k2;
+    out[2 * t] = (REAL_T)((double)fk[2 * t] * f);
+    out[2 * t + 1] = (REAL_T)((double)fk[2 * t + 1] * f);
 }
 
-extern "C" __global__ void interp(const POS_T* __restrict__ pos, const MESH_T* __restrict__ mesh,
+// c (<= 4) mesh slabs of planes x_lo .. x_lo + nx - 1, each (nx, n, n) C order
+extern "C" __global__ void interp(const POS_T* __restrict__ pos,
+                                  const MESH_T* __restrict__ m0, const MESH_T* __restrict__ m1,
+                                  const MESH_T* __restrict__ m2, const MESH_T* __restrict__ m3,
                                   const long long m, const long long n, const int c,
                                   const double inv_h, const double off,
+                                  const long long x_lo, const long long nx,
                                   double* __restrict__ out)
 {
     long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= m) return;
+    const MESH_T* meshes[4] = {m0, m1, m2, m3};
     const double fn = (double)n;
     long long i0[3];
     double w[3][2];
@@ -71,24 +65,32 @@ extern "C" __global__ void interp(const POS_T* __restrict__ pos, const MESH_T* _
         i0[a] = i;
     }
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    const long long n3 = n * n * n;
     for (int a = 0; a < 2; ++a) {
-        long long jx = ((i0[0] + a + n) % n) * n;
+        long long lx = (i0[0] + a + n) % n - x_lo;
+        if (lx < 0 || lx >= nx) continue;
+        long long jx = lx * n;
         for (int b = 0; b < 2; ++b) {
             long long jxy = (jx + (i0[1] + b + n) % n) * n;
             double wab = w[0][a] * w[1][b];
             for (int cc = 0; cc < 2; ++cc) {
                 long long g = jxy + (i0[2] + cc + n) % n;
                 double wt = wab * w[2][cc];
-                for (int q = 0; q < c; ++q) acc[q] += wt * (double)mesh[q * n3 + g];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {  // constant indices: acc stays in registers
+                    if (q < c) acc[q] += wt * (double)meshes[q][g];
+                }
             }
         }
     }
-    for (int q = 0; q < c; ++q) out[p * c + q] = acc[q];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        if (q < c) out[p * c + q] = acc[q];
+    }
 }
 """
 
 _CTYPE = {"float32": "float", "float64": "double"}
+_THREADS = 256
 
 
 @functools.lru_cache(maxsize=32)
@@ -100,61 +102,50 @@ def _module(real_t: str, pos_t: str, mesh_t: str, device_id: int):
     return cupy.RawModule(code=src, options=("-std=c++14",))
 
 
-def green_multiply_cupy(fk, n: int, box_size: float, rs: float, scale: float) -> None:
-    """In-place Green's function on a CuPy rfft mesh (complex64 or complex128)."""
+def green_slab_cupy(fk, k2x, k2y, k2z, gx, gy, gz, scale: float):
+    """:func:`cosmo_dask.gravity.pm_kernels.green_slab` on a CuPy k-space slab: a new
+    array ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), complex64 or complex128."""
     import cupy
 
-    if not fk.flags.c_contiguous:
-        raise ValueError("green_multiply_cupy: the rfft mesh must be C-contiguous")
+    fk = cupy.ascontiguousarray(fk)
+    out = cupy.empty_like(fk)
     real_t = "float32" if fk.dtype == np.complex64 else "float64"
     mod = _module(real_t, "float64", "float64", cupy.cuda.runtime.getDevice())
     kern = mod.get_function("green")
+    args = [cupy.ascontiguousarray(cupy.asarray(a, dtype=np.float64))
+            for a in (k2x, k2y, k2z, gx, gy, gz)]
     total = fk.size
-    threads = 256
-    kern(((total + threads - 1) // threads,), (threads,),
-         (fk, np.int64(n), np.float64(box_size), np.float64(rs), np.float64(scale)))
+    if total:
+        n0, n1, nk = fk.shape
+        kern(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
+             (fk, out, np.int64(n0), np.int64(n1), np.int64(nk), *args, np.float64(scale)))
+    return out
 
 
-def _rfftn(x):
-    import cupy
+def cic_interpolate_cupy(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0):
+    """CIC interpolation at CuPy ``pos`` (m, 3) of CuPy mesh slabs: (m, c) float64.
 
-    return cupy.fft.rfftn(x)
-
-
-def _irfftn(x, s):
-    import cupy
-
-    return cupy.fft.irfftn(x, s=s, axes=(0, 1, 2))
-
-
-def long_range_meshes_cupy(mass_mesh, box_size: float, rs: float, G: float,
-                           potential: bool = True):
-    """:func:`cosmo_dask.gravity.pm_kernels.long_range_meshes` on the GPU (cuFFT)."""
-    import cupy
-
-    mass_mesh = cupy.ascontiguousarray(mass_mesh)
-    return long_range_meshes(cupy, _rfftn, _irfftn, green_multiply_cupy, mass_mesh, box_size,
-                             rs, G, potential)
-
-
-def cic_interpolate_cupy(pos, meshes, box_size: float, shift: float = 0.0):
-    """CIC interpolation of CuPy ``meshes`` (c, n, n, n) at ``pos`` (m, 3): (m, c) float64."""
+    ``meshes``: up to four ``(nx, n, n)`` slabs of one dtype (or one ``(c, nx, n, n)``
+    array) holding planes ``x_lo .. x_lo + nx - 1`` (default: whole meshes).
+    """
     import cupy
 
     pos = cupy.asarray(pos)
     if pos.dtype not in (np.float32, np.float64):
         pos = pos.astype(np.float64)
     pos = cupy.ascontiguousarray(pos)
-    meshes = cupy.ascontiguousarray(meshes)
-    c, n = meshes.shape[0], meshes.shape[1]
+    slabs = [cupy.ascontiguousarray(m) for m in meshes]
+    if not 1 <= len(slabs) <= 4:
+        raise ValueError(f"cic_interpolate_cupy: 1 to 4 meshes, got {len(slabs)}")
+    c, nx, n = len(slabs), slabs[0].shape[0], slabs[0].shape[1]
     m = pos.shape[0]
     out = cupy.empty((m, c), dtype=np.float64)
     if m:
-        mod = _module("float64", pos.dtype.name, meshes.dtype.name,
+        mod = _module("float64", pos.dtype.name, slabs[0].dtype.name,
                       cupy.cuda.runtime.getDevice())
         kern = mod.get_function("interp")
-        threads = 256
-        kern(((m + threads - 1) // threads,), (threads,),
-             (pos, meshes, np.int64(m), np.int64(n), np.int32(c), np.float64(n / box_size),
-              np.float64(shift - 0.5), out))
+        ptrs = slabs + [slabs[0]] * (4 - c)
+        kern(((m + _THREADS - 1) // _THREADS,), (_THREADS,),
+             (pos, *ptrs, np.int64(m), np.int64(n), np.int32(c), np.float64(n / box_size),
+              np.float64(shift - 0.5), np.int64(x_lo), np.int64(nx), out))
     return out

@@ -23,7 +23,8 @@ the PM (CIC, interlaced) dominates it.
 ``L / 2`` (so the minimum image is the only image within the cut).
 
 Graph: the PM part is the ``gravity-pm-*`` graph of :mod:`~cosmo_dask.gravity.pm`
-(deposit per chunk, one FFT task, one interpolation task per chunk). The short
+(the mesh path: deposit per slab, distributed FFT, interpolation per slab and
+chunk; the slab count is the mesh path's default or ``cosmo_dask.mesh_slabs``). The short
 range is the tree graph of :mod:`~cosmo_dask.gravity.tree_graph` with the
 truncated kernel: particles split among domains, each domain's tree walked by
 its own groups and, through locally essential trees cut at ``r_cut``, by the
@@ -88,7 +89,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     box_size : float
         Side of the periodic cube (length units). ``None`` raises.
     n_mesh : int
-        PM mesh cells per side (1..1024).
+        PM mesh cells per side (1..4096, prime factors 2, 3, 5, 7).
     r_split : float, optional
         Split scale ``rs`` (length units, > 0); default ``1.2 box_size / n_mesh``.
     r_cut : float, optional
@@ -113,15 +114,14 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     Raises
     ------
     ParameterError
-        Bad parameters (named), isolated input (``box_size=None``); at compute
-        time a position outside the box.
-    NotImplementedError
-        ``n_mesh > 1024`` (the mesh is solved on one worker).
+        Bad parameters (named), isolated input (``box_size=None``), a mesh
+        that does not fit the workers' memory; at compute time a position
+        outside the box.
 
     Notes
     -----
-    The short range is distributed over domains; the PM part over chunks,
-    except its one FFT task.
+    The short range is distributed over domains; the PM part over slabs and
+    chunks.
     """
     what = "treepm_accelerations"
     box = check_box_size(box_size, what)

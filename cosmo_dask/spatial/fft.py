@@ -57,6 +57,7 @@ import math
 import os
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
@@ -64,11 +65,20 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta
 from ..errors import ParameterError
 
-__all__ = ["DEFAULT_SLAB_BYTES", "default_slab_count", "irfftn", "kslab_wavenumbers",
-           "map_kslabs", "rfftn", "slab_chunks"]
+__all__ = ["DEFAULT_SLAB_BYTES", "MAX_N_MESH", "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",
+           "check_mesh_size", "default_slab_count", "irfftn", "kslab_wavenumbers",
+           "map_kslabs", "reduce_kslabs", "rfftn", "slab_chunks", "smooth_size_below",
+           "worker_threads"]
 
 #: Target bytes of one complex k-space slab for the default slab count.
 DEFAULT_SLAB_BYTES = 64 * 2**20
+#: A mesh whose complex k-space mesh is at most this big is one slab by default (the
+#: fast path: no transpose, the FFT tasks use every core).
+SINGLE_SLAB_BYTES = 256 * 2**20
+#: The largest mesh side of the mesh path (painting, P(k), PM, TreePM, ICs).
+MAX_N_MESH = 4096
+#: Mesh sides must be products of primes up to this one (2, 3, 5, 7).
+MAX_PRIME_FACTOR = 7
 
 _COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64),
                np.dtype(np.float64): np.dtype(np.complex128)}
@@ -98,7 +108,65 @@ def slab_chunks(n: int, n_slabs: int) -> tuple[int, ...]:
     return (q + 1,) * r + (q,) * (n_slabs - r)
 
 
-def _worker_threads() -> int:
+def _largest_prime_factor(n: int) -> int:
+    largest, p = 1, 2
+    while p * p <= n:
+        while n % p == 0:
+            largest, n = p, n // p
+        p += 1
+    return max(largest, n) if n > 1 else largest
+
+
+def _smooth(n: int) -> bool:
+    return _largest_prime_factor(n) <= MAX_PRIME_FACTOR
+
+
+def smooth_size_below(n: float) -> int:
+    """The largest valid mesh side (:func:`check_mesh_size`) not above ``n`` (at least 1)."""
+    m = max(1, min(int(n * (1 + 1e-9)), MAX_N_MESH))  # a cube root of 256^3 is 255.99...
+    while not _smooth(m):
+        m -= 1
+    return m
+
+
+def check_mesh_size(n_mesh, what: str, name: str = "n_mesh") -> int:
+    """``n_mesh`` as an int, checked for the mesh path; the one check of every mesh side.
+
+    Valid: an integer from 1 to :data:`MAX_N_MESH` (4096) whose prime factors are
+    all at most :data:`MAX_PRIME_FACTOR` (7), e.g. 64, 96, 100, 128, 160, 192,
+    224, 256, 384, 448, 512, 640, 768, 1000, 1024, 1536, 2048, 3072, 4096.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``name`` and ``what``: not a positive integer; above 4096 (a slab
+        holds at least one plane, so a transpose has up to ``n^2`` pieces, 16.8
+        million at 4096; larger meshes need a pencil decomposition, not built);
+        a prime factor above 7 (``scipy.fft`` and cuFFT
+        fall back to Bluestein's algorithm there, several times slower), with the
+        nearest valid sizes.
+    """
+    if isinstance(n_mesh, bool) or not isinstance(n_mesh, (int, np.integer)) or n_mesh < 1:
+        raise ParameterError(f"{what}: {name} must be a positive integer, got {n_mesh!r}")
+    n = int(n_mesh)
+    if n > MAX_N_MESH:
+        raise ParameterError(
+            f"{what}: {name}={n} is larger than {MAX_N_MESH}, the largest mesh side of the "
+            f"slab decomposition (a slab holds at least one plane, so a transpose has up to "
+            f"{name}^2 pieces, 16.8 million at {MAX_N_MESH}; larger meshes need a pencil "
+            "decomposition, which is not built)")
+    p = _largest_prime_factor(n)
+    if p > MAX_PRIME_FACTOR:
+        below = smooth_size_below(n - 1)
+        above = next(m for m in range(n + 1, 2 * n + 8) if _smooth(m))
+        raise ParameterError(
+            f"{what}: {name}={n} has the prime factor {p}: mesh sides must be products of "
+            f"2, 3, 5 and 7 (the FFTs of other sizes are several times slower); the nearest "
+            f"valid sizes are {below} and {above}")
+    return n
+
+
+def worker_threads() -> int:
     """Threads of the default distributed client's workers, else this machine's cores."""
     try:
         from distributed import default_client
@@ -109,20 +177,38 @@ def _worker_threads() -> int:
     return threads or os.cpu_count() or 1
 
 
-def default_slab_count(shape: tuple[int, int, int], dtype: Any) -> int:
+def default_slab_count(shape: tuple[int, int, int], dtype: Any, *,
+                       single_slab: bool = True) -> int:
     """The default number of slabs of a mesh of ``shape`` and real ``dtype``.
 
-    The larger of: one slab per :data:`DEFAULT_SLAB_BYTES` (64 MiB) of the
-    complex k-space mesh, and one slab per worker thread (of the default
+    The dask config key ``cosmo_dask.mesh_slabs`` (a positive integer) wins when
+    set. Otherwise one slab (the fast path) when the complex k-space mesh holds
+    at most :data:`SINGLE_SLAB_BYTES` (256 MiB: up to 400^3 in float32, 320^3 in
+    float64): such a mesh is transformed in one task per step with every core
+    (``scipy.fft`` ``workers=-1``), which on one machine beats splitting it.
+    Above that, the larger of: one slab per :data:`DEFAULT_SLAB_BYTES` (64 MiB)
+    of the complex mesh, and one slab per worker thread (of the default
     distributed client, else per core of this machine), so that every thread
     has a slab. Never more than the mesh's planes along the split axes
-    (``min(n0, n1)``).
+    (``min(n0, n1)``). ``single_slab=False`` skips the one-slab fast path (for
+    a mesh whose whole pipeline would not fit one worker).
+
+    Raises
+    ------
+    ParameterError
+        For a ``cosmo_dask.mesh_slabs`` that is not a positive integer.
     """
     n0, n1, n2 = (int(s) for s in shape)
+    configured = dask.config.get("cosmo_dask.mesh_slabs", None)
+    if configured is not None:
+        count = _count(configured, "dask config 'cosmo_dask.mesh_slabs'")
+        return max(1, min(count, n0, n1))
     itemsize = _COMPLEX_OF.get(np.dtype(dtype), np.dtype(np.complex128)).itemsize
     kbytes = n0 * n1 * (n2 // 2 + 1) * itemsize
+    if single_slab and kbytes <= SINGLE_SLAB_BYTES:
+        return 1
     by_size = math.ceil(kbytes / DEFAULT_SLAB_BYTES)
-    return max(1, min(max(by_size, _worker_threads()), n0, n1))
+    return max(1, min(max(by_size, worker_threads()), n0, n1))
 
 
 def _count(slabs: int | None, what: str) -> int | None:
@@ -140,29 +226,35 @@ def _scipy_fft():
     return scipy.fft
 
 
-def _r2c_block(block):
+def _threads(n_slabs: int) -> int:
+    """scipy.fft ``workers`` of a block task: every core for a one-slab mesh (the
+    transform is the only task of its stage), one thread per task otherwise."""
+    return -1 if n_slabs == 1 else 1
+
+
+def _r2c_block(block, workers: int = 1):
     """Real slab (c0, n1, n2) -> complex slab (c0, n1, n2 // 2 + 1): rfft axis 2, fft axis 1."""
     xp = array_module(block)
     if xp is np:
-        return _scipy_fft().rfftn(block, axes=(1, 2), workers=1)
+        return _scipy_fft().rfftn(block, axes=(1, 2), workers=workers)
     return xp.fft.rfftn(block, axes=(1, 2))
 
 
-def _c2c_block(block, inverse: bool):
+def _c2c_block(block, inverse: bool, workers: int = 1):
     """fft (or inverse fft) along axis 0 of a k-slab (n0, c1, nk)."""
     xp = array_module(block)
     mod = _scipy_fft() if xp is np else xp.fft
     func = mod.ifft if inverse else mod.fft
     if xp is np:
-        return func(block, axis=0, workers=1)
+        return func(block, axis=0, workers=workers)
     return func(block, axis=0)
 
 
-def _c2r_block(block, n1: int, n2: int):
+def _c2r_block(block, n1: int, n2: int, workers: int = 1):
     """Complex slab (c0, n1, n2 // 2 + 1) -> real slab (c0, n1, n2): ifft axis 1, irfft axis 2."""
     xp = array_module(block)
     if xp is np:
-        return _scipy_fft().irfftn(block, s=(n1, n2), axes=(1, 2), workers=1)
+        return _scipy_fft().irfftn(block, s=(n1, n2), axes=(1, 2), workers=workers)
     return xp.fft.irfftn(block, s=(n1, n2), axes=(1, 2))
 
 
@@ -248,12 +340,13 @@ def rfftn(mesh, slabs: int | None = None) -> da.Array:
     nk = n2 // 2 + 1
     meta = empty_meta(mesh, 3, ctype)
 
-    kslab = da.map_blocks(_r2c_block, mesh, chunks=(mesh.chunks[0], (n1,), (nk,)),
-                          dtype=ctype, meta=meta, name=f"fft-r2c-{tokenize(mesh)}")
+    kslab = da.map_blocks(_r2c_block, mesh, _threads(len(mesh.chunks[0])),
+                          chunks=(mesh.chunks[0], (n1,), (nk,)), dtype=ctype, meta=meta,
+                          name=f"fft-r2c-{tokenize(mesh)}")
     kchunks = slab_chunks(n1, slabs or len(mesh.chunks[0]))
     pencils = kslab.rechunk(((n0,), kchunks, (nk,)))  # the all-to-all transpose
-    return da.map_blocks(_c2c_block, pencils, False, dtype=ctype, meta=meta,
-                         name=f"fft-c2c-{tokenize(pencils)}")
+    return da.map_blocks(_c2c_block, pencils, False, _threads(len(kchunks)), dtype=ctype,
+                         meta=meta, name=f"fft-c2c-{tokenize(pencils)}")
 
 
 def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
@@ -316,13 +409,13 @@ def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
         kmesh = kmesh.rechunk((-1, kmesh.chunks[1], -1))
     rtype = _REAL_OF[dtype]
 
-    lines = da.map_blocks(_c2c_block, kmesh, True, dtype=dtype, meta=empty_meta(kmesh, 3, dtype),
-                          name=f"fft-ic2c-{tokenize(kmesh)}")
+    lines = da.map_blocks(_c2c_block, kmesh, True, _threads(len(kmesh.chunks[1])), dtype=dtype,
+                          meta=empty_meta(kmesh, 3, dtype), name=f"fft-ic2c-{tokenize(kmesh)}")
     chunks0 = slab_chunks(n0, slabs or len(kmesh.chunks[1]))
     slab = lines.rechunk((chunks0, (n1,), (nk,)))  # the all-to-all transpose back
-    return da.map_blocks(_c2r_block, slab, n1, n2, chunks=(chunks0, (n1,), (n2,)),
-                         dtype=rtype, meta=empty_meta(kmesh, 3, rtype),
-                         name=f"fft-c2r-{tokenize(slab, n2)}")
+    return da.map_blocks(_c2r_block, slab, n1, n2, _threads(len(chunks0)),
+                         chunks=(chunks0, (n1,), (n2,)), dtype=rtype,
+                         meta=empty_meta(kmesh, 3, rtype), name=f"fft-c2r-{tokenize(slab, n2)}")
 
 
 # --------------------------------------------------------------------------- k-space slabs
@@ -367,16 +460,16 @@ def kslab_wavenumbers(shape, box_size: float, rows: slice, xp: Any = np, dtype: 
     return kx, ky, kz
 
 
-def _kslab_block(block, *args, kfunc, shape, box_size, block_info=None, **kwargs):
+def _kslab_block(block, *args, kfunc, shape, box_size, kdtype=None, block_info=None, **kwargs):
     lo, hi = block_info[0]["array-location"][1]
     xp = array_module(block)
-    real = _REAL_OF.get(np.dtype(block.dtype), np.dtype(np.float64))
+    real = kdtype or _REAL_OF.get(np.dtype(block.dtype), np.dtype(np.float64))
     k = kslab_wavenumbers(shape, box_size, slice(lo, hi), xp, real)
     return kfunc(block, *k, *args, **kwargs)
 
 
 def map_kslabs(func, kmesh: da.Array, *args, shape, box_size: float, name: str,
-               dtype: Any = None, **kwargs) -> da.Array:
+               dtype: Any = None, kdtype: Any = None, **kwargs) -> da.Array:
     """Apply ``func(block, kx, ky, kz, *args, **kwargs)`` to every k-space slab.
 
     The one way to act on a k-space mesh slab by slab (Green's functions,
@@ -398,18 +491,87 @@ def map_kslabs(func, kmesh: da.Array, *args, shape, box_size: float, name: str,
         Task-name prefix (dashboard kind), e.g. ``"pm-green"``.
     dtype : dtype, optional
         Result dtype; default the input's.
+    kdtype : dtype, optional
+        Real dtype of the wavenumbers handed to ``func``; default the block's
+        real dtype (float32 for complex64). float64 keeps functions of ``k``
+        (windows, Green's functions) exact before they touch a float32 slab.
+
+    Other dask arrays among ``args`` chunked like ``kmesh`` are handed to ``func``
+    block by block (e.g. the second mesh of an interlaced pair).
 
     Returns
     -------
     dask array, the k-space slabs ``func`` returned (same chunks and array type).
     """
+    _check_kslabs(kmesh, name)
+    dtype = np.dtype(kmesh.dtype if dtype is None else dtype)
+    shape = tuple(int(s) for s in shape)
+    kdtype = None if kdtype is None else np.dtype(kdtype)
+    token = tokenize(kmesh, func, args, kwargs, shape, box_size, kdtype)
+    return da.map_blocks(_kslab_block, kmesh, *args, kfunc=func, shape=shape,
+                         box_size=float(box_size), kdtype=kdtype, dtype=dtype,
+                         meta=empty_meta(kmesh, 3, dtype), name=f"{name}-{token}", **kwargs)
+
+
+def _check_kslabs(kmesh, name: str) -> None:
     if len(kmesh.chunks[0]) > 1 or len(kmesh.chunks[2]) > 1:
         raise ParameterError(f"{name}: the k-space mesh must be in slabs along axis 1 "
                              f"(chunks (n0, (c1, ...), nk)), got chunks {kmesh.chunks}")
-    dtype = np.dtype(kmesh.dtype if dtype is None else dtype)
+
+
+def _reduce_block(block, *args, kfunc, shape, box_size, kdtype, out_shape, block_info=None,
+                  **kwargs):
+    lo, hi = block_info[0]["array-location"][1]
+    xp = array_module(block)
+    k = kslab_wavenumbers(shape, box_size, slice(lo, hi), xp, kdtype)
+    out = np.asarray(kfunc(block, *k, *args, **kwargs), dtype=np.float64)
+    if out.shape != out_shape:
+        raise ValueError(f"reduce_kslabs: {kfunc!r} returned shape {out.shape}, not {out_shape}")
+    return out.reshape((1, 1, 1) + out_shape)
+
+
+def reduce_kslabs(func, kmesh: da.Array, *args, shape, box_size: float, name: str,
+                  out_shape: tuple[int, ...], kdtype: Any = np.float64, **kwargs) -> da.Array:
+    """Sum over the k-space slabs of ``func(block, kx, ky, kz, *args, **kwargs)``.
+
+    The reduction twin of :func:`map_kslabs` (binned power spectra, norms):
+    each task gets one k-space slab and its wavenumbers (:func:`kslab_wavenumbers`,
+    in ``kdtype``, float64 by default, in the block's module) and returns a small
+    NumPy float64 array of ``out_shape`` (host memory: copy CuPy results back);
+    the per-slab arrays are summed by a tree reduction.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(block, kx, ky, kz, *args, **kwargs) -> numpy array`` of ``out_shape``.
+    kmesh : dask array, (n0, n1, n2 // 2 + 1)
+        A k-space mesh in slabs along axis 1, as :func:`rfftn` returns it. Dask
+        arrays among ``args`` chunked like it are handed over block by block.
+    shape : (n0, n1, n2)
+        The real mesh's shape.
+    box_size : float
+        Periodic box side (length).
+    name : str
+        Task-name prefix (dashboard kind), e.g. ``"power-bin"``.
+    out_shape : tuple of int
+        Shape of ``func``'s result.
+    kdtype : dtype
+        Real dtype of the wavenumbers (default float64).
+
+    Returns
+    -------
+    dask array of ``out_shape``, float64, NumPy-backed: the sum over slabs.
+    """
+    _check_kslabs(kmesh, name)
     shape = tuple(int(s) for s in shape)
-    return da.map_blocks(_kslab_block, kmesh, *args, kfunc=func, shape=shape,
-                         box_size=float(box_size), dtype=dtype,
-                         meta=empty_meta(kmesh, 3, dtype),
-                         name=f"{name}-{tokenize(kmesh, func, args, kwargs, shape, box_size)}",
-                         **kwargs)
+    out_shape = tuple(int(d) for d in out_shape)
+    n_slabs = len(kmesh.chunks[1])
+    token = tokenize(kmesh, func, args, kwargs, shape, box_size, kdtype, out_shape)
+    parts = da.map_blocks(
+        _reduce_block, kmesh, *args, kfunc=func, shape=shape, box_size=float(box_size),
+        kdtype=np.dtype(kdtype), out_shape=out_shape, dtype=np.float64,
+        chunks=((1,), (1,) * n_slabs, (1,)) + tuple((d,) for d in out_shape),
+        new_axis=list(range(3, 3 + len(out_shape))),
+        meta=np.empty((0,) * (3 + len(out_shape)), dtype=np.float64),
+        name=f"{name}-{token}", **kwargs)
+    return parts.sum(axis=(0, 1, 2))

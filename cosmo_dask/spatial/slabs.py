@@ -1,0 +1,431 @@
+"""Particle chunks exchanged with the slabs of a periodic mesh, and the way back (issue 19).
+
+The mesh path (painting, P(k), PM and TreePM's long range) holds an ``n^3``
+mesh in **slabs along axis 0** (:func:`cosmo_dask.spatial.fft.slab_chunks`),
+while particles come in row chunks. This module is the one layout between the
+two; no task ever holds a whole mesh unless the mesh is one slab.
+
+Route (``mesh-split``, one task per particle chunk)
+    Every particle has a mesh coordinate along axis 0, ``u = x n / L + offset``
+    (``offset`` = the smallest shift used, minus 1/2: the convention of
+    :mod:`cosmo_dask.density.paint_kernels`), wrapped into ``[0, n)``, and a
+    *home plane* ``h = floor(u)``. Its assignment kernel reaches the planes
+    ``h - below .. h + above`` (periodic): :func:`slab_layout` derives them from
+    the kernel's order and the shifts, **plus one plane of margin on each side**,
+    so that routing never depends on the last bit of ``u`` (a GPU kernel may
+    fuse ``x * n / L + offset`` into one FMA, a router may not). The chunk is
+    split into one *piece* per slab: the particles (positions, masses, row
+    numbers in the chunk) whose planes meet that slab. A particle reaches each
+    slab at most once and keeps its chunk order within a slab. Non-finite
+    positions go to slab 0, where the kernels report them. A mesh of one slab
+    skips the split: a chunk is its own piece.
+Deposit (:meth:`SlabExchange.deposit`)
+    Per slab, one task deposits the pieces of every chunk into a fresh slab
+    (``(hi - lo, n, n)``): a slab is written by one task, each cell summing its
+    particles in chunk order, as a one-chunk whole mesh would. When there are
+    fewer slabs than worker threads, a slab's chunks are split into groups
+    painted in parallel and summed by a tree of in-place additions.
+Interpolate (:meth:`SlabExchange.interpolate`)
+    One task per (slab, chunk) evaluates the slab's part of a kernel sum at
+    the piece's particles (a particle near a slab edge gets a part from each
+    slab it reaches) and returns ``(rows, values)``; one ``gather`` task per
+    chunk adds the parts at their rows, in slab order, and returns the
+    values in the chunk's row order.
+
+Graph size: ``C`` split tasks, ``C S`` piece keys, ``S`` (or a few times ``S``)
+deposit tasks, ``C S`` interpolation tasks and ``C`` gathers for ``C`` chunks and
+``S`` slabs (e.g. 16 chunks x 64 slabs: about 3,100 tasks).
+
+Memory: a split task holds its chunk and its pieces (the chunk plus the copies
+of particles near slab edges: with slabs ``t`` planes thick, a fraction of
+about ``(below + above) / t`` of the particles is copied, 25 % for CIC with two
+shifts and ``t = 16``); a deposit task one slab and its particles; an
+interpolation task the slab (or slabs) it reads and one piece.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from ..backend import array_module, host
+from ..errors import ParameterError
+from .fft import slab_chunks
+
+__all__ = ["SlabExchange", "SlabLayout", "after", "route_rows", "slab_layout"]
+
+
+@dataclass(frozen=True)
+class SlabLayout:
+    """The slabs of an ``n^3`` periodic mesh along axis 0 and the reach of a kernel.
+
+    Attributes
+    ----------
+    n : int
+        Cells per side.
+    chunks : tuple of int
+        Planes per slab (sum ``n``), as :func:`~cosmo_dask.spatial.fft.slab_chunks`.
+    box_size : float
+        Side of the periodic box (length units).
+    offset : float
+        ``u = x n / box_size + offset`` is a particle's mesh coordinate (cells).
+    below, above : int
+        A particle with home plane ``h = floor(u)`` reaches the planes
+        ``h - below .. h + above`` (margin included).
+    """
+
+    n: int
+    chunks: tuple[int, ...]
+    box_size: float
+    offset: float
+    below: int
+    above: int
+
+    @property
+    def n_slabs(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def bounds(self) -> tuple[int, ...]:
+        """The ``n_slabs + 1`` plane boundaries: slab ``s`` is ``[bounds[s], bounds[s+1])``."""
+        return tuple(int(b) for b in np.cumsum((0,) + self.chunks))
+
+    def slab(self, s: int) -> tuple[int, int]:
+        """``(lo, hi)``: the planes of slab ``s``."""
+        b = self.bounds
+        return b[s], b[s + 1]
+
+    def plane_slab(self) -> np.ndarray:
+        """(n,) int64: the slab holding each plane."""
+        return np.repeat(np.arange(self.n_slabs, dtype=np.int64), self.chunks)
+
+
+def slab_layout(n: int, n_slabs: int, box_size: float, *, order: int,
+                shifts: Sequence[float] = (0.0,)) -> SlabLayout:
+    """The layout of ``n_slabs`` slabs for assignment kernels of ``order`` and ``shifts``.
+
+    Parameters
+    ----------
+    n : int
+        Cells per side.
+    n_slabs : int
+        Number of slabs (at most ``n``).
+    box_size : float
+        Periodic box side (length units).
+    order : int
+        Kernel order: 1 (NGP), 2 (CIC), 3 (TSC), 4 (PCS); it touches ``order``
+        planes per axis.
+    shifts : sequence of float
+        The mesh shifts (cells) the pieces will be used with, e.g. ``(0, 0.5)``
+        for an interlaced pair: one routing serves them all.
+    """
+    if order not in (1, 2, 3, 4):
+        raise ParameterError(f"slab_layout: order must be 1, 2, 3 or 4, got {order!r}")
+    shifts = [float(s) for s in shifts]
+    if not shifts or not all(math.isfinite(s) for s in shifts):
+        raise ParameterError(f"slab_layout: shifts must be finite numbers, got {shifts!r}")
+    spread = math.ceil(max(shifts) - min(shifts))
+    reach = (order - 1) // 2  # planes a kernel touches below its home plane
+    return SlabLayout(n=int(n), chunks=slab_chunks(n, n_slabs), box_size=float(box_size),
+                      offset=min(shifts) - 0.5, below=reach + 1,
+                      above=reach + 1 + spread + 1)
+
+
+# ----------------------------------------------------------------------------- routing
+def route_rows(pos, layout: SlabLayout):
+    """Which rows of a chunk go to which slab: ``(rows, bounds)``.
+
+    ``rows[bounds[s]:bounds[s + 1]]`` are the rows (increasing) of the
+    particles sent to slab ``s``; ``bounds`` is a host (n_slabs + 1,) array.
+    NumPy or CuPy, following ``pos``.
+    """
+    xp = array_module(pos)
+    m, n, n_slabs = int(pos.shape[0]), layout.n, layout.n_slabs
+    fn = float(n)
+    u = pos[:, 0].astype(np.float64) * (n / layout.box_size) + layout.offset
+    bad = ~xp.isfinite(u)
+    u[bad] = 0.0
+    u = u - fn * xp.floor(u / fn)
+    home = xp.floor(u).astype(np.int64) % n
+    del u
+    plane_slab = xp.asarray(layout.plane_slab())
+    span = min(layout.below + layout.above + 1, n)
+    first = (home - layout.below) % n
+    s0 = plane_slab[first]
+    s0[bad] = 0  # the kernels of slab 0 report non-finite positions
+    rows, slabs = [xp.arange(m, dtype=np.int64)], [s0]
+    prev = s0
+    for d in range(1, span):
+        sd = plane_slab[(first + d) % n]
+        new = (sd != prev) & (sd != s0) & ~bad  # a new slab, not the first come round again
+        idx = xp.nonzero(new)[0]
+        if idx.size:
+            rows.append(idx)
+            slabs.append(sd[idx])
+        prev = sd
+    rows_all = xp.concatenate(rows) if len(rows) > 1 else rows[0]
+    slab_all = xp.concatenate(slabs) if len(slabs) > 1 else slabs[0]
+    order = xp.argsort(slab_all * max(m, 1) + rows_all)  # unique keys: slab, then row
+    rows_all, slab_all = rows_all[order], slab_all[order]
+    bounds = host(xp.searchsorted(slab_all, xp.arange(n_slabs + 1)))
+    return rows_all, bounds
+
+
+def _split_chunk(pos, mass, layout: SlabLayout) -> tuple:
+    """``mesh-split``: one ``(pos, mass, rows)`` piece per slab (``mass`` None: one mass)."""
+    rows, bounds = route_rows(pos, layout)
+    if mass is not None and array_module(mass) is not array_module(rows):
+        mass = host(mass) if array_module(rows) is np else array_module(rows).asarray(mass)
+    out = []
+    for s in range(layout.n_slabs):
+        r = rows[int(bounds[s]):int(bounds[s + 1])]
+        out.append((pos[r], None if mass is None else mass[r], r))
+    return tuple(out)
+
+
+def _gated(func, pieces, lo, hi, _barrier_token):
+    return func(pieces, lo, hi)
+
+
+def _whole_piece(pos, mass) -> tuple:
+    """A chunk as the one piece of a one-slab mesh (rows None: all, in order)."""
+    return pos, mass, None
+
+
+def _add(*blocks):
+    """Sum partial slabs into the first (each has this task as only consumer)."""
+    out = blocks[0]
+    for b in blocks[1:]:
+        out += b
+    return out
+
+
+def _gather(m: int, ncols: int, columns: tuple, finish, *parts_and_args):
+    """Values of one chunk: ``parts`` of ``(rows, values)`` added at their rows and columns
+    (``columns[j] = (c0, c1)`` for part ``j``), then ``finish(out, *args)``."""
+    parts = parts_and_args[:len(columns)]
+    args = parts_and_args[len(columns):]
+    xp = array_module(parts[0][1])
+    out = xp.zeros((m, ncols), dtype=np.float64)
+    for (c0, c1), (rows, vals) in zip(columns, parts, strict=True):
+        if rows is None:
+            out[:, c0:c1] += vals
+        elif rows.size:
+            out[rows, c0:c1] += vals
+    return finish(out, *args) if finish is not None else out
+
+
+# ----------------------------------------------------------------------------- ordering
+def _done(*_):
+    """A barrier's token: nothing (its inputs have been computed)."""
+    return None
+
+
+def _first(value, *_):
+    return value
+
+
+def _barrier(deps: Sequence[da.Array], name: str) -> tuple[dict, tuple, list]:
+    """Tasks finishing when every chunk of ``deps`` is computed: ``(layer, key, deps)``.
+
+    One token task per chunk (run where the chunk is, returning None) and one
+    barrier over the tokens, so nothing but Nones travels to the barrier.
+    """
+    layer: dict = {}
+    tokens = []
+    for d, dep in enumerate(deps):
+        for j, key in enumerate(dask.core.flatten(dep.__dask_keys__())):
+            tkey = (f"{name}-token", d, j)
+            layer[tkey] = (_done, key)
+            tokens.append(tkey)
+    key = (f"{name}-barrier",)
+    layer[key] = (_done, *tokens)
+    return layer, key, list(deps)
+
+
+def after(x: da.Array, *deps: da.Array, name: str = "mesh-after") -> da.Array:
+    """``x`` (same values, no copy) whose blocks are handed on only once every chunk of
+    ``deps`` is computed: an order on the graph that bounds memory, e.g. one force
+    component's mesh made only after the previous component was interpolated and
+    freed. Tasks ``<name>-token`` (one per chunk of ``deps``), ``<name>-barrier``
+    and ``<name>`` (one per block of ``x``)."""
+    out = f"{name}-{tokenize(x, *deps)}"
+    layer, key, dep_list = _barrier(deps, out)
+    for k in dask.core.flatten(x.__dask_keys__()):
+        layer[(out, *k[1:])] = (_first, k, key)
+    graph = HighLevelGraph.from_collections(out, layer, dependencies=[x, *dep_list])
+    return da.Array(graph, out, x.chunks, meta=x._meta, dtype=x.dtype)
+
+
+class SlabExchange:
+    """Particle chunks routed to the slabs of a layout: the graph of their pieces.
+
+    Parameters
+    ----------
+    pos : dask array (N, 3)
+        Positions, chunked along rows only (NumPy or CuPy chunks).
+    mass : dask array (N,) chunked like ``pos``, or a float
+        Carried along in the pieces (None in a piece when one number).
+    layout : SlabLayout
+        The mesh's slabs and the kernel's reach.
+    name : str
+        Task-name prefix (``<name>-split``, ``<name>-piece``).
+    """
+
+    def __init__(self, pos: da.Array, mass, layout: SlabLayout, name: str = "mesh"):
+        self.pos, self.mass, self.layout = pos, mass, layout
+        self.token = tokenize(pos, mass, layout)
+        self.name = f"{name}-piece-{self.token}"
+        split = f"{name}-split-{self.token}"
+        mass_array = isinstance(mass, da.Array)
+        layer: dict = {}
+        for i in range(pos.numblocks[0]):
+            mkey = (mass.name, i) if mass_array else None
+            if layout.n_slabs == 1:
+                layer[(self.name, i, 0)] = (_whole_piece, (pos.name, i, 0), mkey)
+                continue
+            layer[(split, i)] = (_split_chunk, (pos.name, i, 0), mkey, layout)
+            for s in range(layout.n_slabs):
+                layer[(self.name, i, s)] = (operator.getitem, (split, i), s)
+        deps = [pos] + ([mass] if mass_array else [])
+        self.graph = HighLevelGraph.from_collections(self.name, layer, dependencies=deps)
+
+    @property
+    def n_chunks(self) -> int:
+        return self.pos.numblocks[0]
+
+    def piece(self, i: int, s: int) -> tuple:
+        """The key of chunk ``i``'s piece for slab ``s``: ``(pos, mass, rows)``."""
+        return (self.name, i, s)
+
+    def _array(self, name: str, layer: dict, deps: list, chunks, meta, dtype) -> da.Array:
+        hg = HighLevelGraph.from_collections(name, layer, dependencies=deps)
+        layers = {**self.graph.layers, **hg.layers}
+        dependencies = {**self.graph.dependencies, **hg.dependencies}
+        dependencies[name] = set(dependencies[name]) | {self.name}
+        return da.Array(HighLevelGraph(layers, dependencies), name, chunks, meta=meta,
+                        dtype=dtype)
+
+    def deposit(self, func: Callable, *, name: str, dtype, groups: int = 1,
+                split_every: int = 8, after: Sequence[da.Array] = (), **kwargs) -> da.Array:
+        """A mesh ``(n, n, n)`` in the layout's slabs, deposited slab by slab.
+
+        ``func(pieces, lo, hi, **kwargs)`` returns the ``(hi - lo, n, n)`` slab
+        holding the deposits of ``pieces`` (a list of ``(pos, mass, rows)``) on
+        planes ``lo .. hi - 1`` (a fresh array: the partial sums add into it).
+        Each slab's chunks are cut into ``groups`` runs of consecutive chunks
+        (one task each) whose slabs are summed by a tree of ``split_every``-way
+        in-place additions. Tasks: ``<name>-part`` and ``<name>-sum``; chunks
+        ``(layout.chunks, (n,), (n,))``, the pieces' array type. ``after``: dask
+        arrays to compute first (see :func:`after`): no deposit starts before.
+        """
+        lay, n = self.layout, self.layout.n
+        token = tokenize(self.token, func, kwargs, groups, split_every,
+                         [a.name for a in after])
+        out, part, add = f"{name}-{token}", f"{name}-part-{token}", f"{name}-sum-{token}"
+        task = functools.partial(func, **kwargs) if kwargs else func
+        runs = np.array_split(np.arange(self.n_chunks), max(1, min(groups, self.n_chunks)))
+        layer: dict = {}
+        gate: tuple = ()
+        if after:
+            blayer, bkey, _ = _barrier(after, out)
+            layer.update(blayer)
+            task, gate = functools.partial(_gated, task), (bkey,)
+        for s in range(lay.n_slabs):
+            lo, hi = lay.slab(s)
+            keys = []
+            for g, run in enumerate(runs):
+                key = (out, s, 0, 0) if len(runs) == 1 else (part, s, g)
+                layer[key] = (task, [self.piece(int(i), s) for i in run], lo, hi, *gate)
+                keys.append(key)
+            level = 0
+            while len(keys) > 1:
+                nxt = []
+                for j in range(0, len(keys), split_every):
+                    last = len(keys) <= split_every
+                    key = (out, s, 0, 0) if last else (add, s, level, j)
+                    layer[key] = (_add, *keys[j:j + split_every])
+                    nxt.append(key)
+                keys, level = nxt, level + 1
+        meta = array_module(self.pos).empty((0, 0, 0), dtype=dtype)
+        return self._array(out, layer, list(after), (lay.chunks, (n,), (n,)), meta,
+                           np.dtype(dtype))
+
+    def interpolate(self, groups: Sequence[tuple[Callable, Sequence[da.Array], int]], *,
+                    name: str, dtype, finish: Callable | None = None,
+                    finish_args: Sequence[Any] = ()) -> da.Array:
+        """Values at the particles from meshes in the layout's slabs, chunked like ``pos``.
+
+        Parameters
+        ----------
+        groups : sequence of ``(func, meshes, ncols)``
+            ``func(piece, lo, hi, *slabs)`` gets one piece and slab ``[lo, hi)`` of
+            each of ``meshes`` (dask arrays chunked ``(layout.chunks, n, n)``) and
+            returns ``(rows, values)``: the piece's ``rows`` and float64
+            ``values`` of shape ``(len(piece), ncols)``, the slab's part of the
+            sum. One ``<name>-slab`` task per (group, slab, chunk).
+        name : str
+            Task-name prefix; the gather tasks are ``<name>``.
+        dtype : dtype
+            dtype of the result (that ``finish`` returns).
+        finish : callable, optional
+            ``finish(values, *args)``: the gathered ``(m, sum ncols)`` float64
+            values of a chunk (the groups' columns side by side) -> the chunk's
+            result; default: the values as they are.
+        finish_args : sequence
+            Dask arrays chunked like ``pos`` along axis 0 (their chunk ``i`` is
+            passed) or plain values, appended to ``finish``'s arguments.
+
+        Returns
+        -------
+        dask array (N, ncols_out)
+            ``pos``'s row chunks; ``ncols_out`` = the columns ``finish`` returns
+            (probed on a zero-row block).
+        """
+        lay = self.layout
+        for _, meshes, _ in groups:
+            for mesh in meshes:
+                if tuple(mesh.chunks[0]) != lay.chunks or len(mesh.chunks[1]) != 1 \
+                        or len(mesh.chunks[2]) != 1:
+                    raise ParameterError(f"{name}: a mesh must be in the layout's slabs "
+                                         f"({lay.chunks}, n, n), got chunks {mesh.chunks}")
+        token = tokenize(self.token, [(f, [m.name for m in ms], c) for f, ms, c in groups],
+                         finish, finish_args)
+        out, slab = f"{name}-{token}", f"{name}-slab-{token}"
+        layer: dict = {}
+        columns, c0 = [], 0
+        for g, (func, meshes, ncols) in enumerate(groups):
+            for s in range(lay.n_slabs):
+                lo, hi = lay.slab(s)
+                for i in range(self.n_chunks):
+                    layer[(slab, g, s, i)] = (func, self.piece(i, s), lo, hi,
+                                              *[(mesh.name, s, 0, 0) for mesh in meshes])
+            columns.append((c0, c0 + ncols))
+            c0 += ncols
+        ncols_in = c0
+        xp = array_module(self.pos)
+        probe = np.zeros((0, ncols_in))
+        probe_args = [np.zeros(0) if isinstance(a, da.Array) else a for a in finish_args]
+        ncols_out = (finish(probe, *probe_args) if finish is not None else probe).shape[1]
+        rows = self.pos.chunks[0]
+        for i, m in enumerate(rows):
+            parts = [(slab, g, s, i) for g in range(len(groups)) for s in range(lay.n_slabs)]
+            args = [(a.name, i) if isinstance(a, da.Array) else a for a in finish_args]
+            layer[(out, i, 0)] = (_gather, int(m), ncols_in,
+                                  tuple(columns[g] for g in range(len(groups))
+                                        for _ in range(lay.n_slabs)),
+                                  finish, *parts, *args)
+        deps = [m for _, meshes, _ in groups for m in meshes]
+        deps += [a for a in finish_args if isinstance(a, da.Array)]
+        return self._array(out, layer, deps, (rows, (ncols_out,)),
+                           xp.empty((0, 0), dtype=dtype), np.dtype(dtype))
