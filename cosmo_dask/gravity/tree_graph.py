@@ -101,7 +101,7 @@ def domain_let(dt: DomainTree, bbox, opts):
     if bbox is None or dt.tree.n_particles == 0:
         return None
     let, node_index = let_subtree(dt.tree, bbox[0], bbox[1], opts["theta"],
-                                  box_size=opts["box_size"], r_cut=opts["r_cut"])
+                                  box_size=opts["box_size"], r_cut=opts["r_cut"], rs=opts["rs"])
     return let, dt.trace[node_index]
 
 
@@ -128,7 +128,7 @@ def batches_per_domain(n_particles: int, n_domains: int) -> int:
 def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
     glo, ghi = tree.lo[groups], tree.hi[groups]
     lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
-                              r_cut=opts["r_cut"])
+                              r_cut=opts["r_cut"], rs=opts["rs"])
     return evaluate_lists(tree.pos[rows[0]:rows[1]], tree.start[groups] - rows[0],
                           tree.count[groups], 0.5 * (glo + ghi),
                           lists, source, trace, G=opts["G"], softening=opts["softening"],
