@@ -35,8 +35,9 @@ Short range (TreePM: the truncated kernel of split scale ``rs``, cut at
   truncated kernel varies on the scale ``rs`` as well as ``r``, so its
   expansion converges like the Newtonian one only for cells small against both
   (at ``r = 2 rs`` the third derivative of ``T`` is 23 times ``T``). Without
-  the cap, theta = 0.5 accepted cells of ``bmax ~ rs`` whose M2P errors were
-  1-10% of the short-range force.
+  the cap theta = 0.5 accepted cells of ``bmax ~ rs``, and a 64^3 Zel'dovich box at
+  z = 9 had short-range errors of 1.1% (90th percentile) and 7.4% (99th); with
+  it, 3e-7 (float32).
 
 The CUDA walk of :mod:`~cosmo_dask.gravity.tree_gpu` applies the same rules.
 Two alternatives were measured on 64^3 boxes (``benchmarks/bench_treepm_walk.py``,
