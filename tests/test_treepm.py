@@ -66,6 +66,18 @@ def zeldovich_set():
     return pos, mass, G, acc, pot
 
 
+@pytest.fixture(scope="module")
+def clumpy_set():
+    """2048 particles in 24 Gaussian clumps (sigma = 0.03 L, L = 1), unequal masses, and
+    their Ewald forces."""
+    rng = np.random.default_rng(11)
+    n = 2048
+    centres = rng.random((24, 3))
+    pos = (centres[rng.integers(0, 24, n)] + 0.03 * rng.standard_normal((n, 3))) % 1.0
+    mass = rng.random(n) + 0.5
+    return pos, mass, *ewald(pos, mass, 1.0, tol=1e-10)
+
+
 def _errors(acc, pot, ref_acc, ref_pot):
     err = np.linalg.norm(acc - ref_acc, axis=1) / np.linalg.norm(ref_acc, axis=1)
     perr = np.abs(pot - ref_pot) / np.abs(ref_pot).mean()
@@ -106,17 +118,12 @@ def test_treepm_tree(zeldovich_set):
     assert np.median(perr) <= 2e-3
 
 
-def test_treepm_tree_clumpy():
+def test_treepm_tree_clumpy(clumpy_set):
     """2048 particles in 24 Gaussian clumps (sigma = 0.03 L), n_mesh = 32, CPU octree:
     measured (2026-11-25) median relative force error 7.9e-4, p99 3.1e-3; potential median
     6.3e-4 (without the rs cap: 8.2e-4, 3.9e-3, 6.3e-4)."""
     pytest.importorskip("cosmo_dask.gravity.tree_cpu")
-    rng = np.random.default_rng(11)
-    n = 2048
-    centres = rng.random((24, 3))
-    pos = (centres[rng.integers(0, 24, n)] + 0.03 * rng.standard_normal((n, 3))) % 1.0
-    mass = rng.random(n) + 0.5
-    ref_acc, ref_pot = ewald(pos, mass, 1.0, tol=1e-10)
+    pos, mass, ref_acc, ref_pot = clumpy_set
     p = da.from_array(pos, chunks=(512, 3))
     m = da.from_array(mass, chunks=512)
     acc, pot = dask.compute(*treepm_accelerations(p, m, G=1.0, box_size=1.0, n_mesh=32))
@@ -126,17 +133,12 @@ def test_treepm_tree_clumpy():
 
 
 @pytest.mark.gpu
-def test_treepm_gpu_clumpy():
+def test_treepm_gpu_clumpy(clumpy_set):
     """The clumpy set on CuPy chunks (PM and the GPU tree, float64): the CPU test's bounds
     against Ewald, and the CPU TreePM's forces to float64 rounding (the CPU and GPU walks
     apply the same rules)."""
     cupy = pytest.importorskip("cupy")
-    rng = np.random.default_rng(11)
-    n = 2048
-    centres = rng.random((24, 3))
-    pos = (centres[rng.integers(0, 24, n)] + 0.03 * rng.standard_normal((n, 3))) % 1.0
-    mass = rng.random(n) + 0.5
-    ref_acc, ref_pot = ewald(pos, mass, 1.0, tol=1e-10)
+    pos, mass, ref_acc, ref_pot = clumpy_set
     kw = dict(G=1.0, box_size=1.0, n_mesh=32)
     p = da.from_array(cupy.asarray(pos), chunks=(512, 3), asarray=False)
     m = da.from_array(cupy.asarray(mass), chunks=512, asarray=False)

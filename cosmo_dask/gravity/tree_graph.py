@@ -200,6 +200,13 @@ def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
     g = TaskGraph(blocks + masses)
     result = g.add(f"gravity-group-{token}-0", whole_forces_gpu, len(blocks), scalar, opts,
                    bool(potential), *[g.ref(b) for b in blocks + masses])
+    return _output_arrays(g, pos, token, precision, potential, chunk_slice, result)
+
+
+def _output_arrays(g: TaskGraph, pos, token: str, precision: str, potential: bool, task,
+                   *args):
+    """``(acc, pot)`` dask arrays in ``pos``'s row chunks: task ``gravity-acc``/``-pot``
+    ``c`` is ``task(which, start, stop, dtype, *args)`` for chunk ``c``'s rows."""
     dtype = np.dtype(precision)
     starts = np.cumsum((0,) + pos.chunks[0])
     xp = array_module(pos._meta)
@@ -210,8 +217,8 @@ def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
             continue
         arr_name = f"{name}-{token}"
         for c in range(len(pos.chunks[0])):
-            g.add((arr_name, c) + (0,) * len(tail), chunk_slice, which, int(starts[c]),
-                  int(starts[c + 1]), dtype, result)
+            g.add((arr_name, c) + (0,) * len(tail), task, which, int(starts[c]),
+                  int(starts[c + 1]), dtype, *args)
         chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
         out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
     return out[0], out[1]
@@ -309,19 +316,4 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         results.extend(g.add(f"gravity-group-{token}-{d}-{b}", domain_forces, t, opts,
                              (b, n_batches), *lets)
                        for b in range(n_batches))
-    dtype = np.dtype(precision)
-    starts = np.cumsum((0,) + pos.chunks[0])
-    meta = pos._meta
-    xp = array_module(meta)
-    out = []
-    for which, name, tail in ((1, "gravity-acc", (3,)), (2, "gravity-pot", ())):
-        if which == 2 and not potential:
-            out.append(None)
-            continue
-        arr_name = f"{name}-{token}"
-        for c in range(len(pos.chunks[0])):
-            g.add((arr_name, c) + (0,) * len(tail), chunk_rows, which, int(starts[c]),
-                  int(starts[c + 1]), dtype, gpu, *results)
-        chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
-        out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
-    return out[0], out[1]
+    return _output_arrays(g, pos, token, precision, potential, chunk_rows, gpu, *results)
