@@ -63,7 +63,9 @@ typedef float real;
 #ifndef BLOCK
 #define BLOCK 128
 #endif
-#define STACK 256
+// depth-first walk: children are pushed for nodes of levels 0..20 only (21 Morton levels),
+// so at most 7 * 21 + 1 = 148 entries are ever pending
+#define STACK 160
 #define INV_SQRT_PI 0.56418958354775628
 // @CD_TRUNC_FIT@
 

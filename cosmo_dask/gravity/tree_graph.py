@@ -176,7 +176,7 @@ def whole_forces_gpu(n_chunks: int, scalar, opts, potential: bool, *blocks):
     pos = blocks[0] if n_chunks == 1 else xp.concatenate(blocks[:n_chunks])
     m = scalar
     if scalar is None:
-        masses = blocks[n_chunks:]
+        masses = [xp.asarray(b) for b in blocks[n_chunks:]]  # on the positions' device
         m = masses[0] if len(masses) == 1 else xp.concatenate(masses)
     return tree_forces_gpu(pos, m, G=opts["G"], theta=opts["theta"],
                            softening=opts["softening"], softening_kernel=opts["softening_kernel"],
