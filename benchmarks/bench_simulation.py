@@ -9,6 +9,8 @@ log row comes from ``simulation.run`` (``seconds``, ``force_seconds``).
 
     python benchmarks/bench_simulation.py --device gpu --n-side 256 --method treepm pm
     python benchmarks/bench_simulation.py --device cpu --n-side 64
+    python benchmarks/bench_simulation.py --device gpu --n-side 256 512 --method treepm \
+        --steps 5 --split --split-repeat 2 --no-pm-force --split-trees 32:32 16:32
 
 Prints one JSON line per (n_side, method) and one per PM-force timing.
 """
@@ -37,7 +39,14 @@ def main(argv=None):
                     help="step schedule (default: the method's)")
     ap.add_argument("--split", action="store_true",
                     help="gpu TreePM: time the force's pieces on the final state")
+    ap.add_argument("--split-repeat", type=int, default=3,
+                    help="--split: timed repeats after one warm-up")
+    ap.add_argument("--split-trees", nargs="+", default=[],
+                    help="--split: also time the GPU tree with these MAX_LEAF:MAX_GROUP")
+    ap.add_argument("--no-pm-force", action="store_true",
+                    help="skip the PM-force-alone timings on the ICs")
     args = ap.parse_args(argv)
+    trees = [tuple(int(v) for v in t.split(":")) for t in args.split_trees]
 
     import dask
 
@@ -82,9 +91,10 @@ def main(argv=None):
                 if args.split and method == "treepm" and args.device == "gpu":
                     emit(env, n_side=n_side, what="treepm_split", n_mesh=n_mesh,
                          z=round(1 / res.snapshot.scale_factor - 1, 4), step_s=round(step, 4),
-                         **force_split(res.snapshot, n_mesh, res.parameters))
+                         **force_split(res.snapshot, n_mesh, res.parameters,
+                                       repeat=args.split_repeat, trees=trees))
             # the PM long-range force alone on the ICs, mesh 2 n_side (warm, median of 3)
-            for factor in sorted({1, args.pm_mesh_factor}):
+            for factor in [] if args.no_pm_force else sorted({1, args.pm_mesh_factor}):
                 n_mesh = factor * n_side
                 times = []
                 for _ in range(4):
@@ -99,15 +109,21 @@ def main(argv=None):
                      first_s=round(times[0], 4))
 
 
-def force_split(snap, n_mesh: int, params: dict, repeat: int = 3) -> dict:
+def force_split(snap, n_mesh: int, params: dict, repeat: int = 3, trees=()) -> dict:
     """Seconds of the TreePM force's pieces on one GPU (medians of ``repeat`` after a
     warm-up): the PM long range, the GPU tree's phases (CUDA events: build, walk,
-    forces = M2P + P2P in one kernel, with the interaction counts), the whole
-    ``treepm_accelerations`` graph, and what is left (domain scatter, the chunk
-    gathers, the sum)."""
+    forces = M2P + P2P in one kernel, with the interaction counts per particle), the
+    whole ``treepm_accelerations`` graph, and what is left (the chunks' concatenation
+    and slices, the sum). ``trees``: further ``(max_leaf, max_group)`` of the GPU tree
+    timed alone (``tree_variants``)."""
     import cupy
 
-    from cosmo_dask.gravity.parameters import R_SPLIT_CELLS, default_r_cut
+    from cosmo_dask.gravity.parameters import (
+        R_SPLIT_CELLS,
+        TREEPM_MAX_GROUP,
+        TREEPM_MAX_LEAF,
+        default_r_cut,
+    )
     from cosmo_dask.gravity.pm import pm_accelerations
     from cosmo_dask.gravity.tree_gpu import _forces, _Timer
     from cosmo_dask.gravity.treepm import treepm_accelerations
@@ -136,24 +152,34 @@ def force_split(snap, n_mesh: int, params: dict, repeat: int = 3) -> dict:
                potential=False)[0], label=None, show=False)),
            "force_s": timed(lambda: persist(treepm_accelerations(
                pos, m, box_size=box, n_mesh=n_mesh, **kw)[0], label=None, show=False))}
-    tree_kw = dict(softening_kernel="plummer", max_leaf=64, max_group=64, quadrupole=True,
-                   box_size=box, rs=rs, r_cut=default_r_cut(rs), **kw)
-    stats = {}
-    _forces(flat, m, stats=stats, **tree_kw)
-    phases = []
-    for _ in range(repeat):
-        timer = _Timer()
-        _forces(flat, m, timer=timer, **tree_kw)
-        phases.append(timer.phases())
-    ph = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
-    out["tree_build_s"] = sum(v for k, v in ph.items() if k.startswith("build"))
-    out["tree_walk_s"] = ph.get("walk_count", 0.0) + ph.get("walk_write", 0.0)
-    out["tree_forces_s"] = ph.get("forces", 0.0)
-    out["tree_s"] = sum(ph.values())
-    out["rest_s"] = out["force_s"] - out["pm_s"] - out["tree_s"]
+    tree_kw = dict(softening_kernel="plummer", quadrupole=True, box_size=box, rs=rs,
+                   r_cut=default_r_cut(rs), **kw)
+
+    def tree(max_leaf, max_group):
+        stats = {}
+        _forces(flat, m, stats=stats, max_leaf=max_leaf, max_group=max_group, **tree_kw)
+        phases = []
+        for _ in range(repeat):
+            timer = _Timer()
+            _forces(flat, m, timer=timer, max_leaf=max_leaf, max_group=max_group, **tree_kw)
+            phases.append(timer.phases())
+        ph = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+        n = flat.shape[0]
+        return {"max_leaf": max_leaf, "max_group": max_group,
+                "tree_build_s": round(sum(v for k, v in ph.items() if k.startswith("build")), 4),
+                "tree_walk_s": round(ph.get("walk_count", 0.0) + ph.get("walk_write", 0.0), 4),
+                "tree_forces_s": round(ph.get("forces", 0.0), 4),
+                "tree_s": round(sum(ph.values()), 4),
+                "tree_phases_s": {k: round(v, 4) for k, v in ph.items()},
+                "interactions": {k: int(v) for k, v in stats.items()},
+                "p2p_per_particle": round(stats["p2p"] / n, 1),
+                "m2p_per_particle": round(stats["m2p"] / n, 1)}
+
+    main = tree(TREEPM_MAX_LEAF, TREEPM_MAX_GROUP)
+    out["rest_s"] = out["force_s"] - out["pm_s"] - main["tree_s"]
     out = {k: round(v, 4) for k, v in out.items()}
-    out["tree_phases_s"] = {k: round(v, 4) for k, v in ph.items()}
-    out["interactions"] = {k: int(v) for k, v in stats.items()}
+    out.update(main)
+    out["tree_variants"] = [tree(*t) for t in trees if t != (TREEPM_MAX_LEAF, TREEPM_MAX_GROUP)]
     return out
 
 

@@ -6,6 +6,12 @@
 #                   in 1000 Mpc/h (paired-and-fixed, PM and TreePM)
 #   PART=validate   paired-and-fixed 256^3 runs of CONFIGS (boost, halos, float64)
 #   PART=speed      bench_simulation.py at 256^3 and 512^3 with the step split
+#   PART=treepm-speed  (issue 17 item 7) the gpu tests of the truncated kernel, the GPU
+#                   tree, the tree graph, TreePM and the simulation (T_TESTS s, TESTS=0
+#                   skips them), then bench_simulation.py --split at 256^3 and 512^3,
+#                   STEPS (5) steps to z = 0, the GPU tree also at SPLIT_TREES leaf:group
+#                   sizes (T_SPEED s; BENCH=0 skips it). About 3 + 5 min: run it as two
+#                   calls (TESTS=0 / BENCH=0) if one call's 10 minutes are tight.
 #   bash benchmarks/device_simulation.sh      (repo root, .whl carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -14,6 +20,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/env.txt"
 TABLE=results/2026-11-25/camb_linear_pk_z0_planck18.txt
+if [ "${PART:-converge}" = treepm-speed ] && [ "${TESTS:-1}" != 0 ]; then
+  python3 -c "import cupy; print('cupy', cupy.__version__)" >> "$OUT/env.txt" 2>&1
+  timeout ${T_TESTS:-200} python3 -m pytest -q -p no:cacheprovider -m gpu -s -rfs \
+    tests/test_truncated_kernel.py tests/test_gravity_tree_gpu.py \
+    tests/test_gravity_tree_graph_gpu.py tests/test_treepm.py tests/test_simulation_gpu.py \
+    2>&1 | tee "$OUT/gpu_tests_treepm.txt" | tail -30
+fi
 cd benchmarks
 case "${PART:-converge}" in
   converge)
@@ -46,4 +59,11 @@ case "${PART:-converge}" in
   speed)
     python3 bench_simulation.py --device gpu ${SPEED_ARGS:---n-side 256 512 --method treepm} \
       2>&1 | tee "$OUT/speed.jsonl" | cut -c1-400 ;;
+  treepm-speed)  # the 512^3 split must finish: few steps, 2 timed repeats, no PM-alone runs
+    if [ "${BENCH:-1}" != 0 ]; then
+      timeout ${T_SPEED:-330} python3 bench_simulation.py --device gpu --n-side 256 512 \
+        --method treepm --z-init 9 --steps ${STEPS:-5} --schedule a --split \
+        --split-repeat 2 --no-pm-force --split-trees ${SPLIT_TREES:-32:32 16:32} 2>&1 \
+        | tee "$OUT/speed_treepm.jsonl" | cut -c1-600
+    fi ;;
 esac

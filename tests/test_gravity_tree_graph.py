@@ -123,3 +123,41 @@ def test_periodic_short_range_across_domains():
         a, p = dask.compute(acc, pot)
         assert np.median(rel_err(a[idx], ref_a)) <= 1e-3
         assert np.median(np.abs(p[idx] / ref_p - 1)) <= 1e-3
+
+
+@pytest.mark.parametrize("scalar_mass", [True, False])
+def test_one_gpu_domain_graph(sphere, monkeypatch, scalar_mass):
+    """The one-GPU-domain graph (all chunks into one gravity-group task, a slice per output
+    chunk), run on NumPy chunks with the CPU tree standing in for the GPU tree: the same
+    forces as the one-domain CPU graph, in the input's chunks (the GPU tree itself is
+    tested in test_gravity_tree_graph_gpu.py)."""
+    import cosmo_dask.gravity.tree_gpu as tree_gpu
+    from cosmo_dask.gravity.tree_cpu import tree_forces
+    from cosmo_dask.gravity.tree_graph import _whole_gpu
+
+    monkeypatch.setattr(tree_gpu, "tree_forces_gpu", tree_forces)
+    x, m = sphere
+    x, m = x[:5000], m[:5000] * (1 + np.arange(5000) % 3)
+    pos = da.from_array(x, chunks=1300)
+    mass = da.from_array(m, chunks=700)
+    opts = {"G": 1.0, "theta": 0.5, "softening": 0.01, "softening_kernel": "plummer",
+            "precision": "float64", "box_size": None, "rs": None, "r_cut": None,
+            "max_leaf": 64, "max_group": 64}
+    acc, pot = _whole_gpu(pos, mass, m[0] if scalar_mass else None, opts, "float64", True)
+    assert acc.chunks == pos.chunks and pot.chunks == (pos.chunks[0],)
+    names = {str(k[0] if isinstance(k, tuple) else k) for k in dict(acc.__dask_graph__())}
+    assert sum(k.startswith("gravity-group") for k in names) == 1
+    a, p = dask.compute(acc, pot)
+    ref_a, ref_p = dask.compute(*tree_accelerations(
+        pos, m[0] if scalar_mass else mass, G=1.0, theta=0.5, softening=0.01, n_domains=1))
+    np.testing.assert_allclose(a, ref_a, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(p, ref_p, rtol=1e-12, atol=0)
+    # and against the direct sum
+    idx = np.arange(0, 5000, 25)
+    mm = np.full(5000, m[0]) if scalar_mass else m
+    d = x[idx, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + 0.01**2
+    ref = -(mm[None, :, None] * d / r2[..., None] ** 1.5).sum(1)
+    assert np.median(rel_err(a[idx], ref)) <= 5e-4
+    _, none = _whole_gpu(pos, mass, None, opts, "float64", False)
+    assert none is None

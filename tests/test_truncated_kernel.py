@@ -110,6 +110,73 @@ def test_cuda_source_mentions_entry_points():
     assert "cd_trunc_T" in src and "cd_erfc" in src and "3.0 / 511.0" in src
 
 
+def test_fit_coefficients_are_the_chebyshev_interpolant():
+    """ERFCX_FIT is what erfcx_fit_coefficients() computes (degree 12), and the interpolant
+    itself (float64) is within 2.5e-7 relative of SciPy's erfcx on [0, 3]."""
+    c = tr.erfcx_fit_coefficients(12)
+    np.testing.assert_allclose(c, tr.ERFCX_FIT, rtol=1e-12, atol=1e-18)
+    x = np.linspace(0.0, 3.0, 2**16 + 1)
+    fit = np.polynomial.polynomial.polyval(x - tr.ERFCX_FIT_CENTRE, c)
+    assert np.max(np.abs(fit / sp.erfcx(x) - 1.0)) < 2.5e-7   # measured 2.0e-7
+
+
+def test_fit_float32_against_float64_scipy():
+    """T and erfc from the fit in float32 against float64 SciPy at the same float32
+    abscissae: measured max relative error 1.08e-6 (T) and 1.09e-6 (erfc), the float32
+    floor of exp(-x^2) near x = 3, the same as the exact float32 functions'."""
+    err = tr.fit_relative_errors(2**20 + 1, np.float32)
+    assert err["T"] < 1.5e-6 and err["erfc"] < 1.5e-6
+    # the exact float32 functions have the same floor (so the fit costs no accuracy)
+    x32 = X.astype(np.float32)
+    x64 = x32.astype(np.float64)
+    exact = np.max(np.abs(tr.T_exact(x32).astype(np.float64) - T_ref(x64)) / T_ref(x64))
+    assert exact > 0.3 * err["T"]
+    # float64 evaluation: the interpolant's own error (2e-7 of erfcx) remains
+    err64 = tr.fit_relative_errors(2**18 + 1, np.float64)
+    assert err64["T"] < 1e-7 and err64["erfc"] < 2.5e-7
+    t, ec = tr.T_fit(np.float32(0.0))
+    assert t == pytest.approx(1.0, abs=1e-6) and ec == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cuda_fit_source_carries_the_coefficients():
+    src = tr.CUDA_FIT_SOURCE
+    assert "cd_trunc_fit" in src and "exp2f" in src
+    for c in tr.ERFCX_FIT:
+        assert f"{float(np.float32(c)):.9e}f" in src
+
+
+@pytest.mark.gpu
+def test_cuda_fit_against_float64_scipy():
+    """cd_trunc_fit compiled with NVRTC, float32 and float64, on 2^20 + 1 points of [0, 3]
+    and a few beyond (exact branch), against float64 SciPy."""
+    cupy = pytest.importorskip("cupy")
+    src = tr.CUDA_FIT_SOURCE + r"""
+    template <typename R> __device__ void run(const R* x, R* t, R* ec, R* e, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) cd_trunc_fit(x[i], t[i], ec[i], e[i]);
+    }
+    extern "C" __global__ void fit32(const float* x, float* t, float* ec, float* e, int n) {
+        run<float>(x, t, ec, e, n);
+    }
+    extern "C" __global__ void fit64(const double* x, double* t, double* ec, double* e,
+                                     int n) {
+        run<double>(x, t, ec, e, n);
+    }
+    """
+    mod = cupy.RawModule(code=src, options=("--std=c++14",))
+    for dtype, name, bound in ((np.float32, "fit32", 2e-6), (np.float64, "fit64", 1e-13)):
+        x = np.concatenate([np.linspace(0.0, 3.0, 2**20 + 1), [3.001, 3.5, 4.5]]).astype(dtype)
+        xd = cupy.asarray(x)
+        t, ec, e = (cupy.empty_like(xd) for _ in range(3))
+        n = x.size
+        mod.get_function(name)(((n + 255) // 256,), (256,), (xd, t, ec, e, np.int32(n)))
+        x64 = x.astype(np.float64)
+        for got, ref in ((t, T_ref(x64)), (ec, sp.erfc(x64)), (e, np.exp(-x64 * x64))):
+            rel = np.abs(cupy.asnumpy(got).astype(np.float64) / ref - 1.0)
+            print(f"{name}: max relative error {rel.max():.3e}")
+            assert rel.max() < bound
+
+
 @pytest.mark.parametrize("bad", [-1, 5, 2.5, "2", None, True])
 def test_bad_level(bad):
     with pytest.raises(ParameterError, match="level"):

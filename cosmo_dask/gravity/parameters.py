@@ -25,6 +25,15 @@ R_CUT_SPLITS = 4.5
 R_CUT_MAX_SPLITS = 6.0
 #: the smallest default PM mesh
 MIN_N_MESH = 16
+#: with the truncated kernel a multipole needs bmax < theta * TRUNC_OPEN_SPLITS * r_split
+#: as well as bmax < theta * d (the kernel varies on the scale r_split)
+TRUNC_OPEN_SPLITS = 0.5
+#: the TreePM short range's octree: leaves and groups of at most this many particles.
+#: 32/32 holds 1.2-1.8x fewer P2P pairs than 64/64 at one particle per mesh cell (CPU
+#: walk, 64^3 boxes at z = 0 and 9) but twice the groups, and the GPU walk runs once per
+#: group: which is faster on a GPU is measured by ``bench_simulation.py --split-trees``
+TREEPM_MAX_LEAF = 64
+TREEPM_MAX_GROUP = 64
 
 
 def check_theta(theta: Any, what: str = "") -> float:

@@ -21,8 +21,10 @@ The particles are split among the domains of the shared decomposition
     core): one walk per group against ``d``'s own tree and against each LET
     (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
-    order. On a GPU worker with a single domain this is one task,
-    :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on the domain.
+    order. On a GPU worker with a single domain (the default there) the graph is
+    one task, :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on all the
+    chunks concatenated (no scatter: the GPU tree sorts the particles itself and
+    returns the input order), and one slice of it per output chunk.
 ``gravity-acc-c`` / ``gravity-pot-c``
     Accelerations and potentials of input chunk ``c``, gathered from the
     domains (each domain's rows are in increasing particle index).
@@ -101,7 +103,7 @@ def domain_let(dt: DomainTree, bbox, opts):
     if bbox is None or dt.tree.n_particles == 0:
         return None
     let, node_index = let_subtree(dt.tree, bbox[0], bbox[1], opts["theta"],
-                                  box_size=opts["box_size"], r_cut=opts["r_cut"])
+                                  box_size=opts["box_size"], r_cut=opts["r_cut"], rs=opts["rs"])
     return let, dt.trace[node_index]
 
 
@@ -128,7 +130,7 @@ def batches_per_domain(n_particles: int, n_domains: int) -> int:
 def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
     glo, ghi = tree.lo[groups], tree.hi[groups]
     lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
-                              r_cut=opts["r_cut"])
+                              r_cut=opts["r_cut"], rs=opts["rs"])
     return evaluate_lists(tree.pos[rows[0]:rows[1]], tree.start[groups] - rows[0],
                           tree.count[groups], 0.5 * (glo + ghi),
                           lists, source, trace, G=opts["G"], softening=opts["softening"],
@@ -163,19 +165,63 @@ def domain_forces(dt: DomainTree, opts, batch, *lets):
     return index[order], acc[order], pot[order]
 
 
-def domain_forces_gpu(part, mass, opts):
-    """Task ``gravity-group`` on a GPU worker with one domain: the GPU tree on it."""
+def whole_forces_gpu(n_chunks: int, scalar, opts, potential: bool, *blocks):
+    """Task ``gravity-group`` on a GPU worker with one domain: the GPU tree on all the
+    particles at once. ``blocks`` are the position chunks, then (without ``scalar``) the
+    mass chunks. The GPU tree sorts the particles itself and returns the input order, so
+    there is no domain scatter: one concatenation in, slices out (:func:`chunk_slice`)."""
     from .tree_gpu import tree_forces_gpu
 
-    n = part.n_owned
-    m = mass if mass is not None else part.extra["mass"][:n]
-    acc, pot = tree_forces_gpu(part.pos[:n], m, G=opts["G"], theta=opts["theta"],
-                               softening=opts["softening"],
-                               softening_kernel=opts["softening_kernel"],
-                               precision=opts["precision"], potential=True,
-                               max_leaf=opts["max_leaf"], max_group=opts["max_group"],
-                               box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
-    return part.index[:n], acc, pot
+    xp = array_module(blocks[0])
+    pos = blocks[0] if n_chunks == 1 else xp.concatenate(blocks[:n_chunks])
+    m = scalar
+    if scalar is None:
+        masses = [xp.asarray(b) for b in blocks[n_chunks:]]  # on the positions' device
+        m = masses[0] if len(masses) == 1 else xp.concatenate(masses)
+    return tree_forces_gpu(pos, m, G=opts["G"], theta=opts["theta"],
+                           softening=opts["softening"], softening_kernel=opts["softening_kernel"],
+                           precision=opts["precision"], potential=potential,
+                           max_leaf=opts["max_leaf"], max_group=opts["max_group"],
+                           box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def chunk_slice(which: int, start: int, stop: int, dtype, result):
+    """Task ``gravity-acc``/``gravity-pot`` after :func:`whole_forces_gpu`: rows
+    ``[start, stop)`` of its accelerations (``which = 1``) or potentials (2)."""
+    return result[which - 1][start:stop].astype(dtype, copy=False)
+
+
+def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
+    """The graph of one GPU domain: a ``gravity-group`` task on every chunk
+    (:func:`whole_forces_gpu`) and one slice per output chunk."""
+    blocks = list(pos.to_delayed().ravel())
+    masses = [] if scalar is not None else list(mass.to_delayed().ravel())
+    token = dask.base.tokenize(pos, mass if scalar is None else scalar, opts, potential)[:12]
+    g = TaskGraph(blocks + masses)
+    result = g.add(f"gravity-group-{token}-0", whole_forces_gpu, len(blocks), scalar, opts,
+                   bool(potential), *[g.ref(b) for b in blocks + masses])
+    return _output_arrays(g, pos, token, precision, potential, chunk_slice, result)
+
+
+def _output_arrays(g: TaskGraph, pos, token: str, precision: str, potential: bool, task,
+                   *args):
+    """``(acc, pot)`` dask arrays in ``pos``'s row chunks: task ``gravity-acc``/``-pot``
+    ``c`` is ``task(which, start, stop, dtype, *args)`` for chunk ``c``'s rows."""
+    dtype = np.dtype(precision)
+    starts = np.cumsum((0,) + pos.chunks[0])
+    xp = array_module(pos._meta)
+    out = []
+    for which, name, tail in ((1, "gravity-acc", (3,)), (2, "gravity-pot", ())):
+        if which == 2 and not potential:
+            out.append(None)
+            continue
+        arr_name = f"{name}-{token}"
+        for c in range(len(pos.chunks[0])):
+            g.add((arr_name, c) + (0,) * len(tail), task, which, int(starts[c]),
+                  int(starts[c + 1]), dtype, *args)
+        chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
+        out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
+    return out[0], out[1]
 
 
 def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
@@ -246,45 +292,28 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
             "r_cut": None if r_cut is None else float(r_cut),
             "max_leaf": int(max_leaf), "max_group": int(max_group)}
     nd = default_n_domains(n, gpu) if n_domains is None else int(n_domains)
+    scalar = None if hasattr(mass, "chunks") else float(mass)
+    if gpu and nd == 1:
+        return _whole_gpu(pos, mass, scalar, opts, precision, potential)
     if box_size is not None:
         grid = domain_grid(nd, box_size=float(box_size))
     else:
         lo, hi = compute(pos.min(axis=0), pos.max(axis=0), label=None, show=False)
         grid = domain_grid(nd, bounds=(host(lo), host(hi)))
-    scalar = None if hasattr(mass, "chunks") else float(mass)
     extra = {} if scalar is not None else {"mass": mass}
     token = tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
     parts = scatter_to_domains(pos, grid, 0.0, name="gravity", extra=extra)
     g = TaskGraph(parts)
     results = []
-    if gpu and grid.n_domains == 1:
-        results.append(g.add(f"gravity-group-{token}-0", domain_forces_gpu,
-                             g.ref(parts[0]), scalar, opts))
-    else:
-        n_batches = batches_per_domain(n, grid.n_domains)
-        trees = [g.add(f"gravity-tree-{token}-{d}", domain_tree, g.ref(p), scalar, opts)
-                 for d, p in enumerate(parts)]
-        boxes = [g.add(f"gravity-bbox-{token}-{d}", domain_bbox, t)
-                 for d, t in enumerate(trees)]
-        for d, t in enumerate(trees):
-            lets = [g.add(f"gravity-let-{token}-{s}-{d}", domain_let, trees[s], boxes[d], opts)
-                    for s in range(len(trees)) if s != d]
-            results.extend(g.add(f"gravity-group-{token}-{d}-{b}", domain_forces, t, opts,
-                                 (b, n_batches), *lets)
-                           for b in range(n_batches))
-    dtype = np.dtype(precision)
-    starts = np.cumsum((0,) + pos.chunks[0])
-    meta = pos._meta
-    xp = array_module(meta)
-    out = []
-    for which, name, tail in ((1, "gravity-acc", (3,)), (2, "gravity-pot", ())):
-        if which == 2 and not potential:
-            out.append(None)
-            continue
-        arr_name = f"{name}-{token}"
-        for c in range(len(pos.chunks[0])):
-            g.add((arr_name, c) + (0,) * len(tail), chunk_rows, which, int(starts[c]),
-                  int(starts[c + 1]), dtype, gpu, *results)
-        chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
-        out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
-    return out[0], out[1]
+    n_batches = batches_per_domain(n, grid.n_domains)
+    trees = [g.add(f"gravity-tree-{token}-{d}", domain_tree, g.ref(p), scalar, opts)
+             for d, p in enumerate(parts)]
+    boxes = [g.add(f"gravity-bbox-{token}-{d}", domain_bbox, t)
+             for d, t in enumerate(trees)]
+    for d, t in enumerate(trees):
+        lets = [g.add(f"gravity-let-{token}-{s}-{d}", domain_let, trees[s], boxes[d], opts)
+                for s in range(len(trees)) if s != d]
+        results.extend(g.add(f"gravity-group-{token}-{d}-{b}", domain_forces, t, opts,
+                             (b, n_batches), *lets)
+                       for b in range(n_batches))
+    return _output_arrays(g, pos, token, precision, potential, chunk_rows, gpu, *results)

@@ -272,7 +272,8 @@ def _nearest(d, box):
 def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
               s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
               G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
-              walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, missing):
+              walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
+              missing):
     """Every group's forces; ``proto`` (an empty array) carries the P2P arithmetic dtype."""
     ft = proto.dtype.type
     n_groups = g_start.shape[0]
@@ -287,8 +288,8 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
                 leaves_g = np.empty(cap_l, dtype=np.int64)
                 n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
                                           s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
-                                          cut2 if cut else 0.0, cut, cells_g, leaves_g,
-                                          True)
+                                          cut2 if cut else 0.0, cut, bcap, cells_g,
+                                          leaves_g, True)
                 if n_c <= cap_c and n_l <= cap_l:
                     break
                 cap_c = max(cap_c, n_c)
@@ -367,8 +368,16 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
                 mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
                                               eps2, use_q)
             else:
+                # sources and target are relative to the group centre (minimum image): a
+                # pair closer than r_cut needs no other image when the target lies within
+                # box/2 - r_cut of the centre (a pair that would is cut as it stands)
+                pair_box = box
+                if box > 0.0 and cut:
+                    reach = max(abs(x0), abs(y0), abs(z0)) + math.sqrt(cut2)
+                    if reach < 0.5 * box * (1.0 - 1e-5):
+                        pair_box = 0.0
                 bx, by, bz, bp = _p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
-                                             eps2, h, kern, alpha, cut2, box)
+                                             eps2, h, kern, alpha, cut2, pair_box)
                 mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
                                               eps2, h, kern, alpha, box, use_q)
             acc[i, 0] = G * (np.float64(bx) + mx)
@@ -395,7 +404,7 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
 
     With ``lists=None`` the walk is fused into the evaluation: each group walks
     ``source`` (:func:`cosmo_dask.gravity.tree_walk.interaction_lists` semantics,
-    with ``theta`` and the group boxes ``g_lo``/``g_hi``) into local lists that
+    with ``theta``, ``rs``, ``r_cut`` and the group boxes ``g_lo``/``g_hi``) into local lists that
     are evaluated at once and never stored -- same lists, same arithmetic, one
     pass instead of three.
 
@@ -461,12 +470,13 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
     if walk:
         if theta is None or g_lo is None or g_hi is None:
             raise ParameterError("the fused walk (lists=None) needs theta, g_lo and g_hi")
-        inv_theta2, _, _, _ = _walk_params(theta, box_size, r_cut)
+        inv_theta2, _, _, _, bcap = _walk_params(theta, box_size, r_cut, rs)
         ptrs = (np.zeros(n_g + 1, np.int64), empty, np.zeros(n_g + 1, np.int64), empty)
         boxes = (np.ascontiguousarray(g_lo, dtype=np.float64).reshape(n_g, 3),
                  np.ascontiguousarray(g_hi, dtype=np.float64).reshape(n_g, 3))
     else:
         inv_theta2 = 1.0
+        bcap = math.inf
         ptrs = (lists.cell_ptr, lists.cells, lists.leaf_ptr, lists.leaves)
         boxes = (np.zeros((n_g, 3)), np.zeros((n_g, 3)))
     fn(np.ascontiguousarray(tpos), np.ascontiguousarray(g_start, dtype=np.int64),
@@ -478,7 +488,7 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
        np.ascontiguousarray(trace, dtype=np.float64), float(G), eps2, h, kern, alpha, cut2, box,
        bool(quadrupole), acc, pot, walk, *boxes, np.asarray(source.first_child),
        np.asarray(source.n_child), np.asarray(source.lo), np.asarray(source.hi),
-       np.asarray(source.bmax), inv_theta2, missing)
+       np.asarray(source.bmax), inv_theta2, bcap, missing)
     if missing.any():
         raise ParameterError(
             f"{int((missing > 0).sum())} target groups need particles that the pruned source "

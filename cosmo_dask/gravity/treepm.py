@@ -47,7 +47,15 @@ import numpy as np
 
 from ..backend import resolve_precision
 from ..errors import ParameterError
-from .parameters import R_CUT_MAX_SPLITS, R_CUT_SPLITS, R_SPLIT_CELLS, THETA_DEFAULT, check_theta
+from .parameters import (
+    R_CUT_MAX_SPLITS,
+    R_CUT_SPLITS,
+    R_SPLIT_CELLS,
+    THETA_DEFAULT,
+    TREEPM_MAX_GROUP,
+    TREEPM_MAX_LEAF,
+    check_theta,
+)
 from .pm import _check_number, check_box_size, check_n_mesh, checked_particles, long_range
 from .tree_graph import tree_accelerations
 
@@ -151,7 +159,8 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     # short range: the tree graph (domains + locally essential trees), truncated kernel
     acc_s, pot_s = tree_accelerations(pos, m, G=G, theta=theta, softening=softening,
                                       softening_kernel=softening_kernel, precision=dtype.name,
-                                      potential=potential, box_size=box, rs=rs, r_cut=rc)
+                                      potential=potential, box_size=box, rs=rs, r_cut=rc,
+                                      max_leaf=TREEPM_MAX_LEAF, max_group=TREEPM_MAX_GROUP)
     acc = long_part[:, :3] + acc_s
     if not potential:
         return acc, None
