@@ -10,6 +10,7 @@ from cosmo_dask.halos.center_kernels import (
     grid_mbp,
     grid_potential,
     mcp_rows,
+    member_potentials,
     poisson_dirichlet,
     segment_potentials,
     segmented_argmin,
@@ -152,6 +153,26 @@ def test_segment_potentials_rejects_bad_input(rng):
         segment_potentials(pos, m, np.array([0, 5]), softening=-1.0)
     with pytest.raises(ParameterError):
         segment_potentials(pos, m, np.array([0, 5]), box_size=0.0)
+
+
+def test_member_potentials_match_brute_force_and_segment_potentials(rng):
+    # one halo straddling two faces of a periodic box; a few rows of it
+    box = 20.0
+    unwrapped = np.array([0.1, 19.9, 10.0]) + rng.normal(size=(900, 3)) * 0.8
+    pos = np.mod(unwrapped, box)
+    mass = rng.uniform(0.5, 2.0, 900)
+    rows = np.array([0, 17, 17, 899, 450])
+    got = member_potentials(pos, mass, rows, box_size=box, softening=0.02, G=1.5)
+    ref = brute_potentials(unwrapped, mass, np.array([0, 900]), eps=0.02, G=1.5)
+    np.testing.assert_allclose(got, ref[rows], rtol=1e-12)
+    whole = segment_potentials(pos, mass, np.array([0, 900]), box_size=box, softening=0.02,
+                               G=1.5)
+    np.testing.assert_array_equal(got, whole[rows])  # the same arithmetic
+    assert member_potentials(pos, mass, np.array([], np.int64)).shape == (0,)
+    with pytest.raises(ParameterError, match="rows"):
+        member_potentials(pos, mass, np.array([900]))
+    with pytest.raises(ParameterError, match="rows"):
+        member_potentials(pos, mass, np.array([0.5]))
 
 
 # --------------------------------------------------------------------------- #

@@ -127,7 +127,12 @@ def reduce_rmax(n_halos: int, *parts) -> np.ndarray:
 # ----------------------------------------------------------------------------- MBP
 def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, device):
     """(halo, particle index, position, exact potential) of each halo's most-bound member."""
-    from .center_kernels import grid_mbp, segment_potentials, segmented_argmin
+    from .center_kernels import (
+        grid_mbp,
+        member_potentials,
+        segment_potentials,
+        segmented_argmin,
+    )
 
     order = np.argsort(lab, kind="stable")
     lab, index, pos, mass = lab[order], index[order], pos[order], mass[order]
@@ -161,9 +166,8 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, de
         a, b = starts[s], starts[s + 1]
         r = grid_mbp(pos[a:b], mass[a:b], box_size=box, softening=softening, G=G)
         rows[s] = a + r
-        one = segment_potentials(pos[a:b], mass[a:b], np.array([0, b - a], np.int64),
-                                 box_size=box, softening=softening, G=G)
-        pot_best[s] = one[r]
+        pot_best[s] = member_potentials(pos[a:b], mass[a:b], np.array([r]), box_size=box,
+                                        softening=softening, G=G)[0]
     return halos, index[rows], pos[rows], pot_best
 
 
