@@ -71,6 +71,9 @@ _BOUND_MARGIN = 1e-8
 # ... and the exact potentials of this many members with the best lower bounds seed
 # the pruning threshold.
 _SEEDS = 4
+# grid_mbp prunes its candidates only when it has more than this many (below, their
+# exact potentials cost less than the octree)
+_GRID_PRUNE = 512
 # grid_mbp evaluates the members near this many of the deepest local minima of
 # the grid potential (1 = the global minimum only, as in Sewell et al. 2015).
 _N_WELLS = 4
@@ -871,7 +874,7 @@ def grid_mbp(pos, mass, *, box_size=None, softening=0.0, G=1.0, n_grid=64,
     if rows.size == 0:
         rows = np.arange(n, dtype=np.int64)
     starts = np.array([0, n], dtype=np.int64)
-    if n >= _TREE_MIN and rows.size > 16 * _SEEDS and G > 0.0 and np.all(mass >= 0.0):
+    if n >= _TREE_MIN and rows.size > _GRID_PRUNE and G > 0.0 and np.all(mass >= 0.0):
         rel, wrap = _unwrapped(pos, starts, L)
         if not wrap[0]:  # the candidates that tree bounds cannot rule out
             rows = _mbp_candidates(rel, mass, eps, rows)
