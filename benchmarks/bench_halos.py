@@ -34,6 +34,13 @@ thread, checked to give the same partition) and ratios ours / kdcount for: the f
 ``fof_labels`` (threaded, all cores, and the synchronous scheduler, one thread), and
 the single-threaded kernel ``fof_local`` on the whole box (the dense-cell path,
 ``count_friends=False``, and the exact pair path that counts friends).
+``--catalog`` times, instead of the above, the full catalog ``fof(snap, centers=("mbp",
+"mcp"))`` against the bare ``fof_labels`` on the same snapshot, alternated, medians of
+``--repeat`` runs each (labels computed in both), and prints their ratio, the process CPU
+seconds of each (less sensitive to other load on a shared machine) and the seconds per
+task kind of the last catalog run (task time summed over threads).
+``--threads N`` runs the local threaded scheduler and numba with N threads (default: all
+cores).
 ``--memory`` reports the peak memory of FOF runs from a Zarr store (1 and 8
 domains, each in a fresh single-threaded process that holds every domain): the
 traced peak (tracemalloc) and the sampled resident-set peak over the bytes of
@@ -43,7 +50,8 @@ full ``fof`` with its catalog).
 Prints one JSON object per measurement.
 
     python benchmarks/bench_halos.py [--n-side 128 256] [--device cpu|gpu] [--mbp] [--memory]
-        [--kinds plummer zeldovich uniform clustered] [--kdcount] [--check-cpu] [--no-store]
+        [--kinds plummer zeldovich uniform clustered evolved] [--kdcount] [--check-cpu]
+        [--no-store] [--catalog] [--threads N]
 """
 
 from __future__ import annotations
@@ -172,6 +180,10 @@ def main(argv=None):
                     help="gpu: compare labels with the CPU (kernel: the kernel's only)")
     ap.add_argument("--no-store", action="store_true", help="gpu: skip the Zarr store row")
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--catalog", action="store_true",
+                    help="the full catalog (centers mbp, mcp) against bare fof_labels")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of the local scheduler and numba (default: all cores)")
     ap.add_argument("--memory-child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_child:
@@ -188,6 +200,12 @@ def main(argv=None):
         "dask": dask.__version__,
     }
     ll, min_members = 0.2, 20
+    if args.threads is not None:
+        import numba
+
+        dask.config.set(scheduler="threads", num_workers=args.threads)
+        numba.set_num_threads(args.threads)
+        env["threads"] = args.threads
     for n_side in args.n_side:
         for kind in args.kinds:
             t0 = time.perf_counter()
@@ -196,6 +214,9 @@ def main(argv=None):
             pos[pos >= box] = 0.0  # float32 rounding can land on the box edge
             n = len(pos)
             snap = Snapshot.from_arrays(pos, box_size=box, ids=np.arange(n, dtype=np.int64))
+            if args.catalog:
+                bench_catalog(snap, kind, ll, min_members, args.repeat, env)
+                continue
             setup_s = time.perf_counter() - t0
             if args.device == "gpu":
                 res = bench_gpu(snap, kind, ll, min_members, args, {**env, "setup_s": setup_s})
@@ -397,6 +418,77 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
             print(json.dumps({**row, **env}), flush=True)
     pool.free_all_blocks()
     return res
+
+
+def bench_catalog(snap, kind, ll, min_members, repeat, env):
+    """The full catalog (``fof`` with MBP and MCP centres) against bare ``fof_labels`` on
+    one snapshot: alternated runs after a warm-up of each, medians; wall and process CPU
+    seconds, and the task time per task kind of the last catalog run."""
+    from dask.callbacks import Callback
+    from dask.utils import key_split
+
+    from cosmo_dask.halos import fof
+    from cosmo_dask.halos.fof import fof_labels
+
+    class TaskTimes(Callback):
+        def __init__(self):
+            super().__init__()
+            self.start, self.total = {}, {}
+
+        def _pretask(self, key, dsk, state):
+            self.start[key] = time.perf_counter()
+
+        def _posttask(self, key, result, dsk, state, worker_id):
+            kind_ = key_split(key)
+            self.total[kind_] = (self.total.get(kind_, 0.0)
+                                 + time.perf_counter() - self.start.pop(key))
+
+    def bare():
+        res = fof_labels(snap, ll, min_members=min_members)
+        res.labels.compute()
+        return res
+
+    def catalog():
+        res = fof(snap, ll, min_members=min_members, centers=("mbp", "mcp"))
+        res.labels.compute()
+        return res
+
+    bare()  # warm-up: numba compilation, first-call costs
+    catalog()
+    times = {"bare": [], "catalog": []}
+    cpu = {"bare": [], "catalog": []}
+    tasks = TaskTimes()
+    for i in range(repeat):
+        for name, fn in (("bare", bare), ("catalog", catalog)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            if name == "catalog" and i == repeat - 1:
+                with tasks:
+                    res = fn()
+            else:
+                res = fn()
+            times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    med_cpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    row = {
+        "workload": f"catalog-{kind}",
+        "n_particles": snap.n_particles,
+        "bare_seconds": med["bare"],
+        "catalog_seconds": med["catalog"],
+        "ratio_catalog_over_bare": med["catalog"] / med["bare"],
+        "bare_seconds_all": [round(t, 3) for t in times["bare"]],
+        "catalog_seconds_all": [round(t, 3) for t in times["catalog"]],
+        "bare_cpu_seconds": med_cpu["bare"],
+        "catalog_cpu_seconds": med_cpu["catalog"],
+        "ratio_cpu_catalog_over_bare": med_cpu["catalog"] / med_cpu["bare"],
+        "catalog_task_seconds": {k: round(v, 3) for k, v in
+                                 sorted(tasks.total.items(), key=lambda kv: -kv[1])},
+        "n_halos": res.n_halos,
+        "largest": int(res.catalog["n_members"][0]) if res.n_halos else 0,
+        "domains": res.parameters["n_domains"],
+        **env,
+    }
+    print(json.dumps(row), flush=True)
 
 
 def bench_kdcount(snap, box, ll, min_members, labels, t_ours, repeat):

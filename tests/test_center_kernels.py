@@ -10,7 +10,9 @@ from cosmo_dask.halos.center_kernels import (
     grid_mbp,
     grid_potential,
     mcp_rows,
+    member_potentials,
     poisson_dirichlet,
+    segment_mbp,
     segment_potentials,
     segmented_argmin,
 )
@@ -152,6 +154,104 @@ def test_segment_potentials_rejects_bad_input(rng):
         segment_potentials(pos, m, np.array([0, 5]), softening=-1.0)
     with pytest.raises(ParameterError):
         segment_potentials(pos, m, np.array([0, 5]), box_size=0.0)
+
+
+def test_member_potentials_match_brute_force_and_segment_potentials(rng):
+    # one halo straddling two faces of a periodic box; a few rows of it
+    box = 20.0
+    unwrapped = np.array([0.1, 19.9, 10.0]) + rng.normal(size=(900, 3)) * 0.8
+    pos = np.mod(unwrapped, box)
+    mass = rng.uniform(0.5, 2.0, 900)
+    rows = np.array([0, 17, 17, 899, 450])
+    got = member_potentials(pos, mass, rows, box_size=box, softening=0.02, G=1.5)
+    ref = brute_potentials(unwrapped, mass, np.array([0, 900]), eps=0.02, G=1.5)
+    np.testing.assert_allclose(got, ref[rows], rtol=1e-12)
+    whole = segment_potentials(pos, mass, np.array([0, 900]), box_size=box, softening=0.02,
+                               G=1.5)
+    np.testing.assert_array_equal(got, whole[rows])  # the same arithmetic
+    assert member_potentials(pos, mass, np.array([], np.int64)).shape == (0,)
+    with pytest.raises(ParameterError, match="rows"):
+        member_potentials(pos, mass, np.array([900]))
+    with pytest.raises(ParameterError, match="rows"):
+        member_potentials(pos, mass, np.array([0.5]))
+
+
+# --------------------------------------------------------------------------- #
+# segment_mbp
+# --------------------------------------------------------------------------- #
+
+
+def _mbp_reference(pos, mass, starts, **kw):
+    pot = segment_potentials(pos, mass, starts, **kw)
+    best = segmented_argmin(pot, starts)
+    return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.01])
+def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
+    # halos above the size where octree bounds prune (Plummer / NFW, clumps, a cored
+    # Plummer whose centre is flat), small ones, an empty one; in a periodic box, two
+    # of them straddling faces, one spread over the whole box (no pruning there)
+    box = 60.0
+    halos = [model_halo(rng, "plummer", 5000, clump=True) + 30.0,
+             model_halo(rng, "nfw", 7000, clump=False) + np.array([0.3, 59.8, 30.0]),
+             model_halo(rng, "nfw", 3500, clump=True) + 15.0,
+             plummer(rng, 9000, a=2.0) + np.array([59.9, 0.1, 59.9]),
+             rng.normal(size=(40, 3)) + 45.0,
+             np.empty((0, 3)),
+             rng.uniform(0.0, box, size=(3200, 3)),
+             rng.normal(size=(1, 3)) + 5.0]
+    sizes = [len(h) for h in halos]
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    unwrapped = np.concatenate(halos)
+    pos = np.mod(unwrapped, box)
+    mass = rng.uniform(0.5, 1.5, len(pos))
+    rows, pot = segment_mbp(pos, mass, starts, box_size=box, softening=eps, G=1.7)
+    want_rows, want_pot = _mbp_reference(pos, mass, starts, box_size=box, softening=eps, G=1.7)
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(pot, want_pot)  # the same potentials, bit for bit
+    assert rows[5] == -1 and np.isnan(pot[5])
+    # and against the float64 double sum (the box-wide halo takes minimum images)
+    ref = brute_potentials(unwrapped, mass, starts[:7], eps=eps, G=1.7)
+    for s in (0, 1, 3, 4):
+        a, b = starts[s], starts[s + 1]
+        assert rows[s] == a + int(np.argmin(ref[a:b]))
+        assert pot[s] == pytest.approx(ref[a:b].min(), rel=1e-11)
+    ref_box = brute_potentials(pos[starts[6]:starts[7]], mass[starts[6]:starts[7]],
+                               np.array([0, sizes[6]]), eps=eps, box=box, G=1.7)
+    assert rows[6] == starts[6] + int(np.argmin(ref_box))
+
+
+def test_segment_mbp_open_boundaries_and_fallbacks(rng):
+    pos = np.concatenate([model_halo(rng, "nfw", 4000, clump=True),
+                          model_halo(rng, "plummer", 3100, clump=False) + 50.0])
+    starts = np.array([0, 4000, 7100], dtype=np.int64)
+    mass = rng.uniform(0.5, 1.5, 7100)
+    for G, m in ((1.0, mass), (-1.0, mass), (0.0, mass), (1.0, mass - 1.0)):
+        rows, pot = segment_mbp(pos, m, starts, softening=0.02, G=G)
+        want_rows, want_pot = _mbp_reference(pos, m, starts, softening=0.02, G=G)
+        np.testing.assert_array_equal(rows, want_rows)
+        np.testing.assert_array_equal(pot, want_pot)
+    with pytest.raises(ParameterError):
+        segment_mbp(pos, mass, np.array([0, 7200]))
+
+
+def test_grid_mbp_candidates_pruned_as_if_all_were_evaluated(rng, monkeypatch):
+    # a cored Plummer sphere: many members near the grid minimum; the octree bounds
+    # must leave grid_mbp's answer unchanged (the exact argmin over its candidates)
+    import cosmo_dask.halos.center_kernels as ck
+
+    box = 40.0
+    for seed in range(3):
+        r = np.random.default_rng(seed)
+        pos = np.mod(model_halo(r, "plummer", 6000 + 1000 * seed, clump=seed != 1)
+                     + np.array([0.1, 20.0, 39.9]), box)
+        mass = r.uniform(0.5, 1.5, len(pos))
+        got = grid_mbp(pos, mass, box_size=box, softening=0.01)
+        monkeypatch.setattr(ck, "_TREE_MIN", 10**12)  # every candidate evaluated
+        want = grid_mbp(pos, mass, box_size=box, softening=0.01)
+        monkeypatch.undo()
+        assert got == want
 
 
 # --------------------------------------------------------------------------- #

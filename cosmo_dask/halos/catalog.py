@@ -12,10 +12,12 @@ halos; the reductions see one small row per (domain, halo) pair.
 * ``r_max``: a second pass, the largest member distance from the centre of mass;
 * most-bound particle (MBP): halos whose members all sit in one domain are
   done there (``halo-mbp-local``); the others are gathered by halo into
-  ``halo-mbp-batch`` tasks. Exact potentials come from
-  :func:`center_kernels.segment_potentials` (one pass over halo-sorted
-  members, segment bounds from a scan); halos above ``grid_threshold`` members
-  use the grid-Poisson approximation :func:`center_kernels.grid_mbp`.
+  ``halo-mbp-batch`` tasks. The exact MBP comes from
+  :func:`center_kernels.segment_mbp` on CPU (exact potentials only for the
+  members that octree bounds cannot rule out; the same answer as every
+  potential) and from every potential, :func:`center_kernels_gpu.segment_potentials_gpu`,
+  on GPU; halos above ``grid_threshold`` members use the grid-Poisson
+  approximation :func:`center_kernels.grid_mbp`.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def reduce_rmax(n_halos: int, *parts) -> np.ndarray:
 # ----------------------------------------------------------------------------- MBP
 def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, device):
     """(halo, particle index, position, exact potential) of each halo's most-bound member."""
-    from .center_kernels import grid_mbp, segment_potentials, segmented_argmin
+    from .center_kernels import grid_mbp, member_potentials, segment_mbp, segmented_argmin
 
     order = np.argsort(lab, kind="stable")
     lab, index, pos, mass = lab[order], index[order], pos[order], mass[order]
@@ -141,7 +143,7 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, de
     pot_best = np.empty(halos.size)
     exact = np.flatnonzero(~use_grid)
     if exact.size:
-        sel = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in exact])
+        sel = np.flatnonzero(np.repeat(~use_grid, sizes))
         sub_starts = np.r_[0, np.cumsum(sizes[exact])].astype(np.int64)
         if device == "gpu":
             import cupy
@@ -151,19 +153,19 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, de
             pot = segment_potentials_gpu(cupy.asarray(pos[sel]), cupy.asarray(mass[sel]),
                                          cupy.asarray(sub_starts), box_size=box,
                                          softening=softening, G=G).get()
-        else:
-            pot = segment_potentials(pos[sel], mass[sel], sub_starts, box_size=box,
-                                     softening=softening, G=G)
-        best = segmented_argmin(pot, sub_starts)
+            best = segmented_argmin(pot, sub_starts)
+            pot = pot[best]
+        else:  # the same rows and potentials, without every member's potential
+            best, pot = segment_mbp(pos[sel], mass[sel], sub_starts, box_size=box,
+                                    softening=softening, G=G)
         rows[exact] = sel[best]
-        pot_best[exact] = pot[best]
+        pot_best[exact] = pot
     for s in np.flatnonzero(use_grid):
         a, b = starts[s], starts[s + 1]
         r = grid_mbp(pos[a:b], mass[a:b], box_size=box, softening=softening, G=G)
         rows[s] = a + r
-        one = segment_potentials(pos[a:b], mass[a:b], np.array([0, b - a], np.int64),
-                                 box_size=box, softening=softening, G=G)
-        pot_best[s] = one[r]
+        pot_best[s] = member_potentials(pos[a:b], mass[a:b], np.array([r]), box_size=box,
+                                        softening=softening, G=G)[0]
     return halos, index[rows], pos[rows], pot_best
 
 

@@ -22,16 +22,17 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    so each unordered pair of cells, and each pair of particles, is examined
    once. Periodic axes with fewer than three cells have their neighbour
    offsets deduplicated.
-4. With friend counts (``count_friends``, the default, or ``min_friends > 1``)
-   every particle pair of neighbouring cells is tested: each friend pair
-   (distance ``<= ll``, minimum image on periodic axes) increments both friend
-   counts and is merged in a union-find forest (path halving, the smaller
-   index becomes the root). With ``min_friends = k > 1`` a first pass counts
-   friends and a second pass merges only pairs whose two members both have at
-   least ``k`` friends. This costs one test per pair closer than about
-   ``2 ll``: ~1e8 or more on a clustered box of 2^21 particles.
-5. Plain FOF without counts (``min_friends == 1``, ``count_friends=False``)
-   links *units* instead, so that its cost is bounded by particles and
+4. Friend counts (``count_friends``, the default, or ``min_friends > 1``) test
+   every particle pair of neighbouring cells once: a branch-free loop over
+   coordinate arrays (so that it vectorises) with :func:`_pair`'s arithmetic
+   (distance ``<= ll``, minimum image on periodic axes) adds one to both counts of
+   each friend pair. This costs one test per pair closer than about ``2 ll``:
+   ~1e8 or more on a clustered box of 2^21 particles. With ``min_friends = k > 1``
+   a second pass links the friend pairs whose two members both have at least
+   ``k`` friends in a union-find forest (path halving, the smaller index becomes
+   the root).
+5. Plain FOF (``min_friends == 1``; with or without counts, which are then a
+   separate pass) links *units*, so that its cost is bounded by particles and
    occupied cells rather than by pairs:
 
    * Each coarse cell is cut into fine cells of side at most ``ll / sqrt(3)``
@@ -88,11 +89,6 @@ __all__ = ["canonical_labels", "check_arguments", "fof_local"]
 _SIDE_MARGIN = 1e-6
 # At most this many cells along an axis (cell ids stay below 2**60).
 _MAX_CELLS_PER_AXIS = 1 << 20
-
-# Pass modes of _pair_pass.
-_COUNT_AND_LINK = 0
-_COUNT_ONLY = 1
-_LINK_CORES = 2
 
 
 @numba.njit(cache=True, inline="always")
@@ -371,98 +367,151 @@ def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
 
 
 @numba.njit(cache=True, inline="always")
-def _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link, friends, parent):
-    """One candidate pair: when friends, count both and/or link them."""
-    if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
-        if count:
-            friends[i] += 1
-            friends[j] += 1
-        if link:
-            _union(parent, i, j)
-
-
-@numba.njit(cache=True, nogil=True)
-def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, mode, friends, parent, kmin):
-    """Visit every particle pair in neighbouring cells once.
-
-    ``mode`` 0 counts friends and links every friend pair, 1 only counts,
-    2 only links pairs whose members both have ``friends >= kmin``.
-    """
+def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks):
+    """The neighbour cells of occupied cell ``a`` with a larger id, as runs
+    ``blocks[t] = (lo, hi)`` of occupied-cell indices (``t < `` the count returned, at
+    most 18): one galloping search per ``(dx, dy)`` run of the last axis, from the
+    previous cell's answers in ``hints``. Every unordered pair of neighbouring cells
+    is thus met once. ``xs``, ``ys`` (3), ``zlo``, ``zhi`` (2) are scratch."""
     nocc = cell_keys.shape[0]
-    nx = dims[0]
     ny = dims[1]
     nz = dims[2]
     nyz = ny * nz
-    per0 = periods[0] > 0.0
-    per1 = periods[1] > 0.0
-    per2 = periods[2] > 0.0
+    key = cell_keys[a]
+    cx = key // nyz
+    rem = key - cx * nyz
+    cy = rem // nz
+    cz = rem - cy * nz
+    nxn = _axis_neighbours(cx, dims[0], periods[0] > 0.0, xs)
+    nyn = _axis_neighbours(cy, ny, periods[1] > 0.0, ys)
+    nzr = _last_axis_runs(cz, nz, periods[2] > 0.0, zlo, zhi)
+    k = 0
+    for ix in range(nxn):
+        for iy in range(nyn):
+            base = (xs[ix] * ny + ys[iy]) * nz
+            for iz in range(nzr):
+                klo = base + zlo[iz]
+                khi = base + zhi[iz]
+                if khi <= key:
+                    continue
+                if klo <= key:
+                    klo = key + 1
+                slot = (ix * 3 + iy) * 2 + iz
+                lo = _lower_bound(cell_keys, klo, hints[slot])
+                hints[slot] = lo
+                hi = lo
+                while hi < nocc and cell_keys[hi] <= khi:
+                    hi += 1
+                if hi > lo:
+                    blocks[k, 0] = lo
+                    blocks[k, 1] = hi
+                    k += 1
+    return k
+
+
+@numba.njit(cache=True, inline="always")
+def _half_periods(periods):
+    """``(L0, L1, L2, h0, h1, h2)``: periods and half periods (inf on open axes)."""
     L0 = periods[0]
     L1 = periods[1]
     L2 = periods[2]
-    h0 = 0.5 * L0 if per0 else np.inf
-    h1 = 0.5 * L1 if per1 else np.inf
-    h2 = 0.5 * L2 if per2 else np.inf
-    ll2 = ll * ll
-    count = mode != _LINK_CORES
-    link = mode != _COUNT_ONLY
-    cores_only = mode == _LINK_CORES
+    h0 = 0.5 * L0 if L0 > 0.0 else np.inf
+    h1 = 0.5 * L1 if L1 > 0.0 else np.inf
+    h2 = 0.5 * L2 if L2 > 0.0 else np.inf
+    return L0, L1, L2, h0, h1, h2
 
+
+@numba.njit(cache=True, nogil=True)
+def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent, kmin):
+    """Link every friend pair of neighbouring cells whose two members both have
+    ``friends >= kmin`` (the cores of ``min_friends > 1``), each pair visited once."""
+    nocc = cell_keys.shape[0]
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
+    ll2 = ll * ll
     xs = np.empty(3, dtype=np.int64)
     ys = np.empty(3, dtype=np.int64)
     zlo = np.empty(2, dtype=np.int64)
     zhi = np.empty(2, dtype=np.int64)
     hints = np.zeros(18, dtype=np.int64)
+    blocks = np.empty((18, 2), dtype=np.int64)
 
     for a in range(nocc):
-        key = cell_keys[a]
-        cx = key // nyz
-        rem = key - cx * nyz
-        cy = rem // nz
-        cz = rem - cy * nz
         sa = cell_start[a]
         ea = cell_start[a + 1]
-
-        # pairs inside the cell
-        for i in range(sa, ea):
-            if cores_only and friends[i] < kmin:
+        for i in range(sa, ea):  # pairs inside the cell
+            if friends[i] < kmin:
                 continue
             for j in range(i + 1, ea):
-                if cores_only and friends[j] < kmin:
+                if friends[j] >= kmin and _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+                    _union(parent, i, j)
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            sb = cell_start[blocks[t, 0]]
+            eb = cell_start[blocks[t, 1]]
+            for i in range(sa, ea):
+                if friends[i] < kmin:
                     continue
-                _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link, friends, parent)
+                for j in range(sb, eb):
+                    if friends[j] >= kmin and _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+                        _union(parent, i, j)
 
-        # pairs with neighbour cells of larger id
-        nxn = _axis_neighbours(cx, nx, per0, xs)
-        nyn = _axis_neighbours(cy, ny, per1, ys)
-        nzr = _last_axis_runs(cz, nz, per2, zlo, zhi)
-        for ix in range(nxn):
-            for iy in range(nyn):
-                base = (xs[ix] * ny + ys[iy]) * nz
-                for iz in range(nzr):
-                    klo = base + zlo[iz]
-                    khi = base + zhi[iz]
-                    if khi <= key:
-                        continue
-                    if klo <= key:
-                        klo = key + 1
-                    slot = (ix * 3 + iy) * 2 + iz
-                    lo = _lower_bound(cell_keys, klo, hints[slot])
-                    hints[slot] = lo
-                    hi = lo
-                    while hi < nocc and cell_keys[hi] <= khi:
-                        hi += 1
-                    if hi == lo:
-                        continue
-                    sb = cell_start[lo]
-                    eb = cell_start[hi]
-                    for i in range(sa, ea):
-                        if cores_only and friends[i] < kmin:
-                            continue
-                        for j in range(sb, eb):
-                            if cores_only and friends[j] < kmin:
-                                continue
-                            _visit(spos, i, j, L0, L1, L2, h0, h1, h2, ll2, count, link,
-                                   friends, parent)
+
+@numba.njit(cache=True, inline="always")
+def _count_row(x, y, z, i, j0, j1, L0, L1, L2, h0, h1, h2, ll2, friends):
+    """Friends of particle ``i`` among ``j0 <= j < j1``, added to both sides.
+
+    Branch-free, so that the loop vectorises; the arithmetic is :func:`_pair`'s
+    (float64 differences, one minimum-image shift, ``(dx*dx + dy*dy) + dz*dz <= ll2``;
+    subtracting or adding ``L * False`` is exact), so the counts are the same."""
+    xi = np.float64(x[i])
+    yi = np.float64(y[i])
+    zi = np.float64(z[i])
+    c = 0
+    for j in range(j0, j1):
+        d = xi - np.float64(x[j])
+        d = d - L0 * (d > h0) + L0 * (d < -h0)
+        e = yi - np.float64(y[j])
+        e = e - L1 * (e > h1) + L1 * (e < -h1)
+        f = zi - np.float64(z[j])
+        f = f - L2 * (f > h2) + L2 * (f < -h2)
+        k = np.int32(d * d + e * e + f * f <= ll2)
+        c += k
+        friends[j] += k
+    friends[i] += c
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
+    """Friend counts: every particle pair of neighbouring cells tested once (positions
+    as three coordinate arrays in sorted order, so that the pair loop vectorises)."""
+    nocc = cell_keys.shape[0]
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
+    ll2 = ll * ll
+    xs = np.empty(3, dtype=np.int64)
+    ys = np.empty(3, dtype=np.int64)
+    zlo = np.empty(2, dtype=np.int64)
+    zhi = np.empty(2, dtype=np.int64)
+    hints = np.zeros(18, dtype=np.int64)
+    blocks = np.empty((18, 2), dtype=np.int64)
+    for a in range(nocc):
+        sa = cell_start[a]
+        ea = cell_start[a + 1]
+        for i in range(sa, ea):
+            _count_row(x, y, z, i, i + 1, ea, L0, L1, L2, h0, h1, h2, ll2, friends)
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            sb = cell_start[blocks[t, 0]]
+            eb = cell_start[blocks[t, 1]]
+            for i in range(sa, ea):
+                _count_row(x, y, z, i, sb, eb, L0, L1, L2, h0, h1, h2, ll2, friends)
+
+
+def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous)."""
+    friends = np.zeros(spos.shape[0], dtype=np.int32)
+    x, y, z = (np.ascontiguousarray(spos[:, a]) for a in range(3))
+    _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends)
+    return friends
 
 
 # ----------------------------------------------------------------------------- dense cells
@@ -784,19 +833,7 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
     stencil of :func:`_pair_pass`, each pair of units tested at most once; a cell
     whose units are one set is handled as one node (see the module docstring)."""
     nocc = cell_keys.shape[0]
-    nx = dims[0]
-    ny = dims[1]
-    nz = dims[2]
-    nyz = ny * nz
-    per0 = periods[0] > 0.0
-    per1 = periods[1] > 0.0
-    per2 = periods[2] > 0.0
-    L0 = periods[0]
-    L1 = periods[1]
-    L2 = periods[2]
-    h0 = 0.5 * L0 if per0 else np.inf
-    h1 = 0.5 * L1 if per1 else np.inf
-    h2 = 0.5 * L2 if per2 else np.inf
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
     ll2 = ll * ll
 
     # every unit is one set: its particles hang off its first
@@ -810,14 +847,10 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
     zlo = np.empty(2, dtype=np.int64)
     zhi = np.empty(2, dtype=np.int64)
     hints = np.zeros(18, dtype=np.int64)
+    blocks = np.empty((18, 2), dtype=np.int64)
     cell_set = np.full(nocc, -1, dtype=parent.dtype)
 
     for a in range(nocc):
-        key = cell_keys[a]
-        cx = key // nyz
-        rem = key - cx * nyz
-        cy = rem // nz
-        cz = rem - cy * nz
         ua = cell_unit[a]
         ub = cell_unit[a + 1]
 
@@ -845,79 +878,62 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
                 a2 = min(a2, c2)
                 b2 = max(b2, e2)
 
-        nxn = _axis_neighbours(cx, nx, per0, xs)
-        nyn = _axis_neighbours(cy, ny, per1, ys)
-        nzr = _last_axis_runs(cz, nz, per2, zlo, zhi)
-        for ix in range(nxn):
-            for iy in range(nyn):
-                base = (xs[ix] * ny + ys[iy]) * nz
-                for iz in range(nzr):
-                    klo = base + zlo[iz]
-                    khi = base + zhi[iz]
-                    if khi <= key:
-                        continue
-                    if klo <= key:
-                        klo = key + 1
-                    slot = (ix * 3 + iy) * 2 + iz
-                    lo = _lower_bound(cell_keys, klo, hints[slot])
-                    hints[slot] = lo
-                    hi = lo
-                    while hi < nocc and cell_keys[hi] <= khi:
-                        hi += 1
-                    if hi == lo:
-                        continue
-                    va = cell_unit[lo]
-                    vb = cell_unit[hi]
-                    if lone and unit_start[vb] - unit_start[va] == vb - va:
-                        i = unit_start[ua]  # particle against single particles
-                        ri = -1
-                        for j in range(unit_start[va], unit_start[vb]):
-                            if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
-                                if ri < 0:
-                                    ri = _find(parent, i)
-                                rj = _find(parent, j)
-                                if ri < rj:
-                                    parent[rj] = ri
-                                elif rj < ri:
-                                    parent[ri] = rj
-                                    ri = rj
-                        continue
-                    if ra < 0:
-                        for u in range(ua, ub):
-                            ri = _find(parent, unit_start[u])
-                            for v in range(va, vb):
-                                ri = _link_units(spos, unit_start, unit_box, boxes, parent, u,
-                                                 ri, v, L0, L1, L2, h0, h1, h2, ll2)
-                        continue
-                    ra = _find(parent, ra)
-                    c = lo  # the whole block already in this cell's set?
-                    while c < hi and _cell_root(parent, unit_start, cell_unit, cell_set,
-                                                c) == ra:
-                        c += 1
-                    if c == hi:
-                        continue
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            lo = blocks[t, 0]
+            hi = blocks[t, 1]
+            va = cell_unit[lo]
+            vb = cell_unit[hi]
+            if lone and unit_start[vb] - unit_start[va] == vb - va:
+                i = unit_start[ua]  # particle against single particles
+                ri = -1
+                for j in range(unit_start[va], unit_start[vb]):
+                    if _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
+                        if ri < 0:
+                            ri = _find(parent, i)
+                        rj = _find(parent, j)
+                        if ri < rj:
+                            parent[rj] = ri
+                        elif rj < ri:
+                            parent[ri] = rj
+                            ri = rj
+                continue
+            if ra < 0:
+                for u in range(ua, ub):
+                    ri = _find(parent, unit_start[u])
                     for v in range(va, vb):
-                        rv = _find(parent, unit_start[v])
-                        if rv == ra:
-                            continue
-                        c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes,
-                                                            v)
-                        st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
-                                         L0, L1, L2, h0, h1, h2, ll2)
-                        if st < 0:
-                            continue
-                        if st > 0:
-                            if ra < rv:
-                                parent[rv] = ra
-                            else:
-                                parent[ra] = rv
-                                ra = rv
-                            continue
-                        for u in range(ua, ub):
-                            ra = _link_units(spos, unit_start, unit_box, boxes, parent, u, ra,
-                                             v, L0, L1, L2, h0, h1, h2, ll2)
-                            if _find(parent, unit_start[v]) == ra:
-                                break
+                        ri = _link_units(spos, unit_start, unit_box, boxes, parent, u,
+                                         ri, v, L0, L1, L2, h0, h1, h2, ll2)
+                continue
+            ra = _find(parent, ra)
+            c = lo  # the whole block already in this cell's set?
+            while c < hi and _cell_root(parent, unit_start, cell_unit, cell_set,
+                                        c) == ra:
+                c += 1
+            if c == hi:
+                continue
+            for v in range(va, vb):
+                rv = _find(parent, unit_start[v])
+                if rv == ra:
+                    continue
+                c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes,
+                                                    v)
+                st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                                 L0, L1, L2, h0, h1, h2, ll2)
+                if st < 0:
+                    continue
+                if st > 0:
+                    if ra < rv:
+                        parent[rv] = ra
+                    else:
+                        parent[ra] = rv
+                        ra = rv
+                    continue
+                for u in range(ua, ub):
+                    ra = _link_units(spos, unit_start, unit_box, boxes, parent, u, ra,
+                                     v, L0, L1, L2, h0, h1, h2, ll2)
+                    if _find(parent, unit_start[v]) == ra:
+                        break
 
 
 def _sub_cells(periods, inv, ll):
@@ -1034,7 +1050,7 @@ def _input_order(parent, perm, friends):
 def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
-    about 24 bytes per particle, or the pair pass, 36 with float32 positions).
+    about 24 bytes per particle, or the friend counts, 28 with float32 positions).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
@@ -1047,24 +1063,24 @@ def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     cell_keys, cell_start = _occupied_cells(skeys, perm)
     del skeys
     parent = np.arange(m, dtype=itype)
-    if min_friends <= 1 and not count_friends:
-        units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
-                             _sub_cells(periods, inv, ll), ll)
-        unit_start, cell_unit, unit_box, boxes = units
-        del units, cell_start
-        _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
-                    ll, parent)
-        del spos, cell_keys, cell_unit, unit_start, unit_box, boxes
+    if min_friends > 1:
+        friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
+        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent,
+                   min_friends)
+        del spos, cell_keys, cell_start
+        return _input_order(parent, perm, friends)
+    # plain FOF: units link; sorting particles by fine cell keeps every coarse cell's
+    # rows in place, so the friend counts below still find the cells at cell_start
+    units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
+                         _sub_cells(periods, inv, ll), ll)
+    unit_start, cell_unit, unit_box, boxes = units
+    del units
+    _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
+                ll, parent)
+    del cell_unit, unit_start, unit_box, boxes
+    if not count_friends:
         return _input_labels(parent, perm), None
-    friends = np.zeros(m, dtype=np.int32)
-    if min_friends <= 1:
-        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_AND_LINK, friends,
-                   parent, 0)
-    else:
-        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _COUNT_ONLY, friends,
-                   parent, 0)
-        _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, _LINK_CORES, friends,
-                   parent, min_friends)
+    friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
     del spos, cell_keys, cell_start
     return _input_order(parent, perm, friends)
 
