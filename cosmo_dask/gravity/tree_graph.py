@@ -194,12 +194,12 @@ def chunk_slice(which: int, start: int, stop: int, dtype, result):
 def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
     """The graph of one GPU domain: a ``gravity-group`` task on every chunk
     (:func:`whole_forces_gpu`) and one slice per output chunk."""
-    blocks = list(pos.to_delayed().ravel())
-    masses = [] if scalar is not None else list(mass.to_delayed().ravel())
-    token = dask.base.tokenize(pos, mass if scalar is None else scalar, opts, potential)[:12]
-    g = TaskGraph(blocks + masses)
+    token = tokenize(pos, mass if scalar is None else scalar, opts, potential)[:12]
+    g = TaskGraph([pos] if scalar is not None else [pos, mass])
+    blocks = [g.chunk(pos, c, 0) for c in range(len(pos.chunks[0]))]
+    masses = [] if scalar is not None else [g.chunk(mass, c) for c in range(len(mass.chunks[0]))]
     result = g.add(f"gravity-group-{token}-0", whole_forces_gpu, len(blocks), scalar, opts,
-                   bool(potential), *[g.ref(b) for b in blocks + masses])
+                   bool(potential), *blocks, *masses)
     return _output_arrays(g, pos, token, precision, potential, chunk_slice, result)
 
 
