@@ -48,7 +48,10 @@ def test_zeldovich_ics_match_linear_power_within_sample_variance():
 
 def test_zeldovich_ics_follow_their_own_linear_realisation():
     """Mode by mode (no sample variance): P of the particles over P of the generator's
-    linear density field of the same seed, in the lowest bins."""
+    linear density field of the same seed, in the lowest bins, against the Zel'dovich
+    propagator exp(-k^2 sigma^2) (sigma: the 1D rms of the linear displacement, about
+    6 Mpc/h here, computed in the test from the same field): at z = 0 the damping is
+    already 6% at k = 0.04 h/Mpc, the mode coupling that adds power back is smaller."""
     n, box, seed = 64, 500.0, 7
     snap = zeldovich(n, box_size=box, redshift=0.0, seed=seed)
     cosmo = Cosmology.coerce(snap.cosmology)
@@ -61,12 +64,18 @@ def test_zeldovich_ics_follow_their_own_linear_realisation():
     dk *= np.sqrt(cosmo.power_spectrum(kk) / (box / n) ** 3) * d
     dk[0, 0, 0] = 0
     dk[n // 2], dk[:, n // 2], dk[:, :, n // 2] = 0, 0, 0
+    k2 = kx**2 + ky**2 + kz**2
+    k2[0, 0, 0] = 1.0
+    sigma2 = np.mean([np.mean(scipy.fft.irfftn(1j * kc / k2 * dk, s=(n, n, n)) ** 2)
+                      for kc in (kx, ky, kz)])
+    assert 4.0 < np.sqrt(sigma2) < 8.0  # Mpc/h, the linear 1D displacement at z = 0
     lin = power_spectrum(1.0 + scipy.fft.irfftn(dk, s=(n, n, n)), box_size=box, scheme=None)
     ds = power_spectrum(snap, n_mesh=n)
     ratio = (ds["power"] / lin["power"]).values
     kn = ds.attrs["k_nyquist"]
     low = ds["k_max"].values <= kn / 8
-    assert np.all(np.abs(ratio[low] - 1) < 0.05), ratio[low]
+    damping = np.exp(-ds["k"].values ** 2 * sigma2)
+    assert np.all(np.abs(ratio[low] / damping[low] - 1) < 0.025), ratio[low] / damping[low]
     mid = ds["k_max"].values <= kn / 4
     assert np.all((ratio[mid] > 0.85) & (ratio[mid] < 1.03)), ratio[mid]
 
