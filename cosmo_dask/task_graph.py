@@ -44,7 +44,7 @@ from typing import Any
 
 import dask.array as da
 import dask.threaded
-from dask._task_spec import Task, TaskRef
+from dask._task_spec import List, Task, TaskRef
 from dask.base import DaskMethodsMixin
 from dask.core import flatten
 from dask.delayed import Delayed, single_key
@@ -121,20 +121,28 @@ class TaskGraph:
         self._tasks: dict[str, dict] = {}  # layer name -> {key: Task} added here
         self._annotations: dict[str, dict] = {}
         self.deps: dict[str, set] = {}
+        # the layer of each input key and placed task; an unplaced task's layer is its kind
         self._layer_of: dict[Hashable, str] = {}
+        self._placed_kinds: set[Hashable] = set()  # key[0] of the placed tasks' keys
+        self._handed_out: set[str] = set()  # layers of added tasks shared with a graph made
         self._graphs: dict[bool, HighLevelGraph] = {}
         for value in inputs:
-            self._add_input(value)
+            self.add_input(value)
 
-    def _add_input(self, value) -> None:
+    def add_input(self, value) -> None:
+        """Add an input (a dask array or Delayed value) after construction, e.g. arrays
+        made from this graph's own tasks (their layers already here are kept as added)."""
         graph = value.__dask_graph__()
         (top,) = value.__dask_layers__()
         if not isinstance(graph, HighLevelGraph):  # a persisted value: a plain dict
             graph = HighLevelGraph({top: MaterializedLayer(graph)}, {top: set()})
         for name, layer in graph.layers.items():
-            if name not in self._inputs:
+            if name not in self._inputs and name not in self._tasks:
                 self._inputs[name] = layer
                 self.deps[name] = set(graph.dependencies.get(name, ()))
+        self._graphs.clear()
+        if top in self._tasks:  # made from this graph's own tasks: nothing more to read
+            return
         self._tops.add(top)
         if isinstance(value, da.Array):
             self._arrays[top] = value
@@ -143,11 +151,69 @@ class TaskGraph:
         else:
             self._layer_of[value.key] = top
 
+    def _layer(self, key) -> str:
+        """The layer of an input key or added task (KeyError if neither)."""
+        tasks = self._tasks.get(key[0] if isinstance(key, tuple) else key)
+        if tasks is not None and key in tasks:
+            return key[0] if isinstance(key, tuple) else key
+        return self._layer_of[key]
+
+    def _layers_read(self, key, deps) -> set[str]:
+        """The layers of the keys ``deps`` task ``key`` reads (ValueError: a key is no
+        input key and no added task). Set operations, one per layer: a task may read
+        thousands of keys."""
+        layers: set[str] = set()
+        if not deps:
+            return layers
+        # the usual case first: all keys of one kind, the layer of unplaced tasks of that
+        # kind or an input array, checked by their kind and one of them
+        names = {d[0] if d.__class__ is tuple else d for d in deps}
+        if len(names) == 1:
+            (name,) = names
+            d = next(iter(deps))
+            tasks = self._tasks.get(name)
+            if (name not in self._placed_kinds and tasks is not None and d in tasks) or (
+                    name in self._arrays and self._layer_of.get(d) == name):
+                layers.add(name)
+                return layers
+        rest = set(deps)
+        while rest:
+            d = next(iter(rest))
+            try:
+                name = self._layer(d)
+            except KeyError:
+                raise ValueError(f"TaskGraph: task {key!r} reads {d!r}, which is neither a "
+                                 "key of an input nor an added task") from None
+            layers.add(name)
+            tasks = self._tasks.get(name)
+            if tasks is not None:
+                rest -= tasks.keys() & rest
+            else:
+                rest -= {k for k in rest if self._layer_of.get(k) == name}
+        return layers
+
+    def _layer_tasks(self, name: str) -> dict:
+        """The task dict of layer ``name`` (new, or copied if a made graph holds it)."""
+        tasks = self._tasks.get(name)
+        if tasks is None:
+            tasks = self._tasks[name] = {}
+            self.deps[name] = set()
+        elif name in self._handed_out:
+            tasks = self._tasks[name] = dict(tasks)
+            self._handed_out.discard(name)
+        return tasks
+
     # ------------------------------------------------------------------ task arguments
     @staticmethod
     def ref(value) -> TaskRef:
         """A task argument standing for an input (Delayed) or an added key."""
         return TaskRef(value.key if isinstance(value, Delayed) else value)
+
+    @staticmethod
+    def refs(keys) -> list[TaskRef]:
+        """Task arguments standing for added keys or input keys, one per key (the bulk
+        form of :meth:`ref` for keys)."""
+        return list(map(TaskRef, keys))
 
     @staticmethod
     def chunk(array: da.Array, *index: int) -> TaskRef:
@@ -160,6 +226,12 @@ class TaskGraph:
         it (the whole ``value`` moves to that task; :meth:`add_split` moves one item)."""
         return Task(None, operator.getitem, value, index)
 
+    @staticmethod
+    def list(values: Sequence[Any]) -> List:
+        """A task argument standing for the list of ``values`` (references or plain
+        values), e.g. every piece a task reads."""
+        return List(*values)
+
     # ------------------------------------------------------------------ adding tasks
     def add(self, key, func, *args, worker: str | None = None,
             priority: int | None = None) -> TaskRef:
@@ -171,11 +243,7 @@ class TaskGraph:
         Returns a reference to the new key.
         """
         task = Task(key, func, *args)
-        try:
-            layers = {self._layer_of[d] for d in task.dependencies}
-        except KeyError as exc:
-            raise ValueError(f"TaskGraph: task {key!r} reads {exc.args[0]!r}, which is "
-                             "neither a key of an input nor an added task") from None
+        layers = self._layers_read(key, task.dependencies)
         if worker is None and priority is None:
             name = key[0] if isinstance(key, tuple) else key
             if name in self._annotations or name in self._inputs:
@@ -190,14 +258,12 @@ class TaskGraph:
             if worker is not None:
                 annotations.update(workers=[worker], allow_other_workers=True)
             self._annotations[name] = annotations
-        tasks = self._tasks.get(name)
-        if tasks is None:
-            tasks = self._tasks[name] = {}
-            self.deps[name] = set()
+            self._layer_of[key] = name
+            self._placed_kinds.add(key[0] if isinstance(key, tuple) else key)
+        tasks = self._layer_tasks(name)
         tasks[key] = task
         layers.discard(name)
         self.deps[name] |= layers
-        self._layer_of[key] = name
         self._graphs.clear()
         return TaskRef(key)
 
@@ -206,11 +272,35 @@ class TaskGraph:
         """Add task ``key = func(*args)`` returning ``n`` values, and one task per value.
 
         The value tasks, keyed ``(key, k)`` (``(*key, k)`` for a tuple key), let a
-        reader fetch one value, not the whole result. Returns their references.
+        reader fetch one value, not the whole result (:meth:`add_items`). Returns their
+        references.
         """
-        whole = self.add(key, func, *args, worker=worker, priority=priority)
+        self.add(key, func, *args, worker=worker, priority=priority)
         base = key if isinstance(key, tuple) else (key,)
-        return [self.add((*base, k), operator.getitem, whole, k) for k in range(n)]
+        self.add_items(key, n, base[0])
+        return [TaskRef((*base, k)) for k in range(n)]
+
+    def add_items(self, key, n: int, name: str) -> None:
+        """Add one task per value of the ``n``-valued task ``key``: ``(name, *key[1:], k)
+        = value_of(key)[k]`` (``(name, k)`` for a string key), so that a reader fetches
+        one value, not the whole result; ``name`` is their kind and layer.
+
+        Built in bulk (a P(k) mesh at 2048^3 particles has a million): each is dask's
+        plain task tuple ``(getitem, key, k)``, which costs a fifth of a task spec to
+        build and which dask converts when the graph is submitted, as for any graph.
+        """
+        source = self._layer(key)  # KeyError: not a task of this graph
+        if name in self._annotations or name in self._inputs:
+            raise ValueError(f"TaskGraph: items {name!r} would join the layer of a placed "
+                             "task or an input")
+        tasks = self._layer_tasks(name)
+        rest = key[1:] if isinstance(key, tuple) else ()
+        getitem = operator.getitem
+        for k in range(n):
+            tasks[(name, *rest, k)] = (getitem, key, k)
+        if source != name:
+            self.deps[name].add(source)
+        self._graphs.clear()
 
     # ------------------------------------------------------------------ results
     def graph(self, optimized_inputs: bool = False) -> HighLevelGraph:
@@ -220,9 +310,9 @@ class TaskGraph:
         if optimized_inputs not in self._graphs:
             layers = dict(self._inputs)
             deps = {k: set(v) for k, v in self.deps.items()}
-            for name, tasks in self._tasks.items():
-                layers[name] = MaterializedLayer(dict(tasks),
-                                                 annotations=self._annotations.get(name))
+            for name, tasks in self._tasks.items():  # copied when added to later
+                layers[name] = MaterializedLayer(tasks, annotations=self._annotations.get(name))
+                self._handed_out.add(name)
             graph = HighLevelGraph(layers, deps)
             if optimized_inputs and self._arrays:
                 rename = {top: f"input-{top}" for top in self._arrays}
@@ -248,7 +338,7 @@ class TaskGraph:
         docstring): use it for graphs that need none, else :meth:`persist_array`.
         """
         keys = self._chunk_keys(name, chunks)
-        merged = {self._layer_of[k] for k in keys}
+        merged = {self._layer(k) for k in keys}
         graph = self.graph()
         if merged != {name}:  # dask's array code expects one layer named like the array
             layers = {k: v for k, v in graph.layers.items() if k not in merged}
@@ -295,7 +385,7 @@ class TaskGraph:
 
     def _run_layer(self, key) -> str:
         """The layer of ``key`` in ``graph(optimized_inputs=True)``."""
-        layer = self._layer_of[key]
+        layer = self._layer(key)
         return f"input-{layer}" if layer in self._arrays else layer
 
     def collection(self, keys: Sequence[Any]) -> KeyCollection:

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import math
 
-import dask
 import numpy as np
 import xarray as xr
 from dask.base import tokenize
@@ -77,7 +76,7 @@ from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..models.zeldovich import RHO_CRIT_1E10, ZELDOVICH_UNITS
 from ..product_units import product_units
-from ..progress import compute
+from ..task_graph import TaskGraph
 from ..units import factor, gravitational_constant
 from ..validation import wrap_into_box
 
@@ -370,21 +369,19 @@ def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center=
     pu = product_units(snap_units or ZELDOVICH_UNITS)
 
     if n_halo:
-        pos_blocks = snap.pos.to_delayed().ravel()
-        mass_blocks = (snap.mass.to_delayed().ravel() if snap.mass is not None
-                       else [None] * len(pos_blocks))
         pm = snap.particle_mass
         token = tokenize(snap.pos, snap.mass, pm, centres, radii, box)
-        kernel = dask.delayed(_chunk_cells, pure=True)
-        parts = [kernel(p, m, centres, radii, box, pm, dask_key_name=f"so-chunk-{token}-{i}")
-                 for i, (p, m) in enumerate(zip(pos_blocks, mass_blocks, strict=True))]
-        merge = dask.delayed(_merge, pure=True)
+        g = TaskGraph([snap.pos] + ([snap.mass] if snap.mass is not None else []))
+        parts = [g.add((f"so-chunk-{token}", i), _chunk_cells, g.chunk(snap.pos, i, 0),
+                       None if snap.mass is None else g.chunk(snap.mass, i),
+                       centres, radii, box, pm)
+                 for i in range(snap.pos.numblocks[0])]
         level = 0
         while len(parts) > 1:  # a tree of sums, 8 at a time
-            parts = [merge(*parts[i:i + 8], dask_key_name=f"so-merge-{token}-{level}-{i}")
+            parts = [g.add((f"so-merge-{token}", level, i), _merge, *parts[i:i + 8])
                      for i in range(0, len(parts), 8)]
             level += 1
-        (keys, cmass, ccount), = compute(parts[0], label="spherical overdensity")
+        (keys, cmass, ccount), = g.compute([parts[0].key], label="spherical overdensity")
     else:
         keys, cmass, ccount = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
 

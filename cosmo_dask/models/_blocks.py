@@ -9,24 +9,20 @@ overlaps and keeps the rows it owns, so the values do not depend on the chunk
 size, and no task ever holds more than one chunk plus one block. (The LPT
 initial conditions draw their white noise per lattice plane instead, with the
 same ``SeedSequence([seed, plane, tag])`` construction: see ``lpt_fields``.)
-
-Also here: the graph of particle arrays made one task per mesh slab
-(:func:`slab_outputs`, for the LPT initial conditions).
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import dask.array as da
 import numpy as np
-from dask.highlevelgraph import HighLevelGraph
 
-from ..backend import default_chunk_size, empty_meta
+from ..backend import default_chunk_size
 from ..checks import check_positive_int
+from ..task_graph import TaskGraph
 
 #: particles per generation block (fixed: changing it changes every realisation)
 GEN_BLOCK = 2**16
@@ -79,28 +75,6 @@ def _generate_chunk(block_fn: BlockFn, n: int, tag: int, seed: int, start: int, 
     return tuple(np.concatenate(parts, axis=0) for parts in zip(*pieces, strict=True))
 
 
-def _output_arrays(graph_layer: dict, gen_name: str, dependencies: Sequence[Any],
-                   lengths: tuple[int, ...], label: str, token: str,
-                   outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
-                   like: Any = None) -> dict[str, da.Array]:
-    """Turn a layer of tuple-valued chunk tasks into one dask array per output (chunks of
-    ``like``'s array type, NumPy by default)."""
-    base = HighLevelGraph.from_collections(gen_name, graph_layer, dependencies=list(dependencies))
-    arrays = {}
-    for index, (out_name, trailing, dtype) in enumerate(outputs):
-        name = f"{label}-{out_name}-{token}"
-        zeros = (0,) * len(trailing)
-        layer = {(name, i, *zeros): (operator.getitem, (gen_name, i), index)
-                 for i in range(len(lengths))}
-        graph = HighLevelGraph({**base.layers, name: layer},
-                               {**base.dependencies, name: {gen_name}})
-        chunks = (lengths,) + tuple((t,) for t in trailing)
-        meta = (np.empty((0,) + tuple(trailing), dtype=dtype) if like is None
-                else empty_meta(like, 1 + len(trailing), dtype))
-        arrays[out_name] = da.Array(graph, name, chunks=chunks, dtype=dtype, meta=meta)
-    return arrays
-
-
 def generate(label: str, token: str, block_fn: BlockFn, *, n: int, seed: int, chunks: int | None,
              outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
              **kwargs: Any) -> dict[str, da.Array]:
@@ -122,34 +96,14 @@ def generate(label: str, token: str, block_fn: BlockFn, *, n: int, seed: int, ch
     lengths = chunk_lengths(n, chunks)
     gen_name = f"{label}-gen-{token}"
     tag = TAGS[label]
-    layer = {}
+    g = TaskGraph()
     start = 0
     for i, length in enumerate(lengths):
-        layer[(gen_name, i)] = (partial(_generate_chunk, block_fn, n, tag, seed, start,
-                                        start + length, kwargs),)
+        g.add((gen_name, i), partial(_generate_chunk, block_fn, n, tag, seed, start,
+                                     start + length, kwargs))
         start += length
-    return _output_arrays(layer, gen_name, [], lengths, label, token, outputs)
-
-
-def slab_outputs(label: str, token: str, slabs: Sequence[da.Array],
-                 chunk_fn: Callable[..., tuple[Any, ...]], *, rows_per_plane: int,
-                 outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
-                 **kwargs: Any) -> dict[str, da.Array]:
-    """Lazy particle arrays with one chunk per slab of the meshes ``slabs``.
-
-    ``slabs`` are dask arrays chunked alike along axis 0 (and whole along the other
-    axes); slab ``i`` covers planes ``[i0, i1)``, and task
-    ``("{label}-particles-{token}", i)`` runs ``chunk_fn(i0, i1, *blocks, **kwargs)``,
-    which returns a tuple of arrays of ``(i1 - i0) * rows_per_plane`` rows, one per
-    output, NumPy or CuPy like the blocks.
-    """
-    gen_name = f"{label}-particles-{token}"
-    chunks0 = slabs[0].chunks[0]
-    layer, lengths, start = {}, [], 0
-    for i, c in enumerate(chunks0):
-        blocks = [(s.name, i) + (0,) * (s.ndim - 1) for s in slabs]
-        layer[(gen_name, i)] = (partial(chunk_fn, start, start + c, **kwargs), *blocks)
-        lengths.append(c * rows_per_plane)
-        start += c
-    return _output_arrays(layer, gen_name, slabs, tuple(lengths), label, token, outputs,
-                          like=slabs[0])
+    arrays = g.item_arrays(
+        [(gen_name, i) for i in range(len(lengths))], lengths,
+        [(f"{label}-{out}-{token}", k, tuple(trailing), np.empty((0,) + tuple(trailing), dtype))
+         for k, (out, trailing, dtype) in enumerate(outputs)])
+    return {out: arr for (out, _, _), arr in zip(outputs, arrays, strict=True)}

@@ -48,6 +48,7 @@ differ at round-off.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -58,12 +59,12 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, empty_meta
 from ..checks import check_positive_int
 from ..errors import ParameterError
 from ..spatial.fft import default_slab_count, irfftn, map_kslabs, rfftn, slab_chunks
+from ..task_graph import TaskGraph
 from ..validation import wrap_into_box
 from ._blocks import TAGS, block_rng
 from .cosmology import Cosmology
@@ -191,9 +192,9 @@ def noise_slabs(n_side: int, seed: int, slabs: int, device: str = "cpu",
     chunks0 = slab_chunks(n, slabs)
     name = f"{label}-noise-{tokenize(n, seed, chunks0, device)}"
     gpu = device == "gpu"
-    layer, start = {}, 0
+    g, start = TaskGraph(), 0
     for i, c in enumerate(chunks0):
-        layer[(name, i, 0, 0)] = (_noise_block, seed, start, start + c, n, gpu)
+        g.add((name, i, 0, 0), _noise_block, seed, start, start + c, n, gpu)
         start += c
     if gpu:
         import cupy
@@ -201,8 +202,7 @@ def noise_slabs(n_side: int, seed: int, slabs: int, device: str = "cpu",
         meta = cupy.empty((0, 0, 0), dtype=np.float64)
     else:
         meta = np.empty((0, 0, 0), dtype=np.float64)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
-    return da.Array(graph, name, chunks=(chunks0, (n,), (n,)), dtype=np.float64, meta=meta)
+    return g.array(name, (chunks0, (n,), (n,)), meta)
 
 
 # --------------------------------------------------------------------------- P(k)
@@ -349,8 +349,9 @@ def linear_density_kslabs(n_side: int, box_size: float, cosmology: Cosmology, se
     noise = noise_slabs(n, seed, count, device, label)
     wk = rfftn(noise)
     key = tokenize(n, box_size, cosmology.as_dict(), cosmology.T_cmb, power)
-    table = dask.delayed(amplitude_table, pure=True)(n, box_size, cosmology, power,
-                                                      dask_key_name=f"{label}-power-{key}")
+    g = TaskGraph()
+    g.add(f"{label}-power-{key}", amplitude_table, n, box_size, cosmology, power)
+    table = g.delayed(f"{label}-power-{key}")
     kf = 2.0 * math.pi / float(box_size)
     return map_kslabs(_density_kslab, wk, table, shape=(n, n, n), box_size=box_size,
                       name=f"{label}-delta", n=n, kf=kf, fixed=bool(fixed),
@@ -477,11 +478,19 @@ def particle_slabs(label: str, token: str, comps: Sequence[da.Array], *, box_siz
     :func:`displacement_slabs`, chunked alike; one task ``<label>-particles-<token>``
     per slab returns both arrays' rows (chunk ``i`` holds ``c_i n^2`` particles).
     """
-    from ._blocks import slab_outputs
-
     n = int(comps[0].shape[1])
-    return slab_outputs(label, token, list(comps), _particle_block,
-                        outputs=[("pos", (3,), dtype), ("vel", (3,), dtype)],
-                        rows_per_plane=n * n, n=n, box_size=float(box_size),
-                        vel_factor1=float(vel_factor1), vel_factor2=float(vel_factor2),
-                        dtype=np.dtype(dtype))
+    name = f"{label}-particles-{token}"
+    block = functools.partial(_particle_block, n=n, box_size=float(box_size),
+                              vel_factor1=float(vel_factor1), vel_factor2=float(vel_factor2),
+                              dtype=np.dtype(dtype))
+    g = TaskGraph(comps)
+    lengths, start = [], 0
+    for i, c in enumerate(comps[0].chunks[0]):
+        g.add((name, i), functools.partial(block, start, start + c),
+              *[g.chunk(comp, i, 0, 0) for comp in comps])
+        lengths.append(c * n * n)
+        start += c
+    outputs = [(f"{label}-{out}-{token}", k, (3,), empty_meta(comps[0], 2, dtype))
+               for k, out in enumerate(("pos", "vel"))]
+    pos, vel = g.item_arrays([(name, i) for i in range(len(lengths))], lengths, outputs)
+    return {"pos": pos, "vel": vel}

@@ -47,19 +47,17 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
 
 from ..backend import array_module, host
 from ..errors import ParameterError
+from ..task_graph import TaskGraph
 from .fft import slab_chunks
 
 __all__ = ["SlabExchange", "SlabLayout", "after", "route_rows", "slab_layout"]
@@ -235,22 +233,19 @@ def _first(value, *_):
     return value
 
 
-def _barrier(deps: Sequence[da.Array], name: str) -> tuple[dict, tuple, list]:
-    """Tasks finishing when every chunk of ``deps`` is computed: ``(layer, key, deps)``.
+def _barrier(g: TaskGraph, deps: Sequence[da.Array], name: str):
+    """Add to ``g`` tasks finishing when every chunk of ``deps`` is computed; returns the
+    reference of the last (``(<name>-barrier,)``).
 
-    One token task per chunk (run where the chunk is, returning None) and one
-    barrier over the tokens, so nothing but Nones travels to the barrier.
+    One token task per chunk (``(<name>-token, d, j)``, run where the chunk is, returning
+    None) and one barrier over the tokens, so nothing but Nones travels to the barrier.
     """
-    layer: dict = {}
     tokens = []
     for d, dep in enumerate(deps):
-        for j, key in enumerate(dask.core.flatten(dep.__dask_keys__())):
-            tkey = (f"{name}-token", d, j)
-            layer[tkey] = (_done, key)
-            tokens.append(tkey)
-    key = (f"{name}-barrier",)
-    layer[key] = (_done, *tokens)
-    return layer, key, list(deps)
+        g.add_input(dep)
+        for j, index in enumerate(np.ndindex(*dep.numblocks)):
+            tokens.append(g.add((f"{name}-token", d, j), _done, g.chunk(dep, *index)))
+    return g.add((f"{name}-barrier",), _done, *tokens)
 
 
 def after(x: da.Array, *deps: da.Array, name: str = "mesh-after") -> da.Array:
@@ -260,11 +255,11 @@ def after(x: da.Array, *deps: da.Array, name: str = "mesh-after") -> da.Array:
     freed. Tasks ``<name>-token`` (one per chunk of ``deps``), ``<name>-barrier``
     and ``<name>`` (one per block of ``x``)."""
     out = f"{name}-{tokenize(x, *deps)}"
-    layer, key, dep_list = _barrier(deps, out)
-    for k in dask.core.flatten(x.__dask_keys__()):
-        layer[(out, *k[1:])] = (_first, k, key)
-    graph = HighLevelGraph.from_collections(out, layer, dependencies=[x, *dep_list])
-    return da.Array(graph, out, x.chunks, meta=x._meta, dtype=x.dtype)
+    g = TaskGraph([x])
+    gate = _barrier(g, deps, out)
+    for index in np.ndindex(*x.numblocks):
+        g.add((out, *index), _first, g.chunk(x, *index), gate)
+    return g.array(out, x.chunks, x._meta, x.dtype)
 
 
 class SlabExchange:
@@ -280,6 +275,10 @@ class SlabExchange:
         The mesh's slabs and the kernel's reach.
     name : str
         Task-name prefix (``<name>-split``, ``<name>-piece``).
+
+    The pieces, the deposits and the interpolations are tasks of one
+    :class:`~cosmo_dask.task_graph.TaskGraph`, so every mesh and every value array
+    made from the exchange shares its (large) piece layer.
     """
 
     def __init__(self, pos: da.Array, mass, layout: SlabLayout, name: str = "mesh"):
@@ -288,17 +287,15 @@ class SlabExchange:
         self.name = f"{name}-piece-{self.token}"
         split = f"{name}-split-{self.token}"
         mass_array = isinstance(mass, da.Array)
-        layer: dict = {}
+        g = self._graph = TaskGraph([pos] + ([mass] if mass_array else []))
+        self._pieces: dict[tuple, Any] = {}  # (slab, first, last chunk) -> their pieces
         for i in range(pos.numblocks[0]):
-            mkey = (mass.name, i) if mass_array else None
+            m = g.chunk(mass, i) if mass_array else None
             if layout.n_slabs == 1:
-                layer[(self.name, i, 0)] = (_whole_piece, (pos.name, i, 0), mkey)
-                continue
-            layer[(split, i)] = (_split_chunk, (pos.name, i, 0), mkey, layout)
-            for s in range(layout.n_slabs):
-                layer[(self.name, i, s)] = (operator.getitem, (split, i), s)
-        deps = [pos] + ([mass] if mass_array else [])
-        self.graph = HighLevelGraph.from_collections(self.name, layer, dependencies=deps)
+                g.add((self.name, i, 0), _whole_piece, g.chunk(pos, i, 0), m)
+            else:
+                g.add((split, i), _split_chunk, g.chunk(pos, i, 0), m, layout)
+                g.add_items((split, i), layout.n_slabs, self.name)
 
     @property
     def n_chunks(self) -> int:
@@ -307,14 +304,6 @@ class SlabExchange:
     def piece(self, i: int, s: int) -> tuple:
         """The key of chunk ``i``'s piece for slab ``s``: ``(pos, mass, rows)``."""
         return (self.name, i, s)
-
-    def _array(self, name: str, layer: dict, deps: list, chunks, meta, dtype) -> da.Array:
-        hg = HighLevelGraph.from_collections(name, layer, dependencies=deps)
-        layers = {**self.graph.layers, **hg.layers}
-        dependencies = {**self.graph.dependencies, **hg.dependencies}
-        dependencies[name] = set(dependencies[name]) | {self.name}
-        return da.Array(HighLevelGraph(layers, dependencies), name, chunks, meta=meta,
-                        dtype=dtype)
 
     def deposit(self, func: Callable, *, name: str, dtype, groups: int = 1,
                 split_every: int = 8, after: Sequence[da.Array] = (), **kwargs) -> da.Array:
@@ -329,37 +318,35 @@ class SlabExchange:
         ``(layout.chunks, (n,), (n,))``, the pieces' array type. ``after``: dask
         arrays to compute first (see :func:`after`): no deposit starts before.
         """
-        lay, n = self.layout, self.layout.n
+        lay, n, g = self.layout, self.layout.n, self._graph
         token = tokenize(self.token, func, kwargs, groups, split_every,
                          [a.name for a in after])
         out, part, add = f"{name}-{token}", f"{name}-part-{token}", f"{name}-sum-{token}"
         task = functools.partial(func, **kwargs) if kwargs else func
         runs = np.array_split(np.arange(self.n_chunks), max(1, min(groups, self.n_chunks)))
-        layer: dict = {}
         gate: tuple = ()
         if after:
-            blayer, bkey, _ = _barrier(after, out)
-            layer.update(blayer)
-            task, gate = functools.partial(_gated, task), (bkey,)
+            task, gate = functools.partial(_gated, task), (_barrier(g, after, out),)
         for s in range(lay.n_slabs):
             lo, hi = lay.slab(s)
             keys = []
-            for g, run in enumerate(runs):
-                key = (out, s, 0, 0) if len(runs) == 1 else (part, s, g)
-                layer[key] = (task, [self.piece(int(i), s) for i in run], lo, hi, *gate)
-                keys.append(key)
+            for gi, run in enumerate(runs):
+                key = (out, s, 0, 0) if len(runs) == 1 else (part, s, gi)
+                pieces = self._pieces.get((s, run[0], run[-1]))
+                if pieces is None:  # one argument for every mesh deposited from the run
+                    pieces = self._pieces[s, run[0], run[-1]] = g.list(
+                        g.refs([(self.name, i, s) for i in run.tolist()]))
+                keys.append(g.add(key, task, pieces, lo, hi, *gate))
             level = 0
             while len(keys) > 1:
                 nxt = []
                 for j in range(0, len(keys), split_every):
                     last = len(keys) <= split_every
                     key = (out, s, 0, 0) if last else (add, s, level, j)
-                    layer[key] = (_add, *keys[j:j + split_every])
-                    nxt.append(key)
+                    nxt.append(g.add(key, _add, *keys[j:j + split_every]))
                 keys, level = nxt, level + 1
         meta = array_module(self.pos).empty((0, 0, 0), dtype=dtype)
-        return self._array(out, layer, list(after), (lay.chunks, (n,), (n,)), meta,
-                           np.dtype(dtype))
+        return g.array(out, (lay.chunks, (n,), (n,)), meta, np.dtype(dtype))
 
     def interpolate(self, groups: Sequence[tuple[Callable, Sequence[da.Array], int]], *,
                     name: str, dtype, finish: Callable | None = None,
@@ -392,7 +379,7 @@ class SlabExchange:
             ``pos``'s row chunks; ``ncols_out`` = the columns ``finish`` returns
             (probed on a zero-row block).
         """
-        lay = self.layout
+        lay, g = self.layout, self._graph
         for _, meshes, _ in groups:
             for mesh in meshes:
                 if tuple(mesh.chunks[0]) != lay.chunks or len(mesh.chunks[1]) != 1 \
@@ -402,14 +389,20 @@ class SlabExchange:
         token = tokenize(self.token, [(f, [m.name for m in ms], c) for f, ms, c in groups],
                          finish, finish_args)
         out, slab = f"{name}-{token}", f"{name}-slab-{token}"
-        layer: dict = {}
+        for _, meshes, _ in groups:
+            for mesh in meshes:
+                g.add_input(mesh)
+        for a in finish_args:
+            if isinstance(a, da.Array):
+                g.add_input(a)
+        ref = g.ref
         columns, c0 = [], 0
-        for g, (func, meshes, ncols) in enumerate(groups):
+        for gi, (func, meshes, ncols) in enumerate(groups):
             for s in range(lay.n_slabs):
                 lo, hi = lay.slab(s)
+                slabs = [g.chunk(mesh, s, 0, 0) for mesh in meshes]
                 for i in range(self.n_chunks):
-                    layer[(slab, g, s, i)] = (func, self.piece(i, s), lo, hi,
-                                              *[(mesh.name, s, 0, 0) for mesh in meshes])
+                    g.add((slab, gi, s, i), func, ref((self.name, i, s)), lo, hi, *slabs)
             columns.append((c0, c0 + ncols))
             c0 += ncols
         ncols_in = c0
@@ -418,14 +411,12 @@ class SlabExchange:
         probe_args = [np.zeros(0) if isinstance(a, da.Array) else a for a in finish_args]
         ncols_out = (finish(probe, *probe_args) if finish is not None else probe).shape[1]
         rows = self.pos.chunks[0]
+        part_columns = tuple(columns[gi] for gi in range(len(groups))
+                             for _ in range(lay.n_slabs))
         for i, m in enumerate(rows):
-            parts = [(slab, g, s, i) for g in range(len(groups)) for s in range(lay.n_slabs)]
-            args = [(a.name, i) if isinstance(a, da.Array) else a for a in finish_args]
-            layer[(out, i, 0)] = (_gather, int(m), ncols_in,
-                                  tuple(columns[g] for g in range(len(groups))
-                                        for _ in range(lay.n_slabs)),
-                                  finish, *parts, *args)
-        deps = [m for _, meshes, _ in groups for m in meshes]
-        deps += [a for a in finish_args if isinstance(a, da.Array)]
-        return self._array(out, layer, deps, (rows, (ncols_out,)),
-                           xp.empty((0, 0), dtype=dtype), np.dtype(dtype))
+            parts = [ref((slab, gi, s, i)) for gi in range(len(groups))
+                     for s in range(lay.n_slabs)]
+            args = [g.chunk(a, i) if isinstance(a, da.Array) else a for a in finish_args]
+            g.add((out, i, 0), _gather, int(m), ncols_in, part_columns, finish, *parts, *args)
+        return g.array(out, (rows, (ncols_out,)), xp.empty((0, 0), dtype=dtype),
+                       np.dtype(dtype))
