@@ -115,3 +115,57 @@ def test_persist_gives_one_delayed_per_key(client):
     total = h.compute([h.add("total", lambda *v: sum(a.sum() for a in v),
                              *[h.ref(v) for v in values]).key])
     assert total == [int((np.arange(12) ** 3).sum())]
+
+
+def _halves(b):
+    return b[b[:, 0] < 0], b[b[:, 0] >= 0]
+
+
+def _stack(values):
+    return np.concatenate(values)
+
+
+def test_items_lists_and_inputs_made_from_the_graph():
+    """Item tasks of their own kind (add_items), a list argument read by two tasks, an
+    array made from the graph's tasks read back as an input, and a layer joined after an
+    array was made from it: values as NumPy on the whole array, the early array intact."""
+    import dask.array as da
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(11, 3))
+    arr = da.from_array(x, chunks=(4, 3))
+    g = TaskGraph([arr])
+    n = arr.numblocks[0]
+    for i in range(n):
+        g.add(("halves", i), _halves, g.chunk(arr, i, 0))
+        g.add_items(("halves", i), 2, "half")
+    assert g.graph().layers["half"][("half", 1, 0)][1] == ("halves", 1)
+    negatives = g.list(g.refs([("half", i, 0) for i in range(n)]))
+    g.add(("neg", 0, 0), _stack, negatives)
+    g.add(("neg-again", 0), _stack, negatives)
+    assert g.deps["neg"] == {"half"} and g.deps["neg-again"] == {"half"}
+    neg = g.array("neg", ((int((x[:, 0] < 0).sum()),), (3,)), np.empty((0, 3)))
+    # the made array becomes an input of later tasks; the "neg" layer is joined later
+    g.add_input(neg * 1.0)
+    scaled = (neg * 1.0).name
+    g.add(("neg", 1, 0), np.multiply, g.chunk(neg * 1.0, 0, 0), 3.0)
+    assert g.deps["neg"] == {"half", scaled}
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(neg.compute(), x[x[:, 0] < 0])
+        assert ("neg", 1, 0) not in dict(neg.__dask_graph__())
+        (again, tripled) = g.compute([("neg-again", 0), ("neg", 1, 0)])
+    np.testing.assert_array_equal(again, x[x[:, 0] < 0])
+    np.testing.assert_array_equal(tripled, 3.0 * x[x[:, 0] < 0])
+
+
+def test_unknown_keys_are_named():
+    import dask.array as da
+    import pytest
+
+    arr = da.zeros((4, 3), chunks=(2, 3))
+    g = TaskGraph([arr])
+    g.add(("a", 0), np.negative, g.chunk(arr, 0, 0))
+    with pytest.raises(ValueError, match="reads \\('b', 0\\)"):
+        g.add(("c", 0), _stack, g.list(g.refs([("a", 0), ("b", 0)])))
+    with pytest.raises(ValueError, match="reads"):
+        g.add(("c", 0), np.negative, g.ref(("a", 5)))

@@ -20,14 +20,14 @@ multiply by ``a^-3`` for physical). Circular velocities use the physical radius,
 
 Algorithm (distributed, no gather of all particles)
 ---------------------------------------------------
-Every particle chunk (``snap.pos.to_delayed()``) builds a periodic
+Every particle chunk (one ``so-chunk`` task) builds a periodic
 ``scipy.spatial.cKDTree`` of its particles and selects, for each halo, those
 within the halo's search radius (minimum-image distances). It bins their masses
 and counts on a fine per-halo logarithmic radius grid of :data:`N_FINE` bins from
 ``FINE_RANGE * search_radius`` to the search radius (``dln r = ln(1e4) / 4000 =
 0.0023``, a 0.23 % step in radius), plus one bin for everything inside the
 grid's inner edge. A chunk returns only the occupied (halo, bin) cells (sparse);
-the cells of all chunks are summed in a tree reduction. ``M(<r)`` at the grid
+the cells of all chunks are summed in a tree reduction (``so-merge``). ``M(<r)`` at the grid
 edges is then exact, and ``R_Delta`` is the outermost crossing of the mean
 enclosed density with the threshold, interpolated linearly in ``ln rho`` vs
 ``ln r`` between two grid edges (error well below 0.1 % in radius).
