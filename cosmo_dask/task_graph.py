@@ -41,8 +41,6 @@ layers as built, and makes the array from the persisted results.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import operator
 from collections.abc import Hashable, Sequence
@@ -101,20 +99,6 @@ class KeyCollection(DaskMethodsMixin):
         return KeyCollection(dsk, keys)
 
 
-@contextlib.contextmanager
-def _bulk():
-    """Pause the cyclic garbage collector while a bulk of task objects is made: they hold
-    no cycles, and each collection would scan the growing graph again (two thirds of the
-    time of a million references)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _key_name(key) -> str:
     return key if isinstance(key, str) else "-".join(str(k) for k in key)
 
@@ -144,7 +128,6 @@ class TaskGraph:
         # the layer of each input key and placed task; an unplaced task's layer is its kind
         self._layer_of: dict[Hashable, str] = {}
         self._lists: dict[int, tuple[List, set[str]]] = {}  # id -> (list, its layers)
-        self._placed_kinds: set[Hashable] = set()  # key[0] of the placed tasks' keys
         self._handed_out: set[str] = set()  # layers of added tasks shared with a graph made
         self._graphs: dict[bool, HighLevelGraph] = {}
         for value in inputs:
@@ -186,17 +169,17 @@ class TaskGraph:
         layers: set[str] = set()
         if not deps:
             return layers
-        # the usual case first: all keys of one kind, the layer of unplaced tasks of that
-        # kind or an input array, checked by their kind and one of them
-        names = {d[0] if d.__class__ is tuple else d for d in deps}
-        if len(names) == 1:
-            (name,) = names
-            d = next(iter(deps))
-            tasks = self._tasks.get(name)
-            if (name not in self._placed_kinds and tasks is not None and d in tasks) or (
-                    name in self._arrays and self._layer_of.get(d) == name):
-                layers.add(name)
-                return layers
+        # the usual cases first: every key a task of one layer (checked by one set
+        # operation), or every key a chunk of one input array
+        d = next(iter(deps))
+        name = d[0] if d.__class__ is tuple else d
+        tasks = self._tasks.get(name)
+        if tasks is not None and tasks.keys() >= deps:
+            layers.add(name)
+            return layers
+        if name in self._arrays and all(self._layer_of.get(k) == name for k in deps):
+            layers.add(name)
+            return layers
         rest = set(deps)
         while rest:
             d = next(iter(rest))
@@ -234,8 +217,7 @@ class TaskGraph:
     def refs(keys) -> list[TaskRef]:
         """Task arguments standing for added keys or input keys, one per key (the bulk
         form of :meth:`ref` for keys)."""
-        with _bulk():
-            return list(map(TaskRef, keys))
+        return list(map(TaskRef, keys))
 
     @staticmethod
     def chunk(array: da.Array, *index: int) -> TaskRef:
@@ -252,8 +234,7 @@ class TaskGraph:
         """A task argument standing for the list of ``values`` (references or plain
         values), e.g. every piece a task reads. It may be passed to several tasks: the
         layers it reads are found once."""
-        with _bulk():
-            arg = List(*values)
+        arg = List(*values)
         self._lists[id(arg)] = (arg, self._layers_read("a list", arg.dependencies))
         return arg
 
@@ -290,7 +271,6 @@ class TaskGraph:
                 annotations.update(workers=[worker], allow_other_workers=True)
             self._annotations[name] = annotations
             self._layer_of[key] = name
-            self._placed_kinds.add(key[0] if isinstance(key, tuple) else key)
         tasks = self._layer_tasks(name)
         tasks[key] = task
         layers.discard(name)
@@ -327,9 +307,8 @@ class TaskGraph:
         tasks = self._layer_tasks(name)
         rest = key[1:] if isinstance(key, tuple) else ()
         getitem = operator.getitem
-        with _bulk():
-            for k in range(n):
-                tasks[(name, *rest, k)] = (getitem, key, k)
+        for k in range(n):
+            tasks[(name, *rest, k)] = (getitem, key, k)
         if source != name:
             self.deps[name].add(source)
         self._graphs.clear()

@@ -332,10 +332,11 @@ class SlabExchange:
             keys = []
             for gi, run in enumerate(runs):
                 key = (out, s, 0, 0) if len(runs) == 1 else (part, s, gi)
-                pieces = self._pieces.get((s, run[0], run[-1]))
+                first, last = int(run[0]), int(run[-1])
+                pieces = self._pieces.get((s, first, last))
                 if pieces is None:  # one argument for every mesh deposited from the run
-                    pieces = self._pieces[s, run[0], run[-1]] = g.list(
-                        g.refs([(self.name, i, s) for i in run.tolist()]))
+                    pieces = self._pieces[s, first, last] = g.list(
+                        g.refs([(self.name, i, s) for i in range(first, last + 1)]))
                 keys.append(g.add(key, task, pieces, lo, hi, *gate))
             level = 0
             while len(keys) > 1:
