@@ -395,11 +395,26 @@ def _exchange_keys(n_chunks: int, n_dom: int) -> tuple[int, int]:
 def tree_prediction(n: int, n_chunks: int, box_size: float | None = None,
                     r_cut: float | None = None) -> dict:
     """Task counts of tree_accelerations' graph from its own formulas (CPU, defaults)."""
-    from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains, let_sources
-    from cosmo_dask.spatial.domains import domain_grid
+    from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
     nb = batches_per_domain(n, nd)
+    try:
+        from cosmo_dask.gravity.tree_graph import let_sources
+    except ImportError:  # the graph before 2026-11-25's changes: all pairs, one stage
+        by_kind = {"gravity-split": n_chunks, "getitem (split pieces)": n_chunks * nd,
+                   "gravity-domain": nd, "gravity-tree": nd, "gravity-bbox": nd,
+                   "gravity-let": nd * (nd - 1), "gravity-group": nd * nb,
+                   "gravity-acc": n_chunks, "gravity-pot": n_chunks}
+        return {"n_domains": nd, "batches_per_domain": nb, "by_kind": by_kind,
+                "tasks": sum(by_kind.values()),
+                # chunk_rows (gravity-acc/pot) took every gravity-group result
+                "max_task_input_bytes": GROUP_RESULT_BYTES * n,
+                "max_task_input_key": "gravity-acc",
+                "note": "+ the snapshot read/check tasks; each gravity-acc/pot task depends "
+                        f"on all {nd * nb} gravity-group results"}
+    from cosmo_dask.spatial.domains import domain_grid
+
     grid = domain_grid(nd, box_size=box_size or 1.0)
     lets = sum(len(s) for s in let_sources(grid, r_cut if box_size else None))
     split, back = _exchange_keys(n_chunks, nd)

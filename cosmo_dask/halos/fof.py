@@ -44,6 +44,9 @@ DOMAIN_PARTICLES = 2**21
 GPU_DOMAIN_PARTICLES = 2**27
 #: snapshots smaller than this run as one domain by default
 SMALL_SNAPSHOT = 2**17
+#: the default domains are at most MAX_DOMAIN_CUBE^3 (512: 2^24 particles each, about
+#: 0.3 GiB, at 2048^3; the exchanges then take ~25k keys each, spatial.domains)
+MAX_DOMAIN_CUBE = 8
 
 
 @dataclass
@@ -308,7 +311,7 @@ def _threads() -> int:
 
 def _default_domains(snap, ghost: float) -> int:
     """A cube number of domains: ~4 per thread (load balance on clustered data), at least
-    N / DOMAIN_PARTICLES, at most 64; one for small snapshots."""
+    N / DOMAIN_PARTICLES, at most ``MAX_DOMAIN_CUBE^3`` (512); one for small snapshots."""
     n = snap.n_particles
     if n < SMALL_SNAPSHOT:
         return 1
@@ -320,7 +323,7 @@ def _default_domains(snap, ghost: float) -> int:
         target = max(math.ceil(n / GPU_DOMAIN_PARTICLES), workers)
     else:
         target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
-    cube = min(4, math.ceil(target ** (1 / 3) - 1e-9))
+    cube = min(MAX_DOMAIN_CUBE, math.ceil(target ** (1 / 3) - 1e-9))
     if snap.box_size is not None:
         while cube > 1 and ghost >= snap.box_size / cube:
             cube -= 1
@@ -439,7 +442,7 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
     n_domains : int or (int, int, int), optional
         Domain count; each is one ``fof-local`` task. Default: one for fewer
         than 2^17 particles, else a cube number with about four domains per
-        worker thread and at most 2^21 particles each (at most 64); on GPU
+        worker thread and at most 2^21 particles each (at most 512); on GPU
         snapshots at least one per GPU worker and at most 2^27 particles each.
 
     Returns

@@ -322,9 +322,11 @@ TWO_STAGE_PAIRS = 1 << 14
 
 
 def _groups(n: int) -> list[tuple[int, int]]:
-    """``[a, b)`` ranges of about ``sqrt(n)`` consecutive items covering ``range(n)``."""
-    size = max(1, math.ceil(math.sqrt(n)))
-    return [(a, min(a + size, n)) for a in range(0, n, size)]
+    """``ceil(sqrt(n))`` ranges ``[a, b)`` of consecutive items, as equal as possible,
+    covering ``range(n)``."""
+    k = max(1, math.ceil(math.sqrt(n)))
+    cuts = [(i * n) // k for i in range(k + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
 
 def rows_by_chunk(bounds, index, *columns) -> list[tuple]:
@@ -356,9 +358,9 @@ def chunk_pieces(g: TaskGraph, per_domain: list, bounds, name: str,
         Kind and token of the piece tasks: keys ``(name, d, i)``.
     chunks_of : list of sequences of int, optional
         The chunks each domain holds rows of, when known (a persisted domain stage):
-        pieces are made only for these, in one stage. Default: every chunk of every
-        domain, in two stages (domains and chunks in groups, :data:`TWO_STAGE_PAIRS`)
-        when there are many pairs.
+        pieces are made only for these. Default: every chunk of every domain. Above
+        :data:`TWO_STAGE_PAIRS` pairs, two stages (domains and chunks in groups of
+        about their square roots) when they make fewer keys.
 
     Returns
     -------
@@ -368,14 +370,17 @@ def chunk_pieces(g: TaskGraph, per_domain: list, bounds, name: str,
     """
     n_chunks, n_dom = len(bounds) - 1, len(per_domain)
     pieces: list[list] = [[] for _ in range(n_chunks)]
-    if chunks_of is not None or n_chunks * n_dom <= TWO_STAGE_PAIRS:
+    pairs = n_chunks * n_dom if chunks_of is None else sum(len(c) for c in chunks_of)
+    cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
+    two_stage = n_dom + n_dom * cg + dg * cg + dg * n_chunks  # keys of the two stages
+    if pairs <= TWO_STAGE_PAIRS or pairs <= two_stage:
         for d, ref in enumerate(per_domain):
             chunks = range(n_chunks) if chunks_of is None else \
                 np.asarray(chunks_of[d], dtype=np.int64).tolist()
             for i in chunks:
                 pieces[i].append(g.add((name, d, i), operator.getitem, ref, i))
         return pieces
-    cgroups, dgroups = _groups(n_chunks), _groups(n_dom)
+    cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
     # stage 1: each domain's pieces in groups of chunks
     split = [g.add_split((f"{name}-out", d), _slices, ref, tuple(cgroups), n=len(cgroups))
              for d, ref in enumerate(per_domain)]
