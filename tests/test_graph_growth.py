@@ -142,3 +142,30 @@ def test_fof_way_back_reads_only_the_domains_holding_a_chunk():
     assert kinds["fof-labels"] == 16
     labels = res.labels.compute()  # one group: the whole lattice
     assert np.all(labels == 0) and res.n_members.tolist() == [n_side**3]
+
+
+def test_default_read_chunks_of_very_large_stores(tmp_path):
+    """At most MAX_READ_CHUNKS whole store chunks by default; small stores unchanged."""
+    import zarr
+
+    from cosmo_dask.snapshot import MAX_READ_CHUNKS, large_store_rows
+
+    assert large_store_rows(2**20, 2048**3) == 2**24  # 512 chunks of 16 store chunks
+    assert large_store_rows(2**20, 2**29) == 2**20  # 512 store chunks: as stored
+    assert large_store_rows(3000, 10**7) == 21000  # whole store chunks: 477 chunks
+    assert -(-10**7 // 21000) <= MAX_READ_CHUNKS < -(-10**7 // 18000)
+    # an opened store: the dask chunks follow (metadata only, no chunk written)
+    from cosmo_dask import open_snapshot
+    from cosmo_dask.validation import FORMAT, FORMAT_VERSION
+
+    n = 600 * 1000
+    attrs = {"format": FORMAT, "format_version": FORMAT_VERSION, "box_size": 10.0,
+             "particle_mass": 1.0, "n_particles": n}
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3,
+                            attributes=attrs)
+    group.create_array("pos", shape=(n, 3), chunks=(1000, 3), dtype="float32",
+                       fill_value=0, dimension_names=("particle", "component"))
+    snap = open_snapshot(tmp_path / "s.zarr", allow_missing_chunks=True)
+    assert set(snap.pos.chunks[0][:-1]) == {2000} and len(snap.pos.chunks[0]) == 300
+    snap = open_snapshot(tmp_path / "s.zarr", allow_missing_chunks=True, chunks=1000)
+    assert len(snap.pos.chunks[0]) == 600
