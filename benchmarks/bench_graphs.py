@@ -33,8 +33,8 @@ Every case runs in a fresh subprocess (clean memory peak). Usage::
 
     python benchmarks/bench_graphs.py                  # 2048^3 -> results/2026-11-25/
     python benchmarks/bench_graphs.py --n-side 256 --out /tmp/g.jsonl
-    python benchmarks/bench_graphs.py --cases fof,tree,treepm-max,pk-max \
-        --read-chunks 16777216 --append          # the same at 2^24-row dask chunks
+    python benchmarks/bench_graphs.py --cases treepm,pk --max-build-tasks 1  # PM part only
+    python benchmarks/bench_graphs.py --cases fof --read-chunks 1048576 --append
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_vm.jsonl"
+DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_after_vm.jsonl"
 #: ``treepm``/``pk`` ask for n_mesh = n_side; ``treepm-max``/``pk-max`` for the largest
 #: n_mesh the code accepts (min(n_side, MAX_N_MESH = 4096): the same since the slab FFT)
 CASES = ("fof", "tree", "treepm", "pk", "ics1", "ics2")
