@@ -379,6 +379,9 @@ def chunk_pieces(g: TaskGraph, per_domain: list, bounds, name: str,
                 np.asarray(chunks_of[d], dtype=np.int64).tolist()
             for i in chunks:
                 pieces[i].append(g.add((name, d, i), operator.getitem, ref, i))
+        for i in range(n_chunks):  # a chunk no domain holds rows of (0 rows): an empty
+            if not pieces[i] and n_dom:  # piece, of the domains' array type
+                pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i))
         return pieces
     cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
     # stage 1: each domain's pieces in groups of chunks
