@@ -169,3 +169,36 @@ def test_default_read_chunks_of_very_large_stores(tmp_path):
     assert set(snap.pos.chunks[0][:-1]) == {2000} and len(snap.pos.chunks[0]) == 300
     snap = open_snapshot(tmp_path / "s.zarr", allow_missing_chunks=True, chunks=1000)
     assert len(snap.pos.chunks[0]) == 600
+
+
+@pytest.mark.gpu
+def test_gpu_two_stage_exchanges_equal_the_reference(tmp_path, monkeypatch):
+    """CuPy chunks through the two-stage split and way back (forced): FOF labels equal the
+    scipy reference, and multi-domain tree forces equal the one-stage graph's."""
+    cupy = pytest.importorskip("cupy")
+    from test_fof import clustered, reference_labels
+
+    from cosmo_dask import Snapshot, open_snapshot
+    from cosmo_dask.halos import fof_labels
+
+    rng = np.random.default_rng(3)
+    box = 40.0
+    pos = clustered(rng, 20000, box, sigma=0.12)
+    ids = rng.permutation(len(pos)).astype(np.int64)
+    Snapshot.from_arrays(pos, ids=ids, box_size=box, chunks=2000).to_zarr(tmp_path / "s.zarr")
+    snap = open_snapshot(tmp_path / "s.zarr", device="gpu")
+    x = snap.pos.astype(np.float64)
+    acc1, pot1 = dask.compute(*tg.tree_accelerations(x, 1.0, G=1.0, box_size=box, rs=1.0,
+                                                     n_domains=27))
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+    res = fof_labels(snap, 0.25, absolute=True, min_members=5, n_domains=27)
+    got = res.labels.compute()
+    assert isinstance(got, cupy.ndarray)
+    labels, sizes, _ = reference_labels(pos, 0.25, box, 5, ids)
+    np.testing.assert_array_equal(got.get(), labels)
+    np.testing.assert_array_equal(res.n_members, sizes)
+    acc2, pot2 = dask.compute(*tg.tree_accelerations(x, 1.0, G=1.0, box_size=box, rs=1.0,
+                                                     n_domains=27))
+    assert isinstance(acc2, cupy.ndarray)
+    np.testing.assert_array_equal(acc1.get(), acc2.get())
+    np.testing.assert_array_equal(pot1.get(), pot2.get())

@@ -442,7 +442,9 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     for key, arr in extra.items():
         if arr.chunks[0] != pos.chunks[0]:
             extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
-    token = tokenize(pos, grid, ghost_width, names, *extra.values())
+    # the two-stage split's keys hold other values than the one-stage split's: in the token
+    two_stage = len(pos.chunks[0]) * grid.n_domains > TWO_STAGE_PAIRS
+    token = tokenize(pos, grid, ghost_width, names, *extra.values(), two_stage)
     if len(pos.chunks[1]) != 1:
         pos = pos.rechunk({1: -1})
     starts = np.cumsum((0,) + pos.chunks[0][:-1])
@@ -451,7 +453,7 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     # tuple keys: the split tasks and their pieces are one layer, the domains another
     extra_chunk = [[g.chunk(e, i, *(0,) * (e.ndim - 1)) for e in extra.values()]
                    for i in range(len(starts))]
-    if len(starts) * n_dom <= TWO_STAGE_PAIRS:
+    if not two_stage:
         pieces = [g.add_split((f"{name}-split-{token}", i), split_chunk, g.chunk(pos, i, 0),
                               int(s), grid, ghost_width, *extra_chunk[i], n=n_dom)
                   for i, s in enumerate(starts)]
