@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_after_vm.jsonl"
 #: ``treepm``/``pk`` ask for n_mesh = n_side; ``treepm-max``/``pk-max`` for the largest
 #: n_mesh the code accepts (min(n_side, MAX_N_MESH = 4096): the same since the slab FFT)
-CASES = ("fof", "tree", "treepm", "pk", "ics1", "ics2")
+CASES = ("fof", "tree", "treepm", "treepm-max", "pk", "pk-max", "ics1", "ics2")
 MESH_CAP = 4096
 #: DESIGN.md: "keep graphs under ~100k tasks"; the brief's per-task input bound
 MAX_TASKS = 100_000
