@@ -93,8 +93,6 @@ GRAPH_MODULE = "cosmo_dask/task_graph.py"
 #: they are (the test fails on an entry that has no site left).
 NOT_YET_CONVERTED = {
     "cosmo_dask/density/paint.py",
-    "cosmo_dask/halos/finder.py",
-    "cosmo_dask/halos/fof.py",
     "cosmo_dask/halos/spherical_overdensity.py",
     "cosmo_dask/models/_blocks.py",
     "cosmo_dask/models/lpt.py",
