@@ -25,12 +25,16 @@ letting ``persist`` return its inputs unpersisted (the labels then carry the who
 graph). Graphs whose predicted size would not fit this machine's memory are not
 built: their task counts come from the graph code's own formulas.
 
+Meshes are sized for a simulated cluster (``--workers`` 16 of ``--worker-memory-gib``
+64 and ``--worker-threads`` 16 each: the memory and thread queries of the graph code
+are replaced), not for this VM, which could not hold a 2048^3 mesh.
+
 Every case runs in a fresh subprocess (clean memory peak). Usage::
 
     python benchmarks/bench_graphs.py                  # 2048^3 -> results/2026-11-25/
     python benchmarks/bench_graphs.py --n-side 256 --out /tmp/g.jsonl
-    python benchmarks/bench_graphs.py --cases fof,tree,treepm-max,pk-max \
-        --read-chunks 16777216 --append          # the same at 2^24-row dask chunks
+    python benchmarks/bench_graphs.py --cases treepm,pk --max-build-tasks 1  # PM part only
+    python benchmarks/bench_graphs.py --cases fof --read-chunks 1048576 --append
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_vm.jsonl"
+DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_after_vm.jsonl"
 #: ``treepm``/``pk`` ask for n_mesh = n_side; ``treepm-max``/``pk-max`` for the largest
-#: n_mesh the code accepts (min(n_side, MAX_N_MESH = 1024))
+#: n_mesh the code accepts (min(n_side, MAX_N_MESH = 4096): the same since the slab FFT)
 CASES = ("fof", "tree", "treepm", "treepm-max", "pk", "pk-max", "ics1", "ics2")
-MESH_CAP = 1024
+MESH_CAP = 4096
 #: DESIGN.md: "keep graphs under ~100k tasks"; the brief's per-task input bound
 MAX_TASKS = 100_000
 MAX_TASK_INPUT = 2 * 1024**3
@@ -136,14 +140,17 @@ def _graph_of(collections):
     return merged
 
 
-def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | None = None):
+def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | None = None,
+                        n_chunks: int = 1):
     """Replace cosmo_dask.progress compute/persist in every loaded cosmo_dask module.
 
     Each call is recorded in ``eager`` (label, tasks of the graph it was given). By
     default it raises :class:`EagerCompute`; with ``fof_fake`` persist returns, for each
     input, a Delayed over a placeholder (what a persisted result looks like: a one-key
     graph) and keeps the graph it was given in ``persisted``, and compute returns an
-    empty catalog (FOF's only compute). Returns an undo function.
+    empty catalog (FOF's only compute) and, for each further value asked, every one of
+    the ``n_chunks`` snapshot chunks (the chunks a domain holds rows of, worst case).
+    Returns an undo function.
     """
     import numpy as np
 
@@ -163,8 +170,10 @@ def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | N
     def compute(*args, **kwargs):
         graph, label, n = record("compute", args, kwargs)
         if fof_fake and label is None:
+            # the catalog (no halos), then, where asked, the snapshot chunks each domain
+            # holds rows of: all of them (the worst case: a snapshot in random order)
             empty = np.zeros(0, np.int64)
-            return [(None, None, empty, empty)]
+            return [(None, None, empty, empty)] + [np.arange(n_chunks)] * (len(args) - 1)
         raise EagerCompute(f"compute {label!r}", n, graph)
 
     def persist(*args, **kwargs):
@@ -172,9 +181,13 @@ def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | N
         if fof_fake:
             from dask.delayed import Delayed
 
+            from cosmo_dask.task_graph import KeyCollection
+
             if persisted is not None:
-                persisted.append((graph, args))
-            return tuple(Delayed(a.key, {a.key: None}, length=getattr(a, "_length", None))
+                persisted.append((graph, [k for a in args for k in a.__dask_keys__()]))
+            return tuple(KeyCollection({k: None for k in a.__dask_keys__()}, a.__dask_keys__())
+                         if isinstance(a, KeyCollection) else
+                         Delayed(a.key, {a.key: None}, length=getattr(a, "_length", None))
                          for a in args)
         raise EagerCompute(f"persist {label!r}", n, graph)
 
@@ -368,37 +381,97 @@ def _open(store):
     return open_snapshot(store, allow_missing_chunks=True)
 
 
-def tree_prediction(n: int, n_chunks: int) -> dict:
+def _exchange_keys(n_chunks: int, n_dom: int) -> tuple[int, int]:
+    """(split keys, way-back keys) of the domain exchanges (spatial.domains' formulas)."""
+    from cosmo_dask.spatial.domains import TWO_STAGE_PAIRS, _groups
+
+    if n_chunks * n_dom <= TWO_STAGE_PAIRS:
+        return n_chunks + n_chunks * n_dom, n_chunks * n_dom
+    cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
+    return (n_chunks + n_chunks * dg + cg * dg + cg * n_dom,
+            n_dom + n_dom * cg + dg * cg + dg * n_chunks)
+
+
+def tree_prediction(n: int, n_chunks: int, box_size: float | None = None,
+                    r_cut: float | None = None) -> dict:
     """Task counts of tree_accelerations' graph from its own formulas (CPU, defaults)."""
     from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
     nb = batches_per_domain(n, nd)
-    by_kind = {"gravity-split": n_chunks, "getitem (split pieces)": n_chunks * nd,
-               "gravity-domain": nd, "gravity-tree": nd, "gravity-bbox": nd,
-               "gravity-let": nd * (nd - 1), "gravity-group": nd * nb,
-               "gravity-acc": n_chunks, "gravity-pot": n_chunks}
+    try:
+        from cosmo_dask.gravity.tree_graph import let_sources
+    except ImportError:  # the graph before 2026-11-25's changes: all pairs, one stage
+        by_kind = {"gravity-split": n_chunks, "getitem (split pieces)": n_chunks * nd,
+                   "gravity-domain": nd, "gravity-tree": nd, "gravity-bbox": nd,
+                   "gravity-let": nd * (nd - 1), "gravity-group": nd * nb,
+                   "gravity-acc": n_chunks, "gravity-pot": n_chunks}
+        return {"n_domains": nd, "batches_per_domain": nb, "by_kind": by_kind,
+                "tasks": sum(by_kind.values()),
+                # chunk_rows (gravity-acc/pot) took every gravity-group result
+                "max_task_input_bytes": GROUP_RESULT_BYTES * n,
+                "max_task_input_key": "gravity-acc",
+                "note": "+ the snapshot read/check tasks; each gravity-acc/pot task depends "
+                        f"on all {nd * nb} gravity-group results"}
+    from cosmo_dask.spatial.domains import domain_grid
+
+    grid = domain_grid(nd, box_size=box_size or 1.0)
+    lets = sum(len(s) for s in let_sources(grid, r_cut if box_size else None))
+    split, back = _exchange_keys(n_chunks, nd)
+    by_kind = {"gravity-split (+ regroup, pieces)": split, "gravity-domain": nd,
+               "gravity-tree": nd, "gravity-bbox": nd, "gravity-let": lets,
+               "gravity-group": nd * nb, "gravity-rows": nd,
+               "gravity-piece (way back)": back, "gravity-acc": n_chunks,
+               "gravity-pot": n_chunks}
     return {"n_domains": nd, "batches_per_domain": nb, "by_kind": by_kind,
             "tasks": sum(by_kind.values()),
-            # chunk_rows (gravity-acc/pot) takes every gravity-group result: (index int64,
-            # acc (n, 3) float64, pot (n,) float64) of all N particles
-            "max_task_input_bytes": GROUP_RESULT_BYTES * n,
-            "max_task_input_key": "gravity-acc",
-            "note": f"+ the snapshot read/check tasks; each gravity-acc/pot task depends on all "
-                    f"{nd * nb} gravity-group results ({n_chunks * 2 * nd * nb} edges); each "
-                    f"gravity-group depends on {nd - 1} LETs"}
+            "note": "+ the snapshot read/check tasks"}
+
+
+#: bytes per particle of a domain tree (float64 positions, masses, index, order, keys)
+TREE_BYTES = 56
 
 
 def tree_kind_bytes(n: int) -> dict:
-    """Output bytes of one ``gravity-group`` task (its batch's index, acc, pot)."""
+    """Output bytes of the tree graph's tasks whose outputs are not their inputs' sum: a
+    ``gravity-group`` (its batch's index, acc, pot), a ``gravity-tree`` (the domain's
+    octree, ~TREE_BYTES a particle, nodes not counted) and a ``gravity-let`` (not
+    estimated: counted 0, so a group task's input is its domain tree only)."""
     from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
-    return {"gravity-group": GROUP_RESULT_BYTES * -(-n // (nd * batches_per_domain(n, nd)))}
+    return {"gravity-group": GROUP_RESULT_BYTES * -(-n // (nd * batches_per_domain(n, nd))),
+            "gravity-tree": TREE_BYTES * -(-n // nd), "gravity-let": 0}
+
+
+def simulate_cluster(workers: int, memory: int, threads: int) -> None:
+    """Make the graph code size meshes for ``workers`` workers of ``memory`` bytes and
+    ``threads`` threads each (the cluster a 2048^3 run would use), not for this VM: the
+    memory/worker/thread queries are replaced in every loaded cosmo_dask module."""
+    import importlib
+
+    paint = importlib.import_module("cosmo_dask.density.paint")  # (density.paint: a function)
+    fft = importlib.import_module("cosmo_dask.spatial.fft")
+
+    repl = {paint.memory_per_worker: lambda gpu: (int(memory), "worker"),
+            paint.worker_count: lambda: int(workers),
+            fft.worker_threads: lambda: int(workers * threads)}
+    for mod in list(sys.modules.values()):
+        if not getattr(mod, "__name__", "").startswith("cosmo_dask"):
+            continue
+        for name, value in list(vars(mod).items()):
+            if callable(value) and not isinstance(value, type):
+                try:
+                    new = repl.get(value)
+                except TypeError:  # unhashable
+                    continue
+                if new is not None:
+                    setattr(mod, name, new)
 
 
 def run_case(case: str, store: str, n_side: int, max_build: int,
-             read_chunks: int | None = None) -> dict:
+             read_chunks: int | None = None, workers: int = 16,
+             worker_memory: int = 64 * 1024**3, worker_threads_each: int = 16) -> dict:
     import dask
 
     import cosmo_dask
@@ -409,12 +482,15 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
     import cosmo_dask.models  # noqa: F401
 
     dask.config.set(scheduler="sync")
+    simulate_cluster(workers, worker_memory, worker_threads_each)
     if read_chunks:  # dask chunks of the opened store (default: the store's own chunks)
         dask.config.set({"cosmo_dask.read_chunk_size": int(read_chunks)})
     snap = None if case.startswith("ics") else _open(store)
     n = n_side**3
     row: dict = {"graph": case, "n_side": n_side, "n_particles": n,
-                 "read_chunk_size": read_chunks}
+                 "read_chunk_size": read_chunks,
+                 "simulated_cluster": {"workers": workers, "memory_per_worker": worker_memory,
+                                       "threads_per_worker": worker_threads_each}}
     if snap is not None:
         row["n_chunks"] = len(snap.pos.chunks[0])
         row["chunk_rows"] = int(snap.pos.chunks[0][0])
@@ -425,7 +501,8 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
 
     def attempt(fn, fof_fake=False):
         """(result, build_s, error) of fn() with every compute intercepted."""
-        undo = patch_cosmo_compute(eager, fof_fake=fof_fake, persisted=persisted)
+        undo = patch_cosmo_compute(eager, fof_fake=fof_fake, persisted=persisted,
+                                   n_chunks=row.get("n_chunks", 1))
         t0 = time.perf_counter()
         try:
             with _AbortCallback():
@@ -454,10 +531,13 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
             graph, args = persisted[0]
             row.update(inspect([], rss0, hlg=graph, known=known))
             labels = inspect([res.labels], max(_maxrss(), _rss()), known=known)
-            labels["placeholders"] = len(args)
+            # the persisted values the labels graph reads (placeholders, not tasks)
+            dsk_labels = dict(res.labels.__dask_graph__())
+            labels["placeholders"] = sum(1 for k in args if k in dsk_labels
+                                         and dsk_labels[k] is None)
             row["labels_stage"] = labels
             row["tasks_domain_stage"] = row["tasks"]
-            row["tasks"] += labels["tasks"] - len(args)
+            row["tasks"] += labels["tasks"] - labels["placeholders"]
             if labels["max_task_input_bytes"] > row["max_task_input_bytes"]:
                 row["max_task_input_bytes"] = labels["max_task_input_bytes"]
                 row["max_task_input_key"] = labels["max_task_input_key"]
@@ -474,8 +554,8 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
                 row["not_built"] = (f"predicted {pred['tasks']:,} tasks > {max_build:,}: "
                                     "not materialised on this VM; counts are the graph code's")
                 row["tasks"] = pred["tasks"]
-                row["max_task_input_bytes"] = pred["max_task_input_bytes"]
-                row["max_task_input_key"] = pred["max_task_input_key"]
+                row["max_task_input_bytes"] = pred.get("max_task_input_bytes")
+                row["max_task_input_key"] = pred.get("max_task_input_key")
                 res, dt, err = None, 0.0, None
             else:
                 res, dt, err = attempt(lambda: cosmo_dask.gravity.accelerations(
@@ -485,13 +565,15 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
             kind_bytes = tree_kind_bytes(n)
     elif case.startswith("treepm"):
         nm = n_side if case == "treepm" else min(n_side, MESH_CAP)
-        pred = tree_prediction(n, len(snap.pos.chunks[0]))
-        if case == "treepm-max" and pred["tasks"] > max_build:
+        from cosmo_dask.gravity.parameters import R_SPLIT_CELLS, default_r_cut
+
+        pred = tree_prediction(n, len(snap.pos.chunks[0]), float(snap.box_size),
+                               default_r_cut(R_SPLIT_CELLS * float(snap.box_size) / nm))
+        if pred["tasks"] > max_build:
             # the short-range tree graph alone is too large to build here (tree_prediction);
             # only the long-range PM graph, as treepm_accelerations builds it, is built
             import numpy as np
 
-            from cosmo_dask.gravity.parameters import R_SPLIT_CELLS
             from cosmo_dask.gravity.pm import checked_particles, long_range
 
             box = float(snap.box_size)
@@ -564,6 +646,10 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--read-chunks", type=int, default=None,
                    help="particles per dask chunk when opening the store (default: its own "
                         "chunks, cosmo_dask.chunk_size = 2^20)")
+    p.add_argument("--workers", type=int, default=16,
+                   help="workers of the simulated cluster the meshes are sized for")
+    p.add_argument("--worker-memory-gib", type=float, default=64.0)
+    p.add_argument("--worker-threads", type=int, default=16)
     p.add_argument("--append", action="store_true", help="append to --out")
     p.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, this process
     p.add_argument("--store", help=argparse.SUPPRESS)
@@ -571,7 +657,8 @@ def main(argv=None) -> list[dict]:
 
     if args.case:
         row = run_case(args.case, args.store, args.n_side, args.max_build_tasks,
-                       args.read_chunks)
+                       args.read_chunks, args.workers, int(args.worker_memory_gib * 1024**3),
+                       args.worker_threads)
         print("ROW " + json.dumps(row, default=str), flush=True)
         return [row]
 
@@ -588,6 +675,8 @@ def main(argv=None) -> list[dict]:
                    str(args.max_build_tasks)]
             if args.read_chunks:
                 cmd += ["--read-chunks", str(args.read_chunks)]
+            cmd += ["--workers", str(args.workers), "--worker-memory-gib",
+                    str(args.worker_memory_gib), "--worker-threads", str(args.worker_threads)]
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True,

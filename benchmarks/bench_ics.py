@@ -187,7 +187,9 @@ def main(argv=None) -> None:
     times: dict[str, list[float]] = {k: [] for k in codes}
     for rep in range(args.repeat):
         for label, path in codes.items():
-            run_env = dict(os.environ, PYTHONPATH=path)
+            extra = os.environ.get("PYTHONPATH", "")  # e.g. the GPU host's /tmp/site wheels
+            run_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [path] + [p for p in extra.split(os.pathsep) if p and p != str(ROOT)]))
             res = subprocess.run(child, capture_output=True, text=True, env=run_env, cwd=path)
             if res.returncode != 0:
                 print(json.dumps({**env, "code": label, "error": res.stderr[-2000:]}),

@@ -5,11 +5,7 @@
 # mesh) and the PM force of 512^3 particles on a 2048^3 mesh (time, peak GPU memory).
 # Logs go to $OUT.   bash benchmarks/device_mesh.sh   (repo root, .whl carried)
 #   MESH_BENCH="--n-mesh 1024 --n-side 256"   other sizes (default 2048 / 512)
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/env.txt"

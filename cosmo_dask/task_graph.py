@@ -417,7 +417,8 @@ class TaskGraph:
         persisted value (a future under a distributed client)."""
         (done,) = progress.persist(self.collection(keys), label=label)
         dsk = done.__dask_graph__()
-        return [Delayed(k, {k: dsk[k]}) for k in keys]
+        # a tuple key's Delayed gets a string layer name (TaskGraph inputs, HighLevelGraph)
+        return [Delayed(k, {k: dsk[k]}, layer=_key_name(k)) for k in keys]
 
     def delayed(self, key) -> Delayed:
         """One added key as a Delayed (lazy; the graph is shared between calls)."""

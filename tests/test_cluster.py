@@ -164,7 +164,9 @@ def test_bad_cluster_input_is_one_line_within_seconds(tmp_path, case):
     finally:
         stop.set()
         server.close()
-    assert time.perf_counter() - t0 < 10
+    # well under the 30 s of connection retries this guards against, with room for a
+    # loaded CI machine (two pytest processes on two cores)
+    assert time.perf_counter() - t0 < 20
     # a client that failed to start does not stay named as dask's scheduler (later
     # computations would fail with "no Client active")
     assert dask.config.get("scheduler", None) is None

@@ -170,7 +170,15 @@ def test_the_tls_spec_commands_run_and_connect(k8s, tmp_path):
 
     procs = [pod("scheduler")]
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 90  # a busy CI machine takes seconds to import dask
+        while True:
+            assert procs[0].poll() is None, "the scheduler command exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the scheduler never listened"
+                time.sleep(0.25)
         procs.append(pod("worker"))
         client_sec = Security(tls_ca_file=str(tmp_path / "ca.crt"),
                               tls_client_cert=str(tmp_path / "tls.crt"),

@@ -86,6 +86,7 @@ def test_python_blocks_run_in_order(workdir):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.timeout(900)  # some twenty CLI runs, each a fresh process and cluster
 def test_bash_blocks_run_line_by_line(workdir):
     tmp, env = workdir
     printed = {}

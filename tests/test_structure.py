@@ -91,10 +91,7 @@ def test_no_import_cycles_between_packages_at_module_level():
 GRAPH_MODULE = "cosmo_dask/task_graph.py"
 #: issue 15: being converted to map_blocks/blockwise or TaskGraph; empty this list as
 #: they are (the test fails on an entry that has no site left).
-NOT_YET_CONVERTED = {
-    "cosmo_dask/halos/finder.py",
-    "cosmo_dask/halos/fof.py",
-}
+NOT_YET_CONVERTED: set[str] = set()
 _GRAPH_MODULES = ("dask.delayed", "dask.highlevelgraph", "dask._task_spec", "dask.core")
 _GRAPH_NAMES = {"delayed", "highlevelgraph", "_task_spec", "core", "Delayed", "HighLevelGraph",
                 "MaterializedLayer", "Task", "TaskRef"}

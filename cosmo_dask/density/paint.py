@@ -148,6 +148,11 @@ TASK_SLABS = 4
 #: a mesh of one slab runs its whole pipeline (deposit, transforms, force components)
 #: in one worker: about this many meshes at once
 SINGLE_SLAB_MESHES = 8
+#: GPU memory does not spill: besides its meshes a GPU holds the transpose's second copy
+#: of the slabs in flight, about this many meshes more (one 2048^3 float32 mesh in 16
+#: slabs peaked at 1.69 meshes on an H100, 2026-11-25; two interlaced ones ran out of
+#: its 80 GB)
+GPU_TRANSIENT_MESHES = 0.7
 #: target bytes of one slab on GPU workers (a GPU transforms big slabs fast; small ones
 #: only add transpose pieces)
 GPU_SLAB_BYTES = 2 * 2**30
@@ -187,13 +192,15 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
     per_worker, where = memory_per_worker(gpu)
     workers = worker_count()
     total = (per_worker or 0) * workers
-    if per_worker and meshes * mesh_bytes > total:
-        largest = smooth_size_below((total / (meshes * item)) ** (1 / 3))
+    held = meshes + (GPU_TRANSIENT_MESHES if gpu else 0.0)  # meshes' worth held at once
+    if per_worker and held * mesh_bytes > total:
+        largest = smooth_size_below((total / (held * item)) ** (1 / 3))
         holder = ("this machine" if where == "machine" else f"one {where}" if workers == 1
                   else f"{workers} {where}s together")
         raise ParameterError(
-            f"{what}: n_mesh={n} needs at least {_gib(meshes * mesh_bytes)} "
-            f"({meshes} {dtype.name} mesh{'es' if meshes > 1 else ''} of {n}^3), more than "
+            f"{what}: n_mesh={n} needs at least {_gib(held * mesh_bytes)} "
+            f"({meshes} {dtype.name} mesh{'es' if meshes > 1 else ''} of {n}^3"
+            f"{' and the transpose copies on the GPU' if gpu else ''}), more than "
             f"the {_gib(total)} of {holder}; the largest n_mesh that fits is about "
             f"{largest} (or add workers or memory)")
     configured = slabs is not None or dask.config.get("cosmo_dask.mesh_slabs", None) is not None
@@ -300,7 +307,11 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
     n = int(n_mesh)
     dtype = np.dtype(dtype)
     if exchange is None:
-        count = mesh_slabs(n, dtype, slabs, gpu=array_module(pos) is not np, what=what)
+        gpu = array_module(pos) is not np
+        # interlaced meshes follow one another on CPU workers (spilling the first if need
+        # be); a GPU cannot spill, so there they count together
+        count = mesh_slabs(n, dtype, slabs, gpu=gpu, what=what,
+                           meshes=len(shifts) if gpu else 1)
         layout = slab_layout(n, count, box_size, order=SCHEMES[scheme],
                              shifts=shifts if layout_shifts is None else layout_shifts)
         exchange = SlabExchange(pos, mass, layout, name="mesh")

@@ -25,9 +25,25 @@ The particles are split among the domains of the shared decomposition
     one task, :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on all the
     chunks concatenated (no scatter: the GPU tree sorts the particles itself and
     returns the input order), and one slice of it per output chunk.
+``gravity-rows-d``
+    Domain ``d``'s results (its batches, in increasing particle index) cut by
+    input chunk (:func:`~cosmo_dask.spatial.domains.rows_by_chunk`).
 ``gravity-acc-c`` / ``gravity-pot-c``
-    Accelerations and potentials of input chunk ``c``, gathered from the
-    domains (each domain's rows are in increasing particle index).
+    Accelerations and potentials of input chunk ``c``, from one piece of each
+    domain's rows (the way back, :func:`~cosmo_dask.spatial.domains.chunk_pieces`:
+    in two stages when there are many chunks and domains); never whole domain
+    results.
+
+With a cutoff (TreePM's short range, ``r_cut``) in a periodic box, a domain
+gets LETs only from the domains whose cells come within ``r_cut`` of its own
+(the others' LETs would be empty: their walks add nothing).
+
+Graph size: ``n_chunks`` splits, ``n_domains`` trees, boxes and rows tasks,
+``n_domains * (n_domains - 1)`` LETs (with a cutoff, ``n_domains`` times the
+neighbours within ``r_cut``), at most :data:`MAX_GROUP_TASKS` group tasks and
+the two exchanges (:func:`~cosmo_dask.spatial.domains.scatter_to_domains`,
+:func:`~cosmo_dask.spatial.domains.chunk_pieces`). The default domain count is
+at most :data:`MAX_DOMAINS`.
 
 A walk through a LET cut for ``d``'s box gives every group inside that box
 exactly the cells and leaves a walk through the whole remote tree gives, so
@@ -48,7 +64,7 @@ from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..progress import compute
-from ..spatial.domains import domain_grid, scatter_to_domains
+from ..spatial.domains import chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
 from ..task_graph import TaskGraph
@@ -61,6 +77,12 @@ DOMAIN_PARTICLES = 1 << 21
 #: particles per ``gravity-group`` task (whole groups; ~0.1 s for an isolated
 #: Plummer sphere, ~1.4 s per core for the TreePM short range on a 2-core VM)
 GROUP_BATCH_PARTICLES = 1 << 15
+#: most domains of the default decomposition (LET tasks grow as its square): above
+#: ``MAX_DOMAINS * DOMAIN_PARTICLES`` (2^30) particles the domains grow instead
+MAX_DOMAINS = 512
+#: most ``gravity-group`` tasks of a graph: above, the batches grow beyond
+#: ``GROUP_BATCH_PARTICLES`` (2^29 particles with one batch per 2^15)
+MAX_GROUP_TASKS = 1 << 14
 
 
 @dataclass
@@ -123,8 +145,10 @@ def group_batch(tree: Octree, b: int, n_batches: int) -> tuple[int, int]:
 
 def batches_per_domain(n_particles: int, n_domains: int) -> int:
     """``gravity-group`` tasks per domain: about ``GROUP_BATCH_PARTICLES`` particles
-    each for domains of equal size (the domain sizes are known only at run time)."""
-    return max(1, math.ceil(n_particles / (n_domains * GROUP_BATCH_PARTICLES)))
+    each for domains of equal size (the domain sizes are known only at run time), at
+    most :data:`MAX_GROUP_TASKS` in all (at least one per domain)."""
+    per = math.ceil(n_particles / (n_domains * GROUP_BATCH_PARTICLES))
+    return max(1, min(per, MAX_GROUP_TASKS // max(1, n_domains)))
 
 
 def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
@@ -200,13 +224,14 @@ def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
     masses = [] if scalar is not None else [g.chunk(mass, c) for c in range(len(mass.chunks[0]))]
     result = g.add(f"gravity-group-{token}-0", whole_forces_gpu, len(blocks), scalar, opts,
                    bool(potential), *blocks, *masses)
-    return _output_arrays(g, pos, token, precision, potential, chunk_slice, result)
+    return _output_arrays(g, pos, token, precision, potential, chunk_slice,
+                          lambda c: (result,))
 
 
 def _output_arrays(g: TaskGraph, pos, token: str, precision: str, potential: bool, task,
-                   *args):
+                   args_of):
     """``(acc, pot)`` dask arrays in ``pos``'s row chunks: task ``gravity-acc``/``-pot``
-    ``c`` is ``task(which, start, stop, dtype, *args)`` for chunk ``c``'s rows."""
+    ``c`` is ``task(which, start, stop, dtype, *args_of(c))`` for chunk ``c``'s rows."""
     dtype = np.dtype(precision)
     starts = np.cumsum((0,) + pos.chunks[0])
     xp = array_module(pos._meta)
@@ -218,14 +243,27 @@ def _output_arrays(g: TaskGraph, pos, token: str, precision: str, potential: boo
         arr_name = f"{name}-{token}"
         for c in range(len(pos.chunks[0])):
             g.add((arr_name, c) + (0,) * len(tail), task, which, int(starts[c]),
-                  int(starts[c + 1]), dtype, *args)
+                  int(starts[c + 1]), dtype, *args_of(c))
         chunks = (pos.chunks[0],) + tuple((t,) for t in tail)
         out.append(g.array(arr_name, chunks, xp.empty((0,) * (1 + len(tail)), dtype), dtype))
     return out[0], out[1]
 
 
+def domain_rows(bounds, *batches) -> list:
+    """Task ``gravity-rows``: a domain's ``gravity-group`` results ``(index, acc, pot)``
+    in increasing index, cut by input chunk (:func:`rows_by_chunk`)."""
+    if len(batches) == 1:
+        index, acc, pot = batches[0]
+    else:
+        index, acc, pot = (np.concatenate([b[k] for b in batches]) for k in range(3))
+        order = np.argsort(index, kind="stable")
+        index, acc, pot = index[order], acc[order], pot[order]
+    return rows_by_chunk(bounds, index, acc, pot)
+
+
 def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
-    """Task ``gravity-acc``/``gravity-pot``: rows ``[start, stop)`` from the domains."""
+    """Task ``gravity-acc``/``gravity-pot``: rows ``[start, stop)`` from the domains'
+    pieces ``(index, acc, pot)`` (each in increasing index)."""
     first = results[0][which]
     xp = array_module(first)
     shape = (stop - start,) + tuple(first.shape[1:])
@@ -243,10 +281,30 @@ def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
 
 
 def default_n_domains(n_particles: int, gpu: bool) -> int:
-    """One domain per ``DOMAIN_PARTICLES`` particles on CPU; one domain on a GPU."""
+    """One domain per ``DOMAIN_PARTICLES`` particles on CPU, at most :data:`MAX_DOMAINS`;
+    one domain on a GPU."""
     if gpu:
         return 1
-    return max(1, math.ceil(n_particles / DOMAIN_PARTICLES))
+    return max(1, min(math.ceil(n_particles / DOMAIN_PARTICLES), MAX_DOMAINS))
+
+
+def let_sources(grid, r_cut: float | None) -> list[list[int]]:
+    """For every domain ``d``, the domains ``s != d`` whose LETs it needs: all of them,
+    or with a cutoff in a periodic box those whose cells come within ``r_cut`` of
+    ``d``'s (a domain's particles lie in its cell; farther trees contribute nothing)."""
+    n = grid.n_domains
+    if r_cut is None or grid.box_size is None:
+        return [[s for s in range(n) if s != d] for d in range(n)]
+    shape = np.asarray(grid.shape)
+    cells = np.stack(np.unravel_index(np.arange(n), grid.shape), axis=1)
+    out = []
+    for d in range(n):
+        steps = np.abs(cells - cells[d])
+        steps = np.minimum(steps, shape - steps)  # periodic cell distance per axis
+        gap = np.maximum(steps - 1, 0) * grid.width  # smallest separation per axis
+        near = np.sqrt((gap**2).sum(axis=1)) <= float(r_cut) * (1 + 1e-6)
+        out.append([s for s in np.flatnonzero(near).tolist() if s != d])
+    return out
 
 
 def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # noqa: N803
@@ -306,14 +364,18 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     g = TaskGraph(parts)
     results = []
     n_batches = batches_per_domain(n, grid.n_domains)
-    trees = [g.add(f"gravity-tree-{token}-{d}", domain_tree, g.ref(p), scalar, opts)
+    bounds = np.cumsum((0,) + tuple(pos.chunks[0]))
+    trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts)
              for d, p in enumerate(parts)]
-    boxes = [g.add(f"gravity-bbox-{token}-{d}", domain_bbox, t)
+    boxes = [g.add((f"gravity-bbox-{token}", d), domain_bbox, t)
              for d, t in enumerate(trees)]
+    sources = let_sources(grid, opts["r_cut"])
     for d, t in enumerate(trees):
-        lets = [g.add(f"gravity-let-{token}-{s}-{d}", domain_let, trees[s], boxes[d], opts)
-                for s in range(len(trees)) if s != d]
-        results.extend(g.add(f"gravity-group-{token}-{d}-{b}", domain_forces, t, opts,
-                             (b, n_batches), *lets)
-                       for b in range(n_batches))
-    return _output_arrays(g, pos, token, precision, potential, chunk_rows, gpu, *results)
+        lets = [g.add((f"gravity-let-{token}", s, d), domain_let, trees[s], boxes[d], opts)
+                for s in sources[d]]
+        batches = [g.add((f"gravity-group-{token}", d, b), domain_forces, t, opts,
+                         (b, n_batches), *lets) for b in range(n_batches)]
+        results.append(g.add((f"gravity-rows-{token}", d), domain_rows, bounds, *batches))
+    pieces = chunk_pieces(g, results, bounds, f"gravity-piece-{token}")
+    return _output_arrays(g, pos, token, precision, potential, chunk_rows,
+                          lambda c: (gpu, *pieces[c]))

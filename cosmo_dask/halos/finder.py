@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import dask
 import numpy as np
 import xarray as xr
 from dask.base import tokenize
@@ -12,7 +11,7 @@ from dask.base import tokenize
 from ..checks import check_subset
 from ..errors import ParameterError
 from ..product_units import product_units
-from ..progress import compute
+from ..task_graph import TaskGraph
 from . import catalog as cat
 from .fof import run_fof
 from .result import HaloResult
@@ -113,18 +112,23 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
     token = tokenize(res.parameters, [m.key for m in members], centers, soft, box, G,
                      grid_threshold, snap.device)
 
-    partials = [dask.delayed(cat.partial_props, pure=True)(m, box,
-                                                           dask_key_name=f"halo-props-{token}-{d}")
-                for d, m in enumerate(members)]
-    props = compute(dask.delayed(cat.reduce_props, pure=True)(
-        n_halos, box, *partials, dask_key_name=f"halo-props-reduce-{token}"),
-        label="halo properties")[0] if members else cat.reduce_props(n_halos, box)
+    g = TaskGraph(members)
+    refs = [g.ref(m) for m in members]
+    if members:
+        partials = [g.add((f"halo-props-{token}", d), cat.partial_props, r, box)
+                    for d, r in enumerate(refs)]
+        (props,) = g.compute([g.add(f"halo-props-reduce-{token}", cat.reduce_props, n_halos,
+                                    box, *partials).key], label="halo properties")
+    else:
+        props = cat.reduce_props(n_halos, box)
     com = props["center_of_mass"]
-    rparts = [dask.delayed(cat.partial_rmax, pure=True)(m, com, box,
-                                                        dask_key_name=f"halo-rmax-{token}-{d}")
-              for d, m in enumerate(members)]
-    rmax = compute(dask.delayed(cat.reduce_rmax)(n_halos, *rparts),
-                   label=None)[0] if members else np.zeros(n_halos)
+    if members:
+        rparts = [g.add((f"halo-rmax-{token}", d), cat.partial_rmax, r, com, box)
+                  for d, r in enumerate(refs)]
+        (rmax,) = g.compute([g.add(f"halo-rmax-reduce-{token}", cat.reduce_rmax, n_halos,
+                                   *rparts).key], label=None)
+    else:
+        rmax = np.zeros(n_halos)
 
     data = {
         "n_members": ("halo", res.n_members),
@@ -149,17 +153,15 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
         device = snap.device
         n_members = res.n_members
         n_batches = max(1, len(members))
-        local = [dask.delayed(cat.mbp_local, pure=True)(
-            m, n_members, box, soft, G, grid_threshold, mode, device,
-            dask_key_name=f"halo-mbp-local-{token}-{d}") for d, m in enumerate(members)]
-        exports = [dask.delayed(cat.mbp_export, pure=True, nout=n_batches)(
-            m, n_members, n_batches, dask_key_name=f"halo-mbp-export-{token}-{d}")
-            for d, m in enumerate(members)]
-        batches = [dask.delayed(cat.mbp_batch, pure=True)(
-            box, soft, G, grid_threshold, mode, device, *[e[b] for e in exports],
-            dask_key_name=f"halo-mbp-batch-{token}-{b}") for b in range(n_batches)]
-        mbp = compute(dask.delayed(cat.reduce_mbp)(n_halos, *local, *batches),
-                      label="most-bound particles")[0]
+        local = [g.add((f"halo-mbp-local-{token}", d), cat.mbp_local, r, n_members, box, soft,
+                       G, grid_threshold, mode, device) for d, r in enumerate(refs)]
+        exports = [g.add_split((f"halo-mbp-export-{token}", d), cat.mbp_export, r, n_members,
+                               n_batches, n=n_batches) for d, r in enumerate(refs)]
+        batches = [g.add((f"halo-mbp-batch-{token}", b), cat.mbp_batch, box, soft, G,
+                         grid_threshold, mode, device, *[e[b] for e in exports])
+                   for b in range(n_batches)]
+        (mbp,) = g.compute([g.add(f"halo-mbp-reduce-{token}", cat.reduce_mbp, n_halos, *local,
+                                  *batches).key], label="most-bound particles")
         for key in ("mbp_index", "mbp_potential"):
             data[key] = ("halo", mbp[key])
         data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])

@@ -27,7 +27,6 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
@@ -35,8 +34,9 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta, host
 from ..checks import check_positive
 from ..errors import ParameterError, SnapshotError
-from ..progress import compute, persist
-from ..spatial import DomainPart, domain_grid, scatter_to_domains
+from ..progress import compute
+from ..spatial import DomainPart, chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
+from ..task_graph import TaskGraph
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21
@@ -44,6 +44,9 @@ DOMAIN_PARTICLES = 2**21
 GPU_DOMAIN_PARTICLES = 2**27
 #: snapshots smaller than this run as one domain by default
 SMALL_SNAPSHOT = 2**17
+#: the default domains are at most MAX_DOMAIN_CUBE^3 (512: 2^24 particles each, about
+#: 0.3 GiB, at 2048^3; the exchanges then take ~25k keys each, spatial.domains)
+MAX_DOMAIN_CUBE = 8
 
 
 @dataclass
@@ -250,12 +253,13 @@ def _wrapped64(pos: np.ndarray, box_size) -> np.ndarray:
 
 def _domain_labels(local: dict, merged, catalog, bounds: np.ndarray) -> list:
     """(global index, halo id or -1) of one domain's owned particles, split by snapshot chunk."""
-    labels = _halo_ids(local, merged, catalog)
-    index = local["index"]  # owned rows are in increasing index order (DomainPart)
-    xp = array_module(index)
-    cuts = host(xp.searchsorted(index, xp.asarray(bounds)))
-    return [(index[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]])
-            for i in range(len(bounds) - 1)]
+    # owned rows are in increasing index order (DomainPart)
+    return rows_by_chunk(bounds, local["index"], _halo_ids(local, merged, catalog))
+
+
+def _occupied(pieces: list) -> np.ndarray:
+    """The snapshot chunks of which a domain's :func:`_domain_labels` pieces hold rows."""
+    return np.flatnonzero([index.shape[0] > 0 for index, _ in pieces])
 
 
 def _chunk_labels(start: int, stop: int, *pieces):
@@ -264,6 +268,21 @@ def _chunk_labels(start: int, stop: int, *pieces):
     for index, labels in pieces:
         out[index - start] = labels  # pieces hold only this chunk's rows
     return out
+
+
+def _labels_in_chunk_order(per_domain: list, chunks_of: list, bounds: np.ndarray,
+                           token: str, meta) -> da.Array:
+    """The way back (:func:`~cosmo_dask.spatial.domains.chunk_pieces`): the persisted
+    per-domain label pieces -> labels in snapshot order, chunk ``i`` one ``fof-labels``
+    task reading a piece of each domain holding its rows."""
+    g = TaskGraph(per_domain)
+    n_chunks = len(bounds) - 1
+    pieces = chunk_pieces(g, [g.ref(dl) for dl in per_domain], bounds, f"fof-piece-{token}",
+                          chunks_of)
+    name = f"fof-labels-{token}"
+    for i in range(n_chunks):
+        g.add((name, i), _chunk_labels, int(bounds[i]), int(bounds[i + 1]), *pieces[i])
+    return g.array(name, (tuple(int(b) for b in np.diff(bounds)),), meta)
 
 
 # ----------------------------------------------------------------------------- API
@@ -292,7 +311,7 @@ def _threads() -> int:
 
 def _default_domains(snap, ghost: float) -> int:
     """A cube number of domains: ~4 per thread (load balance on clustered data), at least
-    N / DOMAIN_PARTICLES, at most 64; one for small snapshots."""
+    N / DOMAIN_PARTICLES, at most ``MAX_DOMAIN_CUBE^3`` (512); one for small snapshots."""
     n = snap.n_particles
     if n < SMALL_SNAPSHOT:
         return 1
@@ -304,7 +323,7 @@ def _default_domains(snap, ghost: float) -> int:
         target = max(math.ceil(n / GPU_DOMAIN_PARTICLES), workers)
     else:
         target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
-    cube = min(4, math.ceil(target ** (1 / 3) - 1e-9))
+    cube = min(MAX_DOMAIN_CUBE, math.ceil(target ** (1 / 3) - 1e-9))
     if snap.box_size is not None:
         while cube > 1 and ghost >= snap.box_size / cube:
             cube -= 1
@@ -372,42 +391,33 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     # every input of the tasks below (the parts' keys hash positions, ids, vel, mass, grid)
     token = tokenize([p.key for p in parts], periods, ll, min_members, min_friends,
                      with_members, device, bounds, pm, snap.box_size)
-    locals_ = [dask.delayed(_local, pure=True)(p, periods, ll, min_friends, with_members,
-                                               dask_key_name=f"fof-local-{token}-{d}")
-               for d, p in enumerate(parts)]
-    edges = [dask.delayed(_boundary, pure=True)(lo_, dask_key_name=f"fof-boundary-{token}-{d}")
+    g = TaskGraph(parts)
+    locals_ = [g.add((f"fof-local-{token}", d), _local, g.ref(p), periods, ll, min_friends,
+                     with_members) for d, p in enumerate(parts)]
+    edges = [g.add((f"fof-boundary-{token}", d), _boundary, lo_)
              for d, lo_ in enumerate(locals_)]
-    merged = dask.delayed(_merge, pure=True)(*edges, dask_key_name=f"fof-merge-{token}")
-    tables = [dask.delayed(_count, pure=True)(lo_, merged, min_members,
-                                              dask_key_name=f"fof-count-{token}-{d}")
+    merged = g.add(f"fof-merge-{token}", _merge, *edges)
+    tables = [g.add((f"fof-count-{token}", d), _count, lo_, merged, min_members)
               for d, lo_ in enumerate(locals_)]
-    catalog = dask.delayed(_catalog, pure=True)(min_members, *tables,
-                                                dask_key_name=f"fof-catalog-{token}")
-    n_chunks = len(bounds) - 1
-    per_domain = [dask.delayed(_domain_labels, pure=True, nout=n_chunks)(
-        lo_, merged, catalog, bounds, dask_key_name=f"fof-dlabels-{token}-{d}")
-        for d, lo_ in enumerate(locals_)]
+    catalog = g.add(f"fof-catalog-{token}", _catalog, min_members, *tables)
+    per_domain = [g.add((f"fof-dlabels-{token}", d), _domain_labels, lo_, merged, catalog,
+                        bounds) for d, lo_ in enumerate(locals_)]
+    # the snapshot chunks each domain holds owned rows of: the way back reads only those
+    occupied = [g.add((f"fof-occupied-{token}", d), _occupied, dl)
+                for d, dl in enumerate(per_domain)]
     members = []
     if with_members:
-        members = [dask.delayed(_members, pure=True)(lo_, merged, catalog, pm, snap.box_size,
-                                                     dask_key_name=f"fof-members-{token}-{d}")
-                   for d, lo_ in enumerate(locals_)]
-    persisted = persist(catalog, *per_domain, *members, label="friends-of-friends")
-    catalog_p = persisted[0]
-    per_domain_p = persisted[1:1 + len(per_domain)]
-    members_p = list(persisted[1 + len(per_domain):])
-    _, _, counts, first = compute(catalog_p, label=None)[0]
-
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_chunk_labels, pure=True)(
-                int(bounds[i]), int(bounds[i + 1]), *[dl[i] for dl in per_domain_p],
-                dask_key_name=f"fof-labels-{token}-{i}"),
-            shape=(int(bounds[i + 1] - bounds[i]),), dtype=np.int64,
-            meta=empty_meta(snap.pos, 1, np.int64))
-        for i in range(n_chunks)
-    ]
-    labels = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        members = [g.add((f"fof-members-{token}", d), _members, lo_, merged, catalog, pm,
+                         snap.box_size) for d, lo_ in enumerate(locals_)]
+    persisted = g.persist([r.key for r in (catalog, *occupied, *per_domain, *members)],
+                          label="friends-of-friends")
+    nd = len(parts)
+    catalog_p, occupied_p = persisted[0], persisted[1:1 + nd]
+    per_domain_p = persisted[1 + nd:1 + 2 * nd]
+    members_p = list(persisted[1 + 2 * nd:])
+    (_, _, counts, first), *chunks_of = compute(catalog_p, *occupied_p, label=None)
+    labels = _labels_in_chunk_order(per_domain_p, chunks_of, bounds, token,
+                                    empty_meta(snap.pos, 1, np.int64))
     result = FOFLabels(labels, np.asarray(counts), np.asarray(first), ll, params)
     return FOFGraph(result, members_p if with_members else None, snap.box_size)
 
@@ -432,7 +442,7 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
     n_domains : int or (int, int, int), optional
         Domain count; each is one ``fof-local`` task. Default: one for fewer
         than 2^17 particles, else a cube number with about four domains per
-        worker thread and at most 2^21 particles each (at most 64); on GPU
+        worker thread and at most 2^21 particles each (at most 512); on GPU
         snapshots at least one per GPU worker and at most 2^27 particles each.
 
     Returns

@@ -12,6 +12,10 @@ in a periodic box no ghosts are made.
 The graph: one ``<name>-split`` task per particle chunk (splits it among the
 domains) and one ``<name>-domain`` task per domain (concatenates its pieces),
 so no task ever holds more than one chunk or one domain (plus ghosts).
+
+The way back (:func:`chunk_pieces`): a domain's per-particle results, in increasing
+global index, are cut by snapshot chunk (:func:`rows_by_chunk`), and each output chunk
+reads one piece of each domain holding its rows, never whole domain results.
 """
 
 from __future__ import annotations
@@ -274,20 +278,144 @@ def _stable_argsort(a):
     return xp.argsort(a, kind="stable") if xp is np else xp.argsort(a)  # CuPy's sort is stable
 
 
+def _concat_pieces(pieces) -> tuple:
+    """Pieces ``(pos, index, n_owned, exported, *extra)`` of one domain as one piece: all
+    owned rows first (each piece lists its owned rows before its ghosts), then all ghosts,
+    each in the pieces' order."""
+    if len(pieces) == 1:  # nothing to concatenate
+        return tuple(pieces[0])
+    n_own = [p[2] for p in pieces]
+    xp = array_module(pieces[0][0])
+    cols = [xp.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
+                           + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
+            for k in range(len(pieces[0])) if k != 2]
+    return (cols[0], cols[1], sum(n_own), *cols[2:])
+
+
 def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
     """Concatenate one domain's pieces from every chunk: all owned rows first (each
     piece lists its owned rows before its ghosts), then all ghosts, in chunk order."""
-    n_own = [p[2] for p in pieces]
-    xp = array_module(pieces[0][0])
-    columns = [0, 1, 3] + list(range(4, 4 + len(names)))
-    if len(pieces) == 1:  # nothing to concatenate
-        cols = [pieces[0][k] for k in columns]
-    else:
-        cols = [xp.concatenate([p[k][:o] for p, o in zip(pieces, n_own, strict=True)]
-                               + [p[k][o:] for p, o in zip(pieces, n_own, strict=True)])
-                for k in columns]
-    extra = dict(zip(names, cols[3:], strict=True))
-    return DomainPart(domain, cols[0], cols[1], sum(n_own), cols[2], extra)
+    pos, index, n_owned, exported, *extra = _concat_pieces(pieces)
+    return DomainPart(domain, pos, index, n_owned, exported,
+                      dict(zip(names, extra, strict=True)))
+
+
+def split_chunk_grouped(pos, start: int, grid: DomainGrid, ghost_width: float,
+                        groups: tuple[tuple[int, int], ...], *extra) -> list:
+    """:func:`split_chunk`, its per-domain pieces grouped: one list per domain range
+    ``[a, b)`` of ``groups`` (the first stage of a two-stage split)."""
+    out = split_chunk(pos, start, grid, ghost_width, *extra)
+    return [out[a:b] for a, b in groups]
+
+
+def regroup(*lists) -> list:
+    """Second stage of a two-stage exchange: the lists of one group of domains from
+    consecutive chunks -> one piece per domain (chunks concatenated in order, owned rows
+    first: :func:`gather_domain` of these gives what it gives of the chunks' pieces)."""
+    return [_concat_pieces([lst[q] for lst in lists]) for q in range(len(lists[0]))]
+
+
+#: an exchange with more (chunk, domain) pairs than this goes in two stages (chunks and
+#: domains in groups of about their square roots): ``~2 (n_chunks + n_domains) sqrt(..)``
+#: keys instead of ``n_chunks * n_domains``
+TWO_STAGE_PAIRS = 1 << 14
+
+
+def _groups(n: int) -> list[tuple[int, int]]:
+    """``ceil(sqrt(n))`` ranges ``[a, b)`` of consecutive items, as equal as possible,
+    covering ``range(n)``."""
+    k = max(1, math.ceil(math.sqrt(n)))
+    cuts = [(i * n) // k for i in range(k + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def rows_by_chunk(bounds, index, *columns) -> list[tuple]:
+    """Rows of one domain cut by snapshot chunk: ``[(index, *columns) of chunk i]``.
+
+    ``index`` (m,) global particle indices in increasing order (a domain's owned rows),
+    ``columns`` per-row arrays in the same order, ``bounds`` (n_chunks + 1,) the chunks'
+    first rows and the total; NumPy or CuPy, following ``index``.
+    """
+    xp = array_module(index)
+    cuts = host(xp.searchsorted(index, xp.asarray(bounds)))
+    return [(index[a:b], *[c[a:b] for c in columns])
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
+
+
+def chunk_pieces(g: TaskGraph, per_domain: list, bounds, name: str,
+                 chunks_of: list | None = None) -> list[list]:
+    """The way back to chunk order: for each chunk, references to pieces of its rows.
+
+    Parameters
+    ----------
+    g : TaskGraph
+        The graph the piece tasks are added to.
+    per_domain : list of task references
+        Domain ``d``'s value is a :func:`rows_by_chunk` list (one entry per chunk).
+    bounds : (n_chunks + 1,) int
+        First row of every output chunk, and the total.
+    name : str
+        Kind and token of the piece tasks: keys ``(name, d, i)``.
+    chunks_of : list of sequences of int, optional
+        The chunks each domain holds rows of, when known (a persisted domain stage):
+        pieces are made only for these. Default: every chunk of every domain. Above
+        :data:`TWO_STAGE_PAIRS` pairs, two stages (domains and chunks in groups of
+        about their square roots) when they make fewer keys.
+
+    Returns
+    -------
+    list of lists
+        Chunk ``i``'s pieces ``(index, *columns)``, each in increasing index, with
+        only chunk ``i``'s rows.
+    """
+    n_chunks, n_dom = len(bounds) - 1, len(per_domain)
+    pieces: list[list] = [[] for _ in range(n_chunks)]
+    pairs = n_chunks * n_dom if chunks_of is None else sum(len(c) for c in chunks_of)
+    cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
+    two_stage = n_dom + n_dom * cg + dg * cg + dg * n_chunks  # keys of the two stages
+    if pairs <= TWO_STAGE_PAIRS or pairs <= two_stage:
+        for d, ref in enumerate(per_domain):
+            chunks = range(n_chunks) if chunks_of is None else \
+                np.asarray(chunks_of[d], dtype=np.int64).tolist()
+            for i in chunks:
+                pieces[i].append(g.add((name, d, i), operator.getitem, ref, i))
+        for i in range(n_chunks):  # a chunk no domain holds rows of (0 rows): an empty
+            if not pieces[i] and n_dom:  # piece, of the domains' array type
+                pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i))
+        return pieces
+    cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
+    # stage 1: each domain's pieces in groups of chunks
+    split = [g.add_split((f"{name}-out", d), _slices, ref, tuple(cgroups), n=len(cgroups))
+             for d, ref in enumerate(per_domain)]
+    # stage 2: a group of domains, a group of chunks -> one piece per chunk
+    for s, (a, b) in enumerate(dgroups):
+        for j, (c0, c1) in enumerate(cgroups):
+            out = g.add_split((f"{name}-merge", s, j), _merge_rows, *[split[d][j]
+                                                                     for d in range(a, b)],
+                              n=c1 - c0)
+            for q, i in enumerate(range(c0, c1)):
+                pieces[i].append(out[q])
+    return pieces
+
+
+def _slices(items: list, groups: tuple[tuple[int, int], ...]) -> list:
+    return [items[a:b] for a, b in groups]
+
+
+def _merge_rows(*lists) -> list:
+    """Pieces of several domains for the same chunks -> one piece per chunk, in
+    increasing index (the domains hold disjoint rows)."""
+    out = []
+    for q in range(len(lists[0])):
+        parts = [lst[q] for lst in lists]
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        xp = array_module(parts[0][0])
+        cols = [xp.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+        order = xp.argsort(cols[0], kind="stable") if xp is np else xp.argsort(cols[0])
+        out.append(tuple(c[order] for c in cols))
+    return out
 
 
 def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
@@ -298,9 +426,13 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     to carry along, chunked like ``pos`` along axis 0.
 
     Graph size: ``n_chunks`` split tasks, ``n_chunks * n_domains`` piece keys
-    (``(<name>-split-<token>-<chunk>, domain)``: a domain task fetches its pieces,
-    not whole splits) and ``n_domains`` domain tasks; keep ``n_chunks * n_domains``
-    below ~1e5.
+    (``(<name>-split-<token>, chunk, domain)``: a domain task fetches its pieces,
+    not whole splits) and ``n_domains`` domain tasks. Above :data:`TWO_STAGE_PAIRS`
+    pairs the split goes in two stages: each chunk is cut into groups of about
+    ``sqrt(n_domains)`` domains, and a ``<name>-regroup`` task per (group of about
+    ``sqrt(n_chunks)`` chunks, group of domains) cuts those into domains, so that
+    there are about ``n_chunks sqrt(n_domains) + n_domains sqrt(n_chunks)`` keys and
+    every task still holds about one chunk; the domains are the same, bit for bit.
     """
     if ghost_width < 0 or not math.isfinite(ghost_width):
         raise ParameterError(f"ghost_width must be finite and >= 0, got {ghost_width!r}")
@@ -310,18 +442,35 @@ def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
     for key, arr in extra.items():
         if arr.chunks[0] != pos.chunks[0]:
             extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
-    token = tokenize(pos, grid, ghost_width, names, *extra.values())
+    # the two-stage split's keys hold other values than the one-stage split's: in the token
+    two_stage = len(pos.chunks[0]) * grid.n_domains > TWO_STAGE_PAIRS
+    token = tokenize(pos, grid, ghost_width, names, *extra.values(), two_stage)
     if len(pos.chunks[1]) != 1:
         pos = pos.rechunk({1: -1})
     starts = np.cumsum((0,) + pos.chunks[0][:-1])
     n_dom = grid.n_domains
     g = TaskGraph([pos, *extra.values()])
-    pieces = [
-        g.add_split(f"{name}-split-{token}-{i}", split_chunk, g.chunk(pos, i, 0), int(s), grid,
-                    ghost_width, *[g.chunk(e, i, *(0,) * (e.ndim - 1)) for e in extra.values()],
-                    n=n_dom)
-        for i, s in enumerate(starts)
-    ]
-    domains = [g.add(f"{name}-domain-{token}-{d}", gather_domain, d, names,
-                     *[p[d] for p in pieces]).key for d in range(n_dom)]
+    # tuple keys: the split tasks and their pieces are one layer, the domains another
+    extra_chunk = [[g.chunk(e, i, *(0,) * (e.ndim - 1)) for e in extra.values()]
+                   for i in range(len(starts))]
+    if not two_stage:
+        pieces = [g.add_split((f"{name}-split-{token}", i), split_chunk, g.chunk(pos, i, 0),
+                              int(s), grid, ghost_width, *extra_chunk[i], n=n_dom)
+                  for i, s in enumerate(starts)]
+        of_domain = [[p[d] for p in pieces] for d in range(n_dom)]
+    else:  # two stages: chunks -> groups of domains; groups of chunks -> domains
+        cgroups, dgroups = _groups(len(starts)), _groups(n_dom)
+        split = [g.add_split((f"{name}-split-{token}", i), split_chunk_grouped,
+                             g.chunk(pos, i, 0), int(s), grid, ghost_width, tuple(dgroups),
+                             *extra_chunk[i], n=len(dgroups))
+                 for i, s in enumerate(starts)]
+        of_domain = [[] for _ in range(n_dom)]
+        for j, (c0, c1) in enumerate(cgroups):
+            for k, (a, b) in enumerate(dgroups):
+                out = g.add_split((f"{name}-regroup-{token}", j, k), regroup,
+                                  *[split[i][k] for i in range(c0, c1)], n=b - a)
+                for q, d in enumerate(range(a, b)):
+                    of_domain[d].append(out[q])
+    domains = [g.add((f"{name}-domain-{token}", d), gather_domain, d, names,
+                     *of_domain[d]).key for d in range(n_dom)]
     return [g.delayed(key) for key in domains]

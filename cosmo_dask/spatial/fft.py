@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any
 
 import dask
@@ -226,6 +227,38 @@ def _scipy_fft():
     return scipy.fft
 
 
+#: Every cupy.fft call of the slab tasks runs on this one thread of the process, on a
+#: block whose data starts on a 256-byte boundary (CuPy 14.2, CUDA 13, H100,
+#: 2026-11-25): slab tasks of the threaded scheduler calling cuFFT from several threads
+#: failed at random with CUFFT_EXEC_FAILED (a 512^3 IC run in two), and a slab that is
+#: a view at a 96-byte offset into a larger array failed every time. One GPU runs one
+#: transform at a time anyway.
+_GPU_FFT_THREAD: list = []
+_GPU_FFT_START = threading.Lock()
+
+
+def _on_fft_thread(func, block, **kwargs):
+    """``func(block, **kwargs)`` for a CuPy ``block`` on the process's one cuFFT thread,
+    with the caller's current device."""
+    import concurrent.futures
+
+    import cupy
+
+    with _GPU_FFT_START:
+        if not _GPU_FFT_THREAD:
+            _GPU_FFT_THREAD.append(concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="cosmo-dask-cufft"))
+    device = cupy.cuda.Device().id
+    if block.data.ptr % 256:  # a view into a larger array (e.g. da.from_array's slices):
+        block = block.copy()  # cuFFT failed (CUFFT_EXEC_FAILED) on such a (3, 12, 10) slab
+
+    def call():
+        with cupy.cuda.Device(device):
+            return func(block, **kwargs)
+
+    return _GPU_FFT_THREAD[0].submit(call).result()
+
+
 def _threads(n_slabs: int) -> int:
     """scipy.fft ``workers`` of a block task: every core for a one-slab mesh (the
     transform is the only task of its stage), one thread per task otherwise."""
@@ -237,7 +270,7 @@ def _r2c_block(block, workers: int = 1):
     xp = array_module(block)
     if xp is np:
         return _scipy_fft().rfftn(block, axes=(1, 2), workers=workers)
-    return xp.fft.rfftn(block, axes=(1, 2))
+    return _on_fft_thread(xp.fft.rfftn, block, axes=(1, 2))
 
 
 def _c2c_block(block, inverse: bool, workers: int = 1):
@@ -247,7 +280,7 @@ def _c2c_block(block, inverse: bool, workers: int = 1):
     func = mod.ifft if inverse else mod.fft
     if xp is np:
         return func(block, axis=0, workers=workers)
-    return func(block, axis=0)
+    return _on_fft_thread(func, block, axis=0)
 
 
 def _c2r_block(block, n1: int, n2: int, workers: int = 1):
@@ -255,7 +288,7 @@ def _c2r_block(block, n1: int, n2: int, workers: int = 1):
     xp = array_module(block)
     if xp is np:
         return _scipy_fft().irfftn(block, s=(n1, n2), axes=(1, 2), workers=workers)
-    return xp.fft.irfftn(block, s=(n1, n2), axes=(1, 2))
+    return _on_fft_thread(xp.fft.irfftn, block, s=(n1, n2), axes=(1, 2))
 
 
 # --------------------------------------------------------------------------- checks
