@@ -22,7 +22,16 @@ def _has_gpu() -> bool:
     return gpu_available()
 
 
+#: files that take minutes on 2 cores (CLI subprocesses, clusters, notebooks, SLURM) run
+#: first, so that the two processes of `pytest -n 2 --dist loadfile` (the README's test
+#: command) do not end with one of them alone on a long file; the others keep their order
+LONG_FIRST = ("test_readme.py", "test_notebooks.py", "test_slurm_jobqueue.py", "test_cli.py",
+              "test_worker_loss.py", "test_data_safety.py", "test_mesh_slabs.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
