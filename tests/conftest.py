@@ -25,7 +25,8 @@ def _has_gpu() -> bool:
 #: files that take minutes on 2 cores (CLI subprocesses, clusters, notebooks, SLURM) run
 #: first, so that the two processes of `pytest -n 2 --dist loadfile` (the README's test
 #: command) do not end with one of them alone on a long file; the others keep their order
-LONG_FIRST = ("test_readme.py", "test_notebooks.py", "test_slurm_jobqueue.py", "test_cli.py",
+LONG_FIRST = ("test_readme.py", "test_cli.py", "test_fof_kernels_gpu.py", "test_notebooks.py",
+              "test_bench_scaling.py", "test_bench_graphs.py", "test_slurm_jobqueue.py",
               "test_worker_loss.py", "test_data_safety.py", "test_mesh_slabs.py")
 
 
