@@ -228,11 +228,14 @@ def _scipy_fft():
 
 
 #: Every cupy.fft call of the slab tasks runs on this one thread of the process, on a
-#: block whose data starts on a 256-byte boundary (CuPy 14.2, CUDA 13, H100,
-#: 2026-11-25): slab tasks of the threaded scheduler calling cuFFT from several threads
-#: failed at random with CUFFT_EXEC_FAILED (a 512^3 IC run in two), and a slab that is
-#: a view at a 96-byte offset into a larger array failed every time. One GPU runs one
-#: transform at a time anyway.
+#: block whose data starts on a 256-byte boundary, after a device synchronisation on
+#: that thread (CuPy 14.2, CUDA 13, H100 and H200, 2026-11-25/26): slab tasks of the
+#: threaded scheduler calling cuFFT from several threads failed at random with
+#: CUFFT_EXEC_FAILED (a 512^3 IC run in two), a slab that is a view at a 96-byte offset
+#: into a larger array failed every time, and the first transform on this thread after
+#: GPU paints on other threads failed every time (tests/test_paint_gpu.py in order)
+#: unless the thread synchronised the device first; the same block transformed again
+#: succeeded. One GPU runs one transform at a time anyway.
 _GPU_FFT_THREAD: list = []
 _GPU_FFT_START = threading.Lock()
 
@@ -254,6 +257,7 @@ def _on_fft_thread(func, block, **kwargs):
 
     def call():
         with cupy.cuda.Device(device):
+            cupy.cuda.Device(device).synchronize()
             return func(block, **kwargs)
 
     return _GPU_FFT_THREAD[0].submit(call).result()
