@@ -14,7 +14,7 @@ the 1-worker run:
 
 Strong scaling: ``--n-side-strong``^3 particles for every worker count (efficiency
 ``t_1 / (w t_w)``); weak scaling: about ``--n-side-weak``^3 particles per worker
-(``n_side = round(n_weak w^(1/3))``, box scaled with it; efficiency
+(``n_side`` the largest FFT-friendly size at most ``n_weak w^(1/3)``, box scaled with it; efficiency
 ``(t_1 / N_1) / (t_w / N_w) / w``, the time per particle per worker), each size's
 result checked against that size on one worker. Each line carries the
 bytes the workers received from each other during the task (their transfer logs).
@@ -124,22 +124,30 @@ def _max_difference(task: str, ref: dict, got: dict) -> float:
 def _datasets(args, workdir):
     """{(kind, workers): (snapshot path, n_side)} and the SCF halo path, written once."""
     from cosmo_dask.models import hernquist, zeldovich
+    from cosmo_dask.spatial.fft import smooth_size_below
 
     paths = {}
     sizes = {("strong", w): args.n_side_strong for w in args.workers}
-    sizes.update({("weak", w): max(4, round(args.n_side_weak * w ** (1 / 3)))
+    # the largest valid mesh side (prime factors <= 7) at or below n_weak w^(1/3)
+    sizes.update({("weak", w): max(4, smooth_size_below(args.n_side_weak * w ** (1 / 3)))
                   for w in args.workers})
     written = {}
     for key, n_side in sizes.items():
         if n_side not in written:
             path = os.path.join(workdir, f"zeldovich{n_side}.zarr")
             # z = 0: pancakes and filaments, FOF finds halos; 1 Mpc/h mean spacing
+            # (generated on the GPU with --gpu: minutes on the host at 512^3)
             zeldovich(n_side, box_size=float(n_side), redshift=0.0, seed=1,
-                      precision="float32").to_zarr(path, progress=False)
+                      precision="float32", device="gpu" if args.gpu else "cpu",
+                      ).to_zarr(path, progress=False)
             written[n_side] = path
         paths[key] = (written[n_side], n_side)
     halo_path = os.path.join(workdir, "hernquist.zarr")
     hernquist(args.n_scf, seed=2, precision="float64").to_zarr(halo_path, progress=False)
+    if args.gpu:  # give GPU 0 back to its worker
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
     return paths, halo_path
 
 
