@@ -49,6 +49,15 @@ UNLABELLED_MINIMUM = 0.5
 MAX_KINDS = 6
 
 
+def worker_count() -> int:
+    """Workers of the active distributed client (1 without one): what a mesh or a domain
+    decomposition is spread over."""
+    client = active_client()
+    if client is None:
+        return 1
+    return max(1, len(client.scheduler_info().get("workers", {})))
+
+
 def active_client(*collections):
     """The distributed Client dask would use for ``collections`` now, or None.
 

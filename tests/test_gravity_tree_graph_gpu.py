@@ -31,3 +31,89 @@ def test_gpu_chunks_against_direct(n_domains):
     assert np.median(err) <= 5e-4
     assert np.percentile(err, 99) <= 5e-3
     assert np.median(np.abs(cupy.asnumpy(p)[idx] / ref_p - 1)) <= 1e-4
+
+
+@pytest.fixture
+def gpu_only_walk(monkeypatch):
+    """Fail any CPU tree walk or host tree build; count the GPU domain evaluations."""
+    from cosmo_dask.gravity import tree_graph, tree_let_gpu
+
+    calls = {"forces": 0, "lets": 0}
+    forces, let = tree_let_gpu.gpu_domain_forces, tree_let_gpu.gpu_let
+
+    def count_forces(*args, **kw):
+        calls["forces"] += 1
+        return forces(*args, **kw)
+
+    def count_let(*args, **kw):
+        out = let(*args, **kw)
+        if out is not None:
+            calls["lets"] += 1
+            assert type(out.pos).__module__.startswith("cupy")
+        return out
+
+    def no_host(*args, **kw):
+        raise AssertionError("a CPU tree kernel ran on CuPy chunks")
+
+    monkeypatch.setattr(tree_let_gpu, "gpu_domain_forces", count_forces)
+    monkeypatch.setattr(tree_let_gpu, "gpu_let", count_let)
+    monkeypatch.setattr(tree_graph, "build_octree", no_host)
+    monkeypatch.setattr(tree_graph, "interaction_lists", no_host)
+    return calls
+
+
+def test_eight_gpu_domains_equal_one_gpu_domain(gpu_only_walk):
+    """Issue 19 item 3: with 8 domains on one GPU every tree, LET and walk runs on the GPU
+    (the CPU kernels are patched to fail) and the result equals the single-domain GPU tree
+    to the tree's error level, both checked against the float64 direct sum."""
+    cupy = pytest.importorskip("cupy")
+    x = np.asarray(plummer(30000, seed=5).pos.compute(), np.float64)
+    m = np.full(len(x), 1.0 / len(x))
+    pos = da.from_array(cupy.asarray(x), chunks=(7000, 3), asarray=False)
+    out = {}
+    for nd in (1, 8):
+        acc, pot = tree_accelerations(pos, float(m[0]), G=1.0, theta=0.5,
+                                      precision="float64", n_domains=nd)
+        with dask.config.set(scheduler="synchronous"):
+            a, p = dask.compute(acc, pot)
+        assert isinstance(a, cupy.ndarray)
+        out[nd] = cupy.asnumpy(a), cupy.asnumpy(p)
+    # every domain evaluated on the GPU; a LET for each pair of non-empty domains (the
+    # grid over the bounding box leaves the outer domains of a Plummer sphere sparse)
+    assert gpu_only_walk["forces"] == 8 and gpu_only_walk["lets"] >= 8
+    idx = np.random.default_rng(2).choice(len(x), 500, replace=False)
+    ref_a, ref_p = direct_reference(x, m, idx)
+    for nd in (1, 8):
+        err = rel_err(out[nd][0][idx], ref_a)
+        assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3, nd
+    diff = rel_err(out[8][0], out[1][0])
+    assert np.median(diff) <= 5e-4 and np.percentile(diff, 99) <= 5e-3
+    assert np.median(np.abs(out[8][1] / out[1][1] - 1)) <= 1e-4
+
+
+def test_eight_gpu_domains_treepm_short_range(gpu_only_walk):
+    """The truncated short range in a periodic box (TreePM's tree part) over 8 GPU domains
+    against the float64 direct sum with the same kernel and cut, and against one domain."""
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(7)
+    box, rs = 50.0, 1.5
+    centres = rng.uniform(0, box, (40, 3))
+    x = np.mod(centres[rng.integers(0, 40, 40000)] + rng.normal(0, 2.0, (40000, 3)), box)
+    m = rng.uniform(0.5, 1.5, len(x)) / len(x)  # per-particle masses, CuPy chunks
+    pos = da.from_array(cupy.asarray(x), chunks=(10000, 3), asarray=False)
+    mass = da.from_array(cupy.asarray(m), chunks=10000, asarray=False)
+    out = {}
+    for nd in (1, 8):
+        acc, pot = tree_accelerations(pos, mass, G=1.0, theta=0.5, precision="float64",
+                                      box_size=box, rs=rs, n_domains=nd)
+        with dask.config.set(scheduler="synchronous"):
+            a, p = dask.compute(acc, pot)
+        out[nd] = cupy.asnumpy(a), cupy.asnumpy(p)
+    assert gpu_only_walk["forces"] == 8 and gpu_only_walk["lets"] >= 8
+    idx = np.random.default_rng(3).choice(len(x), 400, replace=False)
+    ref_a, _ = direct_reference(x, m, idx, box=box, rs=rs, r_cut=4.5 * rs)
+    for nd in (1, 8):
+        err = rel_err(out[nd][0][idx], ref_a)
+        assert np.median(err) <= 2e-3 and np.percentile(err, 99) <= 2e-2, (nd, np.median(err))
+    diff = rel_err(out[8][0], out[1][0])
+    assert np.median(diff) <= 2e-3 and np.percentile(diff, 99) <= 2e-2

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
-from ..progress import compute
+from ..progress import compute, worker_count
 from ..spatial.fft import (
     check_mesh_size,
     default_slab_count,
@@ -129,17 +129,6 @@ def memory_per_worker(gpu: bool) -> tuple[int | None, str]:
     import psutil
 
     return int(psutil.virtual_memory().total), "machine"
-
-
-def worker_count() -> int:
-    """Workers of the active distributed client (1 without one): the mesh is spread
-    over them."""
-    from ..progress import active_client
-
-    client = active_client()
-    if client is None:
-        return 1
-    return max(1, len(client.scheduler_info().get("workers", {})))
 
 
 #: a slab task holds about this many slabs at once (one in, one out, an FFT's or a

@@ -40,6 +40,8 @@ expansion, accurate to second order in ``bmax/d`` times ``(eps/d)^2``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -472,43 +474,70 @@ class _Timer:
         return out
 
 
-def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,  # noqa: N803
-            max_leaf, max_group, quadrupole, box_size, rs, r_cut, timer=None, stats=None,
-            max_entries: int = 1 << 30, block: int = BLOCK):
-    import cupy as cp
+@dataclass
+class KernelSettings:
+    """The checked parameters of a GPU tree evaluation and its compiled module."""
 
-    from ..spatial.octree_gpu import build_with_moments
+    mod: Any
+    dtype: np.dtype
+    theta: float
+    h_guard: float
+    bcap: float
+    trunc: bool
+    r_cut: float
+    box: float
+    G: float
+    softening: float
+    rs: float
+    quadrupole: bool
+    block: int
 
+
+def kernel_settings(*, G, theta, softening, softening_kernel, precision, box_size, rs,  # noqa: N803
+                    r_cut, quadrupole: bool = True, block: int = BLOCK) -> KernelSettings:
+    """Check the parameters once and compile (or fetch) the module they need."""
     theta, softening, G, box_size, rs, r_cut = _check_params(  # noqa: N806
         theta, softening, softening_kernel, precision, G, box_size, rs, r_cut)
     trunc = rs is not None
     spline = softening_kernel == "spline" and softening > 0
     dtype = np.dtype(precision)
-    mod = _module(dtype, spline, trunc, block)
-    if timer:
-        timer.mark("start")
-    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=max_leaf, max_group=max_group,
-                             box_size=box_size, timer=timer)
-    if timer:
-        timer.mark("build_groups")
-    n = tree.n_particles
-    groups = tree.groups
+    return KernelSettings(
+        mod=_module(dtype, spline, trunc, block), dtype=dtype, theta=theta,
+        h_guard=2.8 * softening if (spline or trunc) else 0.0,
+        bcap=theta * TRUNC_OPEN_SPLITS * rs if trunc else math.inf, trunc=trunc,
+        r_cut=0.0 if r_cut is None else r_cut, box=0.0 if box_size is None else box_size,
+        G=G, softening=softening, rs=rs or 0.0, quadrupole=bool(quadrupole), block=block)
+
+
+def walk_forces(nodes, s2, groups, pos64, pmass, order, n_out: int, st: KernelSettings, *,
+                potential: bool, timer=None, stats=None, max_entries: int = 1 << 30):
+    """Walk ``nodes`` (an :class:`~cosmo_dask.spatial.octree_layout.Octree` or a node set
+    with the same attributes) for every group node ``groups`` and evaluate the M2P and P2P.
+
+    ``pos64`` and ``pmass`` are the particles the node ranges index (float64, sorted
+    order), ``order`` maps a sorted row to its output row (``< n_out``); a group's
+    particles are the i-particles. Returns ``(acc (n_out, 3), pot (n_out,) or None)`` of
+    dtype ``st.dtype``: rows of particles in no group are left uninitialised.
+    """
+    import cupy as cp
+
     n_groups = int(groups.shape[0])
-    h_guard = 2.8 * softening if (spline or trunc) else 0.0
-    bcap = theta * TRUNC_OPEN_SPLITS * rs if trunc else math.inf
-    box = 0.0 if box_size is None else box_size
-    rc = 0.0 if r_cut is None else r_cut
-    walk = mod.get_function("tree_walk")
-    force = mod.get_function("group_forces")
+    walk = st.mod.get_function("tree_walk")
+    force = st.mod.get_function("group_forces")
     i32 = np.int32
+    acc = cp.empty((n_out, 3), dtype=st.dtype)
+    pot = cp.empty(n_out if potential else 1, dtype=st.dtype)
+    if n_groups == 0:
+        return acc, (pot if potential else None)
     ncell = cp.empty(n_groups, dtype=cp.int32)
     nrange = cp.empty(n_groups, dtype=cp.int32)
     dummy64 = cp.zeros(1, dtype=cp.int64)
     dummy32 = cp.zeros(1, dtype=cp.int32)
     wt = 128
-    node_args = (tree.lo, tree.hi, tree.com, tree.bmax, tree.first_child, tree.n_child,
-                 tree.start, tree.count, np.float64(theta), np.float64(h_guard),
-                 np.float64(bcap), i32(trunc), np.float64(rc), np.float64(box))
+    node_args = (nodes.lo, nodes.hi, nodes.com, nodes.bmax, nodes.first_child,
+                 nodes.n_child, nodes.start, nodes.count, np.float64(st.theta),
+                 np.float64(st.h_guard), np.float64(st.bcap), i32(st.trunc),
+                 np.float64(st.r_cut), np.float64(st.box))
     walk(((n_groups + wt - 1) // wt,), (wt,),
          (i32(n_groups), i32(0), groups) + node_args
          + (i32(0), ncell, nrange, dummy64, dummy64, dummy32, dummy32, dummy32))
@@ -527,8 +556,6 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
             base = both[cuts[-1] - 1] if cuts[-1] > 0 else 0
             nxt = int(np.searchsorted(both, base + max_entries, side="right"))
             cuts.append(min(n_groups, max(nxt, cuts[-1] + 1)))
-    acc = cp.empty((n, 3), dtype=dtype)
-    pot = cp.empty(n if potential else 1, dtype=dtype)
     for g0, g1 in zip(cuts[:-1], cuts[1:], strict=True):
         nb = g1 - g0
         c0 = int(cum_c[g0 - 1]) if g0 > 0 else 0
@@ -546,24 +573,44 @@ def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, pote
              + (i32(1), nc_b, nr_b, c_off, r_off, cells, rstart, rcount))
         if timer:
             timer.mark("walk_write")
-        force((nb,), (block,),
-              (i32(g1), i32(g0), groups, tree.lo, tree.hi, tree.start, tree.count, pos64,
-               tree.pmass, tree.order, c_off, nc_b, cells, tree.com, tree.mass, tree.quad, s2,
-               i32(bool(quadrupole)), r_off, nr_b, rstart, rcount, np.float64(G),
-               np.float64(softening), np.float64(rs or 0.0), np.float64(rc), np.float64(box),
-               i32(bool(potential)), acc, pot))
+        force((nb,), (st.block,),
+              (i32(g1), i32(g0), groups, nodes.lo, nodes.hi, nodes.start, nodes.count, pos64,
+               pmass, order, c_off, nc_b, cells, nodes.com, nodes.mass, nodes.quad, s2,
+               i32(st.quadrupole), r_off, nr_b, rstart, rcount, np.float64(st.G),
+               np.float64(st.softening), np.float64(st.rs), np.float64(st.r_cut),
+               np.float64(st.box), i32(bool(potential)), acc, pot))
         if timer:
             timer.mark("forces")
         if stats is not None:
-            gcnt = tree.count[groups[g0:g1]]
+            gcnt = nodes.count[groups[g0:g1]]
             jcum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(rcount, dtype=cp.int64)])
             jper = jcum[r_off + nr_b] - jcum[r_off]
             stats["m2p"] = stats.get("m2p", 0) + int((gcnt * nc_b).sum())
             stats["p2p"] = stats.get("p2p", 0) + int((gcnt * jper).sum())
     if stats is not None:
-        stats.update(n_groups=n_groups, n_nodes=tree.n_nodes, cells=tot_c, ranges=tot_r,
-                     batches=len(cuts) - 1)
+        stats.update(n_groups=n_groups, n_nodes=int(nodes.lo.shape[0]), cells=tot_c,
+                     ranges=tot_r, batches=len(cuts) - 1)
     return acc, (pot if potential else None)
+
+
+def _forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,  # noqa: N803
+            max_leaf, max_group, quadrupole, box_size, rs, r_cut, timer=None, stats=None,
+            max_entries: int = 1 << 30, block: int = BLOCK):
+    from ..spatial.octree_gpu import build_with_moments
+
+    st = kernel_settings(G=G, theta=theta, softening=softening,
+                         softening_kernel=softening_kernel, precision=precision,
+                         box_size=box_size, rs=rs, r_cut=r_cut, quadrupole=quadrupole,
+                         block=block)
+    if timer:
+        timer.mark("start")
+    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=max_leaf, max_group=max_group,
+                                         box_size=box_size, timer=timer)
+    if timer:
+        timer.mark("build_groups")
+    return walk_forces(tree, s2, tree.groups, pos64, tree.pmass, tree.order, tree.n_particles,
+                       st, potential=potential, timer=timer, stats=stats,
+                       max_entries=max_entries)
 
 
 def tree_forces_gpu(pos, mass, *, G: float = 1.0, theta: float = THETA_DEFAULT,  # noqa: N803
@@ -631,4 +678,4 @@ def tree_forces_gpu(pos, mass, *, G: float = 1.0, theta: float = THETA_DEFAULT, 
                    box_size=box_size, rs=rs, r_cut=r_cut)
 
 
-__all__ = ["tree_forces_gpu"]
+__all__ = ["KernelSettings", "kernel_settings", "tree_forces_gpu", "walk_forces"]

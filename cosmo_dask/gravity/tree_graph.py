@@ -21,10 +21,16 @@ The particles are split among the domains of the shared decomposition
     core): one walk per group against ``d``'s own tree and against each LET
     (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
-    order. On a GPU worker with a single domain (the default there) the graph is
-    one task, :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on all the
-    chunks concatenated (no scatter: the GPU tree sorts the particles itself and
+    order. On a GPU worker with a single domain (the default with one worker) the
+    graph is one task, :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on all
+    the chunks concatenated (no scatter: the GPU tree sorts the particles itself and
     returns the input order), and one slice of it per output chunk.
+
+On CuPy chunks with several domains (by default one per worker of the active
+client), every tree, LET and group task runs on the GPU of the worker that holds it
+(:mod:`cosmo_dask.gravity.tree_let_gpu`): the GPU octree, a LET cut on the source's
+GPU, one ``gravity-group`` task per domain with the GPU walk and force kernels; the
+LETs are the only trees that move.
 ``gravity-rows-d``
     Domain ``d``'s results (its batches, in increasing particle index) cut by
     input chunk (:func:`~cosmo_dask.spatial.domains.rows_by_chunk`).
@@ -63,7 +69,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import array_module, host
-from ..progress import compute
+from ..progress import compute, worker_count
 from ..spatial.domains import chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
@@ -103,8 +109,29 @@ def _owned(part, mass):
     return pos, m, host(part.index[:n])
 
 
-def domain_tree(part, mass, opts) -> DomainTree:
-    """Task ``gravity-tree``: the octree of a domain's own particles."""
+def _gpu(part) -> bool:
+    return array_module(part.pos) is not np
+
+
+def _kernel_settings(opts):
+    from .tree_gpu import kernel_settings
+
+    return kernel_settings(G=opts["G"], theta=opts["theta"], softening=opts["softening"],
+                           softening_kernel=opts["softening_kernel"],
+                           precision=opts["precision"], box_size=opts["box_size"],
+                           rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def domain_tree(part, mass, opts):
+    """Task ``gravity-tree``: the octree of a domain's own particles (on the GPU for CuPy
+    particles: :func:`~cosmo_dask.gravity.tree_let_gpu.gpu_domain_tree`)."""
+    if _gpu(part):
+        from .tree_let_gpu import gpu_domain_tree
+
+        n = part.n_owned
+        m = mass if mass is not None else part.extra["mass"][:n]
+        return gpu_domain_tree(part.pos[:n], m, part.index[:n], max_leaf=opts["max_leaf"],
+                               max_group=opts["max_group"], box_size=opts["box_size"])
     pos, m, index = _owned(part, mass)
     tree = build_octree(pos, m, max_leaf=opts["max_leaf"], max_group=opts["max_group"],
                         box_size=opts["box_size"])
@@ -113,17 +140,22 @@ def domain_tree(part, mass, opts) -> DomainTree:
     return DomainTree(tree, trace, index)
 
 
-def domain_bbox(dt: DomainTree):
+def domain_bbox(dt):
     """Task ``gravity-bbox``: (lo, hi) of a domain's particles, or None when empty."""
-    if dt.tree.n_particles == 0:
+    if dt.tree is None or dt.tree.n_particles == 0:
         return None
-    return np.asarray(dt.tree.lo[0], np.float64), np.asarray(dt.tree.hi[0], np.float64)
+    return host(dt.tree.lo[0]).astype(np.float64), host(dt.tree.hi[0]).astype(np.float64)
 
 
-def domain_let(dt: DomainTree, bbox, opts):
-    """Task ``gravity-let``: the part of a source tree a target box needs (or None)."""
-    if bbox is None or dt.tree.n_particles == 0:
+def domain_let(dt, bbox, opts):
+    """Task ``gravity-let``: the part of a source tree a target box needs (or None); cut
+    on the GPU for a GPU tree (:func:`~cosmo_dask.gravity.tree_let_gpu.gpu_let`)."""
+    if bbox is None or dt.tree is None or dt.tree.n_particles == 0:
         return None
+    if not isinstance(dt, DomainTree):
+        from .tree_let_gpu import gpu_let
+
+        return gpu_let(dt, bbox[0], bbox[1], _kernel_settings(opts))
     let, node_index = let_subtree(dt.tree, bbox[0], bbox[1], opts["theta"],
                                   box_size=opts["box_size"], r_cut=opts["r_cut"], rs=opts["rs"])
     return let, dt.trace[node_index]
@@ -168,8 +200,13 @@ def domain_forces(dt: DomainTree, opts, batch, *lets):
     (:func:`group_batch`) against the domain's tree and the LETs.
 
     Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` of the batch's
-    particles, in increasing (global) index.
+    particles, in increasing (global) index. A GPU tree (one batch per domain) is
+    evaluated on the GPU (:func:`~cosmo_dask.gravity.tree_let_gpu.gpu_domain_forces`).
     """
+    if not isinstance(dt, DomainTree):
+        from .tree_let_gpu import gpu_domain_forces
+
+        return gpu_domain_forces(dt, _kernel_settings(opts), True, lets)
     tree = dt.tree
     g0, g1 = group_batch(tree, *batch)
     groups = tree.groups[g0:g1]
@@ -282,9 +319,9 @@ def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
 
 def default_n_domains(n_particles: int, gpu: bool) -> int:
     """One domain per ``DOMAIN_PARTICLES`` particles on CPU, at most :data:`MAX_DOMAINS`;
-    one domain on a GPU."""
+    on GPUs one domain per worker of the active client (one without a client)."""
     if gpu:
-        return 1
+        return worker_count()
     return max(1, min(math.ceil(n_particles / DOMAIN_PARTICLES), MAX_DOMAINS))
 
 
@@ -363,7 +400,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     parts = scatter_to_domains(pos, grid, 0.0, name="gravity", extra=extra)
     g = TaskGraph(parts)
     results = []
-    n_batches = batches_per_domain(n, grid.n_domains)
+    n_batches = 1 if gpu else batches_per_domain(n, grid.n_domains)
     bounds = np.cumsum((0,) + tuple(pos.chunks[0]))
     trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts)
              for d, p in enumerate(parts)]
