@@ -63,7 +63,17 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta
 from ..checks import check_positive_int
 from ..errors import ParameterError
-from ..spatial.fft import default_slab_count, irfftn, map_kslabs, rfftn, slab_chunks
+from ..spatial.fft import (
+    MAX_N_MESH,
+    default_slab_count,
+    fft_sizes_around,
+    irfftn,
+    is_fft_size,
+    map_kslabs,
+    prime_factors,
+    rfftn,
+    slab_chunks,
+)
 from ..task_graph import TaskGraph
 from ..validation import wrap_into_box
 from ._blocks import TAGS, block_rng
@@ -73,34 +83,13 @@ __all__ = ["MAX_N_SIDE", "GPU_SLAB_BYTES", "check_ics_mesh", "ics_slab_count", "
            "noise_slabs", "amplitude_table", "linear_density_kslabs", "displacement_slabs",
            "second_order_displacement", "particle_slabs"]
 
-#: largest ``n_side`` of the IC generators (the issue's 4096^3 particles)
-MAX_N_SIDE = 4096
-#: prime factors the FFT sizes may have (pocketfft and cuFFT are fast on these)
-FFT_PRIMES = (2, 3, 5, 7)
+#: largest ``n_side`` of the IC generators: the mesh path's limit
+MAX_N_SIDE = MAX_N_MESH
 #: bytes of one complex128 k-space slab for the default slab count on the GPU
 GPU_SLAB_BYTES = 256 * 2**20
 
 
 # --------------------------------------------------------------------------- sizes
-def _factors(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return out
-
-
-def _smooth(n: int) -> bool:
-    for p in FFT_PRIMES:
-        while n % p == 0:
-            n //= p
-    return n == 1
-
-
 def check_ics_mesh(n_side: Any) -> int:
     """``n_side`` of an IC mesh: an integer in ``[1, 4096]`` with no prime factor above 7.
 
@@ -114,12 +103,11 @@ def check_ics_mesh(n_side: Any) -> int:
     if n > MAX_N_SIDE:
         raise ParameterError(
             f"n_side must be at most {MAX_N_SIDE} (the IC generators' mesh limit), got {n}")
-    if not _smooth(n):
-        lo = next(m for m in range(n, 0, -1) if _smooth(m))
-        hi = next(m for m in range(n, 2 * n + 8) if _smooth(m))
+    if not is_fft_size(n):
+        lo, hi = fft_sizes_around(n)
         raise ParameterError(
             f"n_side must have no prime factor above 7 (the mesh FFTs' sizes), got {n} = "
-            f"{' x '.join(map(str, _factors(n)))}; nearest valid: {lo} or {hi}")
+            f"{' x '.join(map(str, prime_factors(n)))}; nearest valid: {lo} or {hi}")
     return n
 
 

@@ -69,7 +69,7 @@ from ..errors import ParameterError
 __all__ = ["DEFAULT_SLAB_BYTES", "MAX_N_MESH", "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",
            "check_mesh_size", "default_slab_count", "irfftn", "kslab_wavenumbers",
            "map_kslabs", "reduce_kslabs", "rfftn", "slab_chunks", "smooth_size_below",
-           "worker_threads"]
+           "worker_threads", "fft_sizes_around", "is_fft_size", "prime_factors"]
 
 #: Target bytes of one complex k-space slab for the default slab count.
 DEFAULT_SLAB_BYTES = 64 * 2**20
@@ -109,23 +109,35 @@ def slab_chunks(n: int, n_slabs: int) -> tuple[int, ...]:
     return (q + 1,) * r + (q,) * (n_slabs - r)
 
 
-def _largest_prime_factor(n: int) -> int:
-    largest, p = 1, 2
+def prime_factors(n: int) -> list[int]:
+    """The prime factors of ``n >= 1`` in increasing order, with multiplicity."""
+    out, p, n = [], 2, int(n)
     while p * p <= n:
         while n % p == 0:
-            largest, n = p, n // p
+            out.append(p)
+            n //= p
         p += 1
-    return max(largest, n) if n > 1 else largest
+    if n > 1:
+        out.append(n)
+    return out
 
 
-def _smooth(n: int) -> bool:
-    return _largest_prime_factor(n) <= MAX_PRIME_FACTOR
+def is_fft_size(n: int) -> bool:
+    """True when ``n``'s prime factors are all at most :data:`MAX_PRIME_FACTOR`."""
+    return max(prime_factors(n), default=1) <= MAX_PRIME_FACTOR
+
+
+def fft_sizes_around(n: int) -> tuple[int, int]:
+    """The nearest valid FFT sizes below and above ``n`` (:func:`is_fft_size`)."""
+    below = next((m for m in range(int(n) - 1, 0, -1) if is_fft_size(m)), 1)
+    above = next(m for m in range(int(n) + 1, 2 * int(n) + 8) if is_fft_size(m))
+    return below, above
 
 
 def smooth_size_below(n: float) -> int:
     """The largest valid mesh side (:func:`check_mesh_size`) not above ``n`` (at least 1)."""
     m = max(1, min(int(n * (1 + 1e-9)), MAX_N_MESH))  # a cube root of 256^3 is 255.99...
-    while not _smooth(m):
+    while not is_fft_size(m):
         m -= 1
     return m
 
@@ -156,10 +168,9 @@ def check_mesh_size(n_mesh, what: str, name: str = "n_mesh") -> int:
             f"slab decomposition (a slab holds at least one plane, so a transpose has up to "
             f"{name}^2 pieces, 16.8 million at {MAX_N_MESH}; larger meshes need a pencil "
             "decomposition, which is not built)")
-    p = _largest_prime_factor(n)
+    p = max(prime_factors(n), default=1)
     if p > MAX_PRIME_FACTOR:
-        below = smooth_size_below(n - 1)
-        above = next(m for m in range(n + 1, 2 * n + 8) if _smooth(m))
+        below, above = fft_sizes_around(n)
         raise ParameterError(
             f"{what}: {name}={n} has the prime factor {p}: mesh sides must be products of "
             f"2, 3, 5 and 7 (the FFTs of other sizes are several times slower); the nearest "
