@@ -164,6 +164,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--gpu", action="store_true", help="LocalCUDACluster, one worker per GPU")
+    ap.add_argument("--protocol", default=None,
+                    help="worker transport, e.g. 'ucx' (NVLink between GPUs; needs "
+                         "distributed-ucxx); default: dask's TCP")
     ap.add_argument("--n-side-strong", type=int, default=64)
     ap.add_argument("--n-side-weak", type=int, default=48)
     ap.add_argument("--mesh", type=int, default=128)
@@ -185,6 +188,7 @@ def main(argv=None):
     from cosmo_dask import open_snapshot
 
     env = {"bench": "scaling", "date": time.strftime("%Y-%m-%d"), "gpu": args.gpu,
+           "protocol": args.protocol or "tcp",
            "host_cpus": os.cpu_count(), "mesh": args.mesh}
     if args.gpu:
         import cupy
@@ -196,6 +200,8 @@ def main(argv=None):
         for w in workers:
             kw = {} if args.gpu else {"threads_per_worker": 1, "processes": True,
                                       "memory_limit": args.memory_limit}
+            if args.protocol:
+                kw["protocol"] = args.protocol
             with cosmo_dask.connect(gpu=True if args.gpu else False, n_workers=w,
                                     quiet=True, dashboard_address=":0", **kw) as client:
                 device = "gpu" if args.gpu else "cpu"
