@@ -27,7 +27,9 @@ built: their task counts come from the graph code's own formulas.
 
 Meshes are sized for a simulated cluster (``--workers`` 16 of ``--worker-memory-gib``
 64 and ``--worker-threads`` 16 each: the memory and thread queries of the graph code
-are replaced), not for this VM, which could not hold a 2048^3 mesh.
+are replaced), not for this VM, which could not hold a 2048^3 mesh. Rechunks choose
+their method as under a distributed client (dask's P2P rechunk above its graph-size
+threshold, task-based below), as on that cluster.
 
 Every case runs in a fresh subprocess (clean memory peak). Usage::
 
@@ -69,6 +71,11 @@ GROUP_RESULT_BYTES = 40
 SMALL_OUTPUT_FUNCS = {"_boundary", "_merge", "_count", "_catalog", "domain_bbox"}
 #: functions whose output is the size of their largest input (sums of partial meshes)
 SAME_SIZE_FUNCS = {"_add", "_squeeze"}
+#: P2P rechunk: a transfer task hands its input to the worker's shuffle extension and
+#: returns a run id, the barrier returns a run id, and an unpack task reads its output
+#: chunk from the extension (its input is that chunk, not the barrier)
+P2P_SENTINEL_FUNCS = {"rechunk_transfer", "p2p_barrier"}
+P2P_UNPACK_FUNCS = {"rechunk_unpack"}
 
 
 class EagerCompute(Exception):
@@ -285,10 +292,12 @@ def input_bytes(dsk: dict, arrays: dict, kind_bytes: dict | None = None) -> dict
         inp = sum(out_size.get(d, 0) for d in deps)
         fname = _func_name(node)
         size = chunk_nbytes(key)
+        if fname in P2P_UNPACK_FUNCS:
+            inp = size or 0
         if size is None and kind_bytes and _kind(key) in kind_bytes:
             size = kind_bytes[_kind(key)]
         if size is None:
-            if fname in SMALL_OUTPUT_FUNCS:
+            if fname in SMALL_OUTPUT_FUNCS or fname in P2P_SENTINEL_FUNCS:
                 size = 0
             elif fname in SAME_SIZE_FUNCS:
                 size = max((out_size.get(d, 0) for d in deps), default=0)
@@ -453,6 +462,22 @@ def simulate_cluster(workers: int, memory: int, threads: int) -> None:
     paint = importlib.import_module("cosmo_dask.density.paint")  # (density.paint: a function)
     fft = importlib.import_module("cosmo_dask.spatial.fft")
 
+    # dask's rechunk picks P2P for large rechunks when a distributed client exists (the
+    # cluster this simulates): make that choice here, where no client runs
+    import distributed
+
+    rechunk_mod = importlib.import_module("dask.array.rechunk")  # (the attribute: a function)
+    choose = rechunk_mod._choose_rechunk_method
+
+    def as_on_a_cluster(old_chunks, new_chunks, threshold=None):
+        real = distributed.default_client
+        distributed.default_client = lambda: None
+        try:
+            return choose(old_chunks, new_chunks, threshold=threshold)
+        finally:
+            distributed.default_client = real
+
+    rechunk_mod._choose_rechunk_method = as_on_a_cluster
     repl = {paint.memory_per_worker: lambda gpu: (int(memory), "worker"),
             paint.worker_count: lambda: int(workers),
             fft.worker_threads: lambda: int(workers * threads)}

@@ -483,6 +483,15 @@ def test_particles_identical_for_chunkings_slabs_and_workers(order, two_workers)
         got = two_workers.compute([snap.pos, snap.vel, snap.ids], sync=True)
         for x, y in zip(got, want, strict=True):
             assert np.array_equal(x, y), "2-worker LocalCluster"
+    # the rechunks through distributed's P2P shuffle (what dask picks on a cluster for the
+    # large rechunks of big meshes; bench_graphs counts 2048^3 graphs that way)
+    with dask.config.set({"array.rechunk.method": "p2p"}):
+        snap = lpt_ics(n, chunks=700, slabs=3, **kw)
+    names = {k[0] if isinstance(k, tuple) else k for k in dict(snap.pos.__dask_graph__())}
+    assert any(str(k).startswith("rechunk-p2p") for k in names)
+    got = two_workers.compute([snap.pos, snap.vel, snap.ids], sync=True)
+    for x, y in zip(got, want, strict=True):
+        assert np.array_equal(x, y), "2-worker LocalCluster, P2P rechunks"
 
 
 def _nbytes(x) -> int:
