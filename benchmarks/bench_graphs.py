@@ -424,8 +424,17 @@ def tree_prediction(n: int, n_chunks: int, box_size: float | None = None,
                         f"on all {nd * nb} gravity-group results"}
     from cosmo_dask.spatial.domains import domain_grid
 
-    grid = domain_grid(nd, box_size=box_size or 1.0)
-    lets = sum(len(s) for s in let_sources(grid, r_cut if box_size else None))
+    grid = domain_grid(nd, box_size=box_size) if box_size else domain_grid(
+        nd, bounds=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
+    try:  # LETs for blocks of targets (2026-11-26): one task per (source, level, block)
+        from cosmo_dask.gravity.tree_graph import block_index, let_plan
+
+        plan = let_plan(grid, r_cut if box_size else None)
+        index = {lv: block_index(grid, lv) for lv in {lv for p in plan for _, lv in p}}
+        lets = len({(s, lv, int(index[lv][d]) if lv else d)
+                    for d, p in enumerate(plan) for s, lv in p})
+    except ImportError:
+        lets = sum(len(s) for s in let_sources(grid, r_cut if box_size else None))
     split, back = _exchange_keys(n_chunks, nd)
     by_kind = {"gravity-split (+ regroup, pieces)": split, "gravity-domain": nd,
                "gravity-tree": nd, "gravity-bbox": nd, "gravity-let": lets,
