@@ -68,7 +68,7 @@ GIB = 1024**3
 #: bytes per particle of a gravity-group result: index int64 + acc 3 float64 + pot float64
 GROUP_RESULT_BYTES = 40
 #: functions whose outputs are small tables (boundary links, counts, catalogs, boxes)
-SMALL_OUTPUT_FUNCS = {"_boundary", "_merge", "_count", "_catalog", "domain_bbox"}
+SMALL_OUTPUT_FUNCS = {"_boundary", "_merge", "_count", "_catalog", "domain_bbox", "block_bbox"}
 #: functions whose output is the size of their largest input (sums of partial meshes)
 SAME_SIZE_FUNCS = {"_add", "_squeeze"}
 #: P2P rechunk: a transfer task hands its input to the worker's shuffle extension and
@@ -453,13 +453,14 @@ TREE_BYTES = 56
 def tree_kind_bytes(n: int) -> dict:
     """Output bytes of the tree graph's tasks whose outputs are not their inputs' sum: a
     ``gravity-group`` (its batch's index, acc, pot), a ``gravity-tree`` (the domain's
-    octree, ~TREE_BYTES a particle, nodes not counted) and a ``gravity-let`` (not
-    estimated: counted 0, so a group task's input is its domain tree only)."""
+    octree, ~TREE_BYTES a particle, nodes not counted) and a ``gravity-let`` or
+    ``gravity-blocklet`` (not estimated: counted 0, so a group task's input is its
+    domain tree only)."""
     from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
     return {"gravity-group": GROUP_RESULT_BYTES * -(-n // (nd * batches_per_domain(n, nd))),
-            "gravity-tree": TREE_BYTES * -(-n // nd), "gravity-let": 0}
+            "gravity-tree": TREE_BYTES * -(-n // nd), "gravity-let": 0, "gravity-blocklet": 0}
 
 
 def simulate_cluster(workers: int, memory: int, threads: int) -> None:

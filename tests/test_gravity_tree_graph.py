@@ -166,7 +166,7 @@ def test_one_gpu_domain_graph(sphere, monkeypatch, scalar_mass):
 
 def test_block_lets_change_nothing(sphere, monkeypatch):
     """64 domains without a cutoff: LETs cut for blocks of target domains from
-    well-separated sources (1,960 LET tasks instead of 4,032) give the per-pair LETs'
+    well-separated sources (1,384 LET tasks instead of 4,032) give the per-pair LETs'
     forces bit for bit."""
     import cosmo_dask.gravity.tree_graph as tg
 
@@ -178,7 +178,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
         acc, pot = tg.tree_accelerations(pos, mass, G=1.0, theta=0.5, n_domains=64)
         names = [k[0] for k in dict(acc.__dask_graph__()) if isinstance(k, tuple)]
         lets = sum(n.startswith(("gravity-let-", "gravity-blocklet-")) for n in names)
-        assert lets == (1960 if blocks else 64 * 63), lets
+        assert lets == (1384 if blocks else 64 * 63), lets
         assert any(n.startswith("gravity-blocklet-") for n in names) == blocks
         out[blocks] = dask.compute(acc, pot)
     np.testing.assert_array_equal(out[True][0], out[False][0])
@@ -186,3 +186,23 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
     idx = np.arange(0, len(x), 97)
     ref_a, _ = direct_reference(x, m, idx)
     assert np.median(rel_err(out[True][0][idx], ref_a)) <= 5e-4
+
+
+def test_block_lets_periodic_nearest_image(monkeypatch):
+    """The same in a periodic box without a cutoff (nearest images; blocks separated the
+    short way round): block LETs give the per-pair LETs' forces bit for bit."""
+    import cosmo_dask.gravity.tree_graph as tg
+
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 10.0, (6000, 3))
+    pos = da.from_array(x, chunks=(2000, 3))
+    out = {}
+    for blocks in (True, False):
+        monkeypatch.setattr(tg, "LET_BLOCKS", blocks)
+        acc, pot = tg.tree_accelerations(pos, 1.0, G=1.0, theta=0.5, box_size=10.0,
+                                         n_domains=64)
+        names = [k[0] for k in dict(acc.__dask_graph__()) if isinstance(k, tuple)]
+        assert any(n.startswith("gravity-blocklet-") for n in names) == blocks
+        out[blocks] = dask.compute(acc, pot)
+    np.testing.assert_array_equal(out[True][0], out[False][0])
+    np.testing.assert_array_equal(out[True][1], out[False][1])
