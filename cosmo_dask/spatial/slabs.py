@@ -32,15 +32,43 @@ Interpolate (:meth:`SlabExchange.interpolate`)
     chunk adds the parts at their rows, in slab order, and returns the
     values in the chunk's row order.
 
-Graph size: ``C`` split tasks, ``C S`` piece keys, ``S`` (or a few times ``S``)
-deposit tasks, ``C S`` interpolation tasks and ``C`` gathers for ``C`` chunks and
-``S`` slabs (e.g. 16 chunks x 64 slabs: about 3,100 tasks).
+Two stages (above :data:`~cosmo_dask.spatial.domains.TWO_STAGE_PAIRS` (chunk, slab)
+pairs, as :func:`~cosmo_dask.spatial.domains.scatter_to_domains`)
+    Chunks and slabs go in about ``sqrt(C)`` and ``sqrt(S)`` groups of consecutive
+    ones (as the domains' two-stage split). Each ``mesh-split`` task cuts its
+    chunk into one list of pieces per group of slabs (rows global: the chunk's first
+    row added), and one ``mesh-regroup`` task per (group of chunks, group of slabs)
+    concatenates the chunks' pieces of each of its slabs **in chunk order**: a
+    ``mesh-piece`` per (group of chunks, slab). A deposit reads the pieces of the
+    groups of chunks, so every cell still sums its particles in chunk order (the
+    kernels add the particles of a piece one after the other): the meshes are the
+    one-stage meshes bit for bit (a run of chunks painted apart, when slabs are
+    fewer than threads, cuts the pieces of a group it shares with another run at
+    its rows). The way back: one ``<name>-slab`` task per (slab, group of chunks)
+    returns ``(global rows, values)``; one ``<name>-merge`` task per (group of
+    chunks, group of slabs) cuts its slabs' parts by chunk
+    (:func:`~cosmo_dask.spatial.domains.rows_by_chunk`), and each chunk's gather
+    reads one cut per group of slabs and adds every column's parts in slab order,
+    as the one-stage gather does.
+
+Graph size, ``C`` chunks and ``S`` slabs. One stage: ``C`` split tasks, ``C S``
+piece keys, ``S`` (or a few times ``S``) deposit tasks per mesh, ``C S``
+interpolation tasks and ``C`` gathers per interpolation (e.g. 16 chunks x 64
+slabs: about 3,100 tasks). Two stages, with ``Cg = ceil(sqrt(C))`` and
+``Sg = ceil(sqrt(S))`` groups: ``C (1 + Sg)`` split keys, ``Cg Sg`` regroups and
+``Cg S`` pieces; per interpolation ``Cg S`` interpolation tasks, ``Cg Sg + C Sg``
+merge keys and ``C`` gathers. At 2048^3 (512 chunks x 1,025 slabs) the exchange
+has 41,742 keys instead of 525,312, and the P(k) graph 65,863 tasks instead of
+549,433 (``benchmarks/RESULTS.md``).
 
 Memory: a split task holds its chunk and its pieces (the chunk plus the copies
 of particles near slab edges: with slabs ``t`` planes thick, a fraction of
 about ``(below + above) / t`` of the particles is copied, 25 % for CIC with two
 shifts and ``t = 16``); a deposit task one slab and its particles; an
-interpolation task the slab (or slabs) it reads and one piece.
+interpolation task the slab (or slabs) it reads and one piece. In two stages a
+regroup task holds the pieces of about ``sqrt(C)`` chunks for ``sqrt(S)`` slabs
+(about ``sqrt(C / S)`` chunks' worth), a piece about ``sqrt(C) / S`` of a chunk,
+and a merge task the values of about ``sqrt(C / S)`` chunks.
 """
 
 from __future__ import annotations
@@ -395,8 +423,9 @@ class SlabExchange:
         """A mesh ``(n, n, n)`` in the layout's slabs, deposited slab by slab.
 
         ``func(pieces, lo, hi, **kwargs)`` returns the ``(hi - lo, n, n)`` slab
-        holding the deposits of ``pieces`` (a list of ``(pos, mass, rows)``) on
-        planes ``lo .. hi - 1`` (a fresh array: the partial sums add into it).
+        holding the deposits of ``pieces`` (a list of ``(pos, mass, rows)``, in chunk
+        order: one per chunk, or in two stages one per group of chunks) on planes
+        ``lo .. hi - 1`` (a fresh array: the partial sums add into it).
         Each slab's chunks are cut into ``groups`` runs of consecutive chunks
         (one task each) whose slabs are summed by a tree of ``split_every``-way
         in-place additions. Tasks: ``<name>-part`` and ``<name>-sum``; chunks
@@ -454,9 +483,11 @@ class SlabExchange:
         groups : sequence of ``(func, meshes, ncols)``
             ``func(piece, lo, hi, *slabs)`` gets one piece and slab ``[lo, hi)`` of
             each of ``meshes`` (dask arrays chunked ``(layout.chunks, n, n)``) and
-            returns ``(rows, values)``: the piece's ``rows`` and float64
+            returns ``(rows, values)``: the piece's ``rows`` as given (rows in the
+            chunk, or in two stages global rows of a group of chunks) and float64
             ``values`` of shape ``(len(piece), ncols)``, the slab's part of the
-            sum. One ``<name>-slab`` task per (group, slab, chunk).
+            sum. One ``<name>-slab`` task per (group, slab, chunk or group of
+            chunks).
         name : str
             Task-name prefix; the gather tasks are ``<name>``.
         dtype : dtype
