@@ -67,8 +67,10 @@ MAX_BUILD_TASKS = 4_000_000
 GIB = 1024**3
 #: bytes per particle of a gravity-group result: index int64 + acc 3 float64 + pot float64
 GROUP_RESULT_BYTES = 40
-#: functions whose outputs are small tables (boundary links, counts, catalogs, boxes)
-SMALL_OUTPUT_FUNCS = {"_boundary", "_merge", "_count", "_catalog", "domain_bbox", "block_bbox"}
+#: functions whose outputs are small tables (boundary links, counts, catalogs, boxes), or
+#: nothing (``_done``: the tokens and barrier of ``spatial.slabs.after``)
+SMALL_OUTPUT_FUNCS = {"_boundary", "_merge", "_count", "_catalog", "domain_bbox", "block_bbox",
+                      "_done"}
 #: functions whose output is the size of their largest input (sums of partial meshes)
 SAME_SIZE_FUNCS = {"_add", "_squeeze"}
 #: P2P rechunk: a transfer task hands its input to the worker's shuffle extension and

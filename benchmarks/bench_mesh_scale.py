@@ -40,6 +40,11 @@ the peak GPU memory (CuPy's memory pool, emptied before each run: its size at
 the end is the largest it held), the slab count the mesh path chose
 (``--slabs`` to force one); ``--no-interlace`` for a P(k) of one mesh (half
 the memory). A run that runs out of GPU memory is reported as such.
+``--chunk-rows`` sets the GPU chunks' rows.
+
+``--two-stage`` forces the two-stage particle <-> slab exchange
+(:mod:`cosmo_dask.spatial.slabs`; by default only above 16,384 (chunk, slab) pairs),
+to time it against the one-stage exchange at small sizes.
 
 Prints one JSON line per measurement and a summary line.
 """
@@ -135,7 +140,7 @@ def _gpu(args, env) -> None:
         rng = cupy.random.default_rng(1)
         pos = rng.random((n_side**3, 3), dtype=np.float32) * np.float32(args.box)
         pos[pos >= args.box] = 0.0
-        return da.from_array(pos, chunks=(min(2**24, n_side**3), 3), asarray=False)
+        return da.from_array(pos, chunks=(min(args.chunk_rows, n_side**3), 3), asarray=False)
 
     def run(what, pos, n_mesh, slabs):
         if what == "power":
@@ -167,6 +172,7 @@ def _gpu(args, env) -> None:
             dt = time.perf_counter() - t0
             mesh_bytes = args.n_mesh**3 * np.dtype(args.precision).itemsize
             emit(env, run="gpu", workload=what, slabs=slabs, seconds=round(dt, 2),
+                 chunks=len(pos.chunks[0]), two_stage=args.two_stage,
                  ok=ok, peak_gpu_gib=round((pool.total_bytes() - base) / 2**30, 2),
                  peak_fraction_of_mesh=round((pool.total_bytes() - base) / mesh_bytes, 3),
                  finite=None if result is None else bool(cupy.isfinite(
@@ -190,7 +196,14 @@ def main() -> None:
                     help="only the multi-worker cluster (no comparison)")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--no-interlace", action="store_true", help="GPU: P(k) of one mesh")
+    ap.add_argument("--chunk-rows", type=int, default=2**24, help="GPU: rows per chunk")
+    ap.add_argument("--two-stage", action="store_true",
+                    help="force the two-stage particle <-> slab exchange")
     args = ap.parse_args()
+    if args.two_stage:  # the graphs are built here, in this process
+        import cosmo_dask.spatial.domains as sd
+
+        sd.TWO_STAGE_PAIRS = 0
     if args.device == "gpu":
         if "--n-mesh" not in sys.argv:
             args.n_mesh = 2048
@@ -204,7 +217,7 @@ def main() -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     env = {"bench": "mesh_scale", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
            "machine": platform.node(), "n_side": args.n_side, "n_mesh": args.n_mesh,
-           "precision": args.precision}
+           "precision": args.precision, "two_stage": args.two_stage}
     t0 = time.perf_counter()
     store = _snapshot(Path(args.work) / f"uniform_{args.n_side}.zarr", args.n_side, args.box, 1)
     emit(env, step="snapshot", seconds=round(time.perf_counter() - t0, 2), path=store)

@@ -72,6 +72,54 @@ def test_two_stage_split_gives_the_same_domains(monkeypatch, periodic):
     assert np.all(owned == 1)
 
 
+@pytest.mark.parametrize("n_chunks, n_slabs", [(16, 9), (64, 64), (130, 127)])
+def test_slab_exchange_keys_grow_as_sum_not_product(monkeypatch, n_chunks, n_slabs):
+    """The particle -> mesh-slab exchange (deposit) and the way back (interpolation):
+    about ``C sqrt(S) + S sqrt(C)`` keys in two stages instead of ``C S``; the one-stage
+    graph below the threshold."""
+    import functools
+
+    from cosmo_dask.gravity.pm import _interp_piece
+    from cosmo_dask.spatial.slabs import SlabExchange, slab_layout
+
+    n, box = max(n_slabs, 16), 1.0
+    pos = da.random.default_rng(2).random((n_chunks * 50, 3), chunks=(50, 3))
+    layout = slab_layout(n, n_slabs, box, order=2, shifts=(0.0, 0.5))
+    mesh = da.zeros((n, n, n), chunks=(layout.chunks, n, n))
+
+    def graphs():
+        ex = SlabExchange(pos, 1.0, layout)
+        painted = ex.deposit(lambda pieces, lo, hi: np.zeros((hi - lo, n, n)), name="t-paint",
+                             dtype=np.float64)
+        values = ex.interpolate([(functools.partial(_interp_piece, box=box, shift=0.0),
+                                  [mesh], 1)], name="t-interp", dtype=np.float64)
+        return ex.two_stage, _kinds(painted), _kinds(values)
+
+    c, s = n_chunks, n_slabs
+    assert graphs()[0] == (c * s > sd.TWO_STAGE_PAIRS)  # the default (130 x 127: above)
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", c * s)
+    staged, dep1, int1 = graphs()
+    assert not staged
+    assert dep1["mesh-split"] == c and dep1["mesh-piece"] == c * s and dep1["t-paint"] == s
+    assert int1["t-interp-slab"] == c * s and int1["t-interp"] == c
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+    staged, dep2, int2 = graphs()
+    cg, sg = len(sd._groups(c)), len(sd._groups(s))
+    assert staged and dep2["t-paint"] == s
+    # chunks -> groups of slabs, then (group of chunks, group of slabs) -> slabs
+    assert dep2["mesh-split"] == c + c * sg
+    assert dep2["mesh-regroup"] == cg * sg and dep2["mesh-piece"] == cg * s
+    # one interpolation per (slab, group of chunks), a merge per (group, group) cut by
+    # chunk, one gather per chunk reading a cut of each group of slabs
+    assert int2["t-interp-slab"] == cg * s
+    assert int2["t-interp-merge"] == cg * sg + c * sg and int2["t-interp"] == c
+    exchange = dep2["mesh-split"] + dep2["mesh-regroup"] + dep2["mesh-piece"]
+    assert exchange < 3 * (c + s) * max(cg, sg)
+    if c * s >= 4096:
+        assert exchange < (c + c * s) / 3  # 64 x 64: 1,160 + 64 vs 4,160 keys
+        assert int2["t-interp-slab"] + int2["t-interp-merge"] < c * s / 3
+
+
 @pytest.fixture(scope="module")
 def cloud():
     rng = np.random.default_rng(7)

@@ -123,35 +123,173 @@ def test_graph_size_and_names():
     assert n_paint >= n_slabs  # one per slab (a few per slab when threads outnumber slabs)
 
 
-def test_mesh_path_on_two_worker_processes():
-    """Painting, P(k) and PM in 3 slabs on a real two-process LocalCluster (graphs and
-    pieces pickled between processes) equal the threaded scheduler's, bit for bit."""
-    from distributed import Client, LocalCluster
-
+def _mesh_path(pos, mass, chunks, slabs, *, mesh_scheme="tsc", n=12, box=10.0):
+    """Painting, P(k) and PM (interlaced, a split) of the same particles: four arrays."""
     from cosmo_dask.analysis import power_spectrum
     from cosmo_dask.density import paint
     from cosmo_dask.gravity.pm import pm_accelerations
 
+    cpu = isinstance(pos, np.ndarray)  # CuPy arrays: chunks kept as they are
+    p = da.from_array(pos, chunks=(chunks, 3), asarray=None if cpu else False)
+    m = da.from_array(mass, chunks=chunks, asarray=None if cpu else False)
+    mesh = paint(p, m, n_mesh=n, box_size=box, scheme=mesh_scheme, slabs=slabs)
+    ds = power_spectrum(p, mass=m, n_mesh=n, box_size=box, slabs=slabs)
+    acc, pot = pm_accelerations(p, m, G=1.0, box_size=box, n_mesh=n, r_split=0.5,
+                                slabs=slabs)
+    return (*dask.compute(mesh, acc, pot), ds["power"].values)
+
+
+def _kinds(arr) -> set:
+    """The task kinds (key names less their tokens) of a collection's graph."""
+    return {"-".join(p for p in str(k[0] if isinstance(k, tuple) else k).split("-")
+                     if not (len(p) >= 8 and all(c in "0123456789abcdef" for c in p)))
+            for k in dict(arr.__dask_graph__())}
+
+
+def test_mesh_path_on_two_worker_processes(monkeypatch):
+    """Painting, P(k) and PM in 3 slabs on a real two-process LocalCluster (graphs and
+    pieces pickled between processes) equal the threaded scheduler's, bit for bit, and
+    so does the two-stage exchange (forced) on both."""
+    from distributed import Client, LocalCluster
+
+    import cosmo_dask.spatial.domains as sd
+
     rng = np.random.default_rng(4)
     pos = rng.uniform(0, 10.0, (6000, 3))
     mass = rng.uniform(0.5, 2.0, 6000)
+    runs, default = {}, sd.TWO_STAGE_PAIRS
+    for two_stage in (False, True):
+        monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0 if two_stage else default)
+        with dask.config.set(scheduler="threads"):
+            runs["local", two_stage] = _mesh_path(pos, mass, 1000, 3)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=":0") as cluster, Client(cluster):
+            runs["remote", two_stage] = _mesh_path(pos, mass, 1000, 3)
+    for key, got in runs.items():
+        for a, b in zip(runs["local", False], got, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=str(key))
 
-    def run():
-        p = da.from_array(pos, chunks=(1500, 3))
-        m = da.from_array(mass, chunks=1500)
-        mesh = paint(p, m, n_mesh=12, box_size=10.0, scheme="tsc", slabs=3)
-        ds = power_spectrum(p, mass=m, n_mesh=12, box_size=10.0, slabs=3)
-        acc, pot = pm_accelerations(p, m, G=1.0, box_size=10.0, n_mesh=12, r_split=0.5,
-                                    slabs=3)
-        return (*dask.compute(mesh, acc, pot), ds["power"].values)
 
+@pytest.mark.parametrize("n_rows, chunks, n, slabs", [
+    (6000, 1500, 12, 3), (6000, 700, 12, 5), (6000, 6000, 12, 4), (6000, 400, 12, 12),
+    (5000, 333, 10, 7), (3000, 250, 9, 2)])
+def test_two_stage_exchange_is_bit_for_bit_one_stage(monkeypatch, n_rows, chunks, n, slabs):
+    """The two-stage exchange (chunks and slabs in groups of about their square roots,
+    forced at small sizes) gives the one-stage mesh, P(k) and PM forces bit for bit,
+    for even and uneven chunkings and slab counts; both against float64 references."""
+    import cosmo_dask.spatial.domains as sd
+    from cosmo_dask.density import paint
+    from cosmo_dask.density.paint_kernels import paint_numpy
+
+    rng = np.random.default_rng(n_rows + chunks + slabs)
+    box = 10.0
+    pos = _positions(rng, n_rows, n, box)
+    mass = rng.uniform(0.5, 2.0, n_rows)
     with dask.config.set(scheduler="threads"):
-        local = run()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster):
-        remote = run()
-    for a, b in zip(local, remote, strict=True):
+        one = _mesh_path(pos, mass, chunks, slabs, n=n, box=box)
+        monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+        kinds = _kinds(paint(da.from_array(pos, chunks=(chunks, 3)), 1.0, n_mesh=n,
+                             box_size=box, slabs=slabs))
+        assert "mesh-regroup" in kinds  # the two-stage graph
+        two = _mesh_path(pos, mass, chunks, slabs, n=n, box=box)
+    for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a, b)
+    ref = paint_numpy(pos, mass, n, box, "tsc")
+    np.testing.assert_allclose(two[0], ref, rtol=0, atol=1e-13 * ref.max())
+    assert abs(two[0].sum() - mass.sum()) <= 1e-12 * mass.sum()
+
+
+@pytest.mark.parametrize("groups", [2, 3, 4])
+def test_two_stage_deposit_in_runs_of_chunks(monkeypatch, groups):
+    """A slab's chunks painted in several runs (fewer slabs than threads) whose bounds
+    cut a group of chunks: the two-stage deposit gives the one-stage slabs bit for bit."""
+    import cosmo_dask.spatial.domains as sd
+    from cosmo_dask.density.paint import _deposit_block
+    from cosmo_dask.density.paint_kernels import paint_numpy
+
+    rng = np.random.default_rng(groups)
+    n, box = 10, 5.0
+    pos = _positions(rng, 4000, n, box)
+    mass = rng.uniform(0.5, 2.0, 4000)
+    p = da.from_array(pos, chunks=(400, 3))  # 10 chunks: groups [0, 2) [2, 5) [5, 7) [7, 10)
+    m = da.from_array(mass, chunks=400)
+    kw = dict(name="t-paint", dtype=np.float64, groups=groups, n=n, box=box, scheme="cic",
+              shift=0.0, mdtype=np.dtype(np.float64), mass_scalar=0.0)
+    layout = slab_layout(n, 3, box, order=2)
+    one = SlabExchange(p, m, layout).deposit(_deposit_block, **kw).compute(scheduler="threads")
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+    ex = SlabExchange(p, m, layout)
+    assert ex.two_stage and len(sd._groups(10)) == 4
+    two = ex.deposit(_deposit_block, **kw).compute(scheduler="threads")
+    np.testing.assert_array_equal(one, two)
+    ref = paint_numpy(pos, mass, n, box, "cic")
+    np.testing.assert_allclose(two, ref, rtol=0, atol=1e-13 * ref.max())
+
+
+@pytest.mark.parametrize("n_slabs, chunks", [(2, 230), (7, 230), (7, 1000), (14, 90)])
+def test_two_stage_interpolate_matches_whole_mesh(monkeypatch, rng, n_slabs, chunks):
+    """The two-stage way back (parts of groups of chunks cut by chunk, gathered over the
+    groups of slabs) equals the one-stage one bit for bit and the whole-mesh CIC
+    interpolation to rounding, with two groups of meshes and a finish step."""
+    import functools
+
+    import cosmo_dask.spatial.domains as sd
+    from cosmo_dask.gravity.pm import _interp_piece
+    from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy
+
+    n, box = 14, 3.0
+    meshes = rng.standard_normal((3, n, n, n))
+    pos = _positions(rng, 1000, n, box)
+    scale = rng.uniform(1, 2, 1000)
+    ref = np.concatenate([cic_interpolate_numpy(pos, meshes[:2], box, 0.0),
+                          cic_interpolate_numpy(pos, meshes[2:], box, 0.5)], axis=1)
+    ref *= scale[:, None]
+    layout = slab_layout(n, n_slabs, box, order=2, shifts=(0.0, 0.5))
+    p = da.from_array(pos, chunks=(chunks, 3))
+    w = da.from_array(scale, chunks=chunks)
+    slabs = [da.from_array(m, chunks=(layout.chunks, n, n)) for m in meshes]
+    groups = [(functools.partial(_interp_piece, box=box, shift=0.0), slabs[:2], 2),
+              (functools.partial(_interp_piece, box=box, shift=0.5), slabs[2:], 1)]
+
+    def interp():
+        out = SlabExchange(p, 1.0, layout).interpolate(
+            groups, name="test-interp", dtype=np.float64,
+            finish=lambda v, s: v * s[:, None], finish_args=[w])
+        assert out.chunks == (p.chunks[0], (3,))
+        return out, out.compute(scheduler="threads")
+
+    _, one = interp()
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+    arr, two = interp()
+    assert "test-interp-merge" in _kinds(arr)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(two, ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+
+
+@pytest.mark.gpu
+def test_gpu_two_stage_mesh_path_equals_one_stage(monkeypatch):
+    """CuPy chunks through the forced two-stage exchange: mesh, P(k) and PM forces equal
+    the one-stage CuPy graph's to float64 rounding (atomicAdd deposits sum in no fixed
+    order) and the CPU graph's."""
+    cupy = pytest.importorskip("cupy")
+    import cosmo_dask.spatial.domains as sd
+
+    rng = np.random.default_rng(9)
+    pos = rng.uniform(0, 10.0, (20000, 3))
+    mass = rng.uniform(0.5, 2.0, 20000)
+    gpos, gmass = cupy.asarray(pos), cupy.asarray(mass)
+
+    def host(v):
+        return v.get() if isinstance(v, cupy.ndarray) else np.asarray(v)
+
+    cpu = _mesh_path(pos, mass, 1500, 5, n=16)
+    one = [host(v) for v in _mesh_path(gpos, gmass, 1500, 5, n=16)]
+    monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
+    two = [host(v) for v in _mesh_path(gpos, gmass, 1500, 5, n=16)]
+    for a, b, c in zip(cpu, one, two, strict=True):
+        scale = np.abs(a).max()
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * scale)
+        np.testing.assert_allclose(c, b, rtol=0, atol=1e-12 * scale)
 
 
 def test_gpu_memory_check_counts_interlaced_meshes_and_transpose(monkeypatch):

@@ -32,15 +32,43 @@ Interpolate (:meth:`SlabExchange.interpolate`)
     chunk adds the parts at their rows, in slab order, and returns the
     values in the chunk's row order.
 
-Graph size: ``C`` split tasks, ``C S`` piece keys, ``S`` (or a few times ``S``)
-deposit tasks, ``C S`` interpolation tasks and ``C`` gathers for ``C`` chunks and
-``S`` slabs (e.g. 16 chunks x 64 slabs: about 3,100 tasks).
+Two stages (above :data:`~cosmo_dask.spatial.domains.TWO_STAGE_PAIRS` (chunk, slab)
+pairs, as :func:`~cosmo_dask.spatial.domains.scatter_to_domains`)
+    Chunks and slabs go in about ``sqrt(C)`` and ``sqrt(S)`` groups of consecutive
+    ones (as the domains' two-stage split). Each ``mesh-split`` task cuts its
+    chunk into one list of pieces per group of slabs (rows global: the chunk's first
+    row added), and one ``mesh-regroup`` task per (group of chunks, group of slabs)
+    concatenates the chunks' pieces of each of its slabs **in chunk order**: a
+    ``mesh-piece`` per (group of chunks, slab). A deposit reads the pieces of the
+    groups of chunks, so every cell still sums its particles in chunk order (the
+    kernels add the particles of a piece one after the other): the meshes are the
+    one-stage meshes bit for bit (a run of chunks painted apart, when slabs are
+    fewer than threads, cuts the pieces of a group it shares with another run at
+    its rows). The way back: one ``<name>-slab`` task per (slab, group of chunks)
+    returns ``(global rows, values)``; one ``<name>-merge`` task per (group of
+    chunks, group of slabs) cuts its slabs' parts by chunk
+    (:func:`~cosmo_dask.spatial.domains.rows_by_chunk`), and each chunk's gather
+    reads one cut per group of slabs and adds every column's parts in slab order,
+    as the one-stage gather does.
+
+Graph size, ``C`` chunks and ``S`` slabs. One stage: ``C`` split tasks, ``C S``
+piece keys, ``S`` (or a few times ``S``) deposit tasks per mesh, ``C S``
+interpolation tasks and ``C`` gathers per interpolation (e.g. 16 chunks x 64
+slabs: about 3,100 tasks). Two stages, with ``Cg = ceil(sqrt(C))`` and
+``Sg = ceil(sqrt(S))`` groups: ``C (1 + Sg)`` split keys, ``Cg Sg`` regroups and
+``Cg S`` pieces; per interpolation ``Cg S`` interpolation tasks, ``Cg Sg + C Sg``
+merge keys and ``C`` gathers. At 2048^3 (512 chunks x 1,025 slabs) the exchange
+has 41,742 keys instead of 525,312, and the P(k) graph 65,863 tasks instead of
+549,433 (``benchmarks/RESULTS.md``).
 
 Memory: a split task holds its chunk and its pieces (the chunk plus the copies
 of particles near slab edges: with slabs ``t`` planes thick, a fraction of
 about ``(below + above) / t`` of the particles is copied, 25 % for CIC with two
 shifts and ``t = 16``); a deposit task one slab and its particles; an
-interpolation task the slab (or slabs) it reads and one piece.
+interpolation task the slab (or slabs) it reads and one piece. In two stages a
+regroup task holds the pieces of about ``sqrt(C)`` chunks for ``sqrt(S)`` slabs
+(about ``sqrt(C / S)`` chunks' worth), a piece about ``sqrt(C) / S`` of a chunk,
+and a merge task the values of about ``sqrt(C / S)`` chunks.
 """
 
 from __future__ import annotations
@@ -58,6 +86,8 @@ from dask.base import tokenize
 from ..backend import array_module, host
 from ..errors import ParameterError
 from ..task_graph import TaskGraph
+from . import domains
+from .domains import _groups, _slices, rows_by_chunk
 from .fft import slab_chunks
 
 __all__ = ["SlabExchange", "SlabLayout", "after", "route_rows", "slab_layout"]
@@ -179,16 +209,50 @@ def route_rows(pos, layout: SlabLayout):
     return rows_all, bounds
 
 
-def _split_chunk(pos, mass, layout: SlabLayout) -> tuple:
-    """``mesh-split``: one ``(pos, mass, rows)`` piece per slab (``mass`` None: one mass)."""
+def _split_chunk(pos, mass, layout: SlabLayout, start: int | None = None,
+                 groups: tuple[tuple[int, int], ...] | None = None):
+    """``mesh-split``: one ``(pos, mass, rows)`` piece per slab (``mass`` None: one mass).
+
+    Two-stage (``start`` and ``groups`` given): the rows are global (``start`` = the
+    chunk's first row) and the pieces come as one list per slab range ``[a, b)`` of
+    ``groups``.
+    """
     rows, bounds = route_rows(pos, layout)
     if mass is not None and array_module(mass) is not array_module(rows):
         mass = host(mass) if array_module(rows) is np else array_module(rows).asarray(mass)
     out = []
     for s in range(layout.n_slabs):
         r = rows[int(bounds[s]):int(bounds[s + 1])]
-        out.append((pos[r], None if mass is None else mass[r], r))
-    return tuple(out)
+        out.append((pos[r], None if mass is None else mass[r], r if start is None else r + start))
+    return tuple(out) if groups is None else _slices(out, groups)
+
+
+def _concat_pieces(pieces) -> tuple:
+    """Pieces ``(pos, mass, rows)`` of consecutive chunks for one slab as one piece: the
+    chunks' particles concatenated in chunk order (rows global, so still increasing)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    xp = array_module(pieces[0][0])
+    pos = xp.concatenate([p[0] for p in pieces])
+    mass = None if pieces[0][1] is None else xp.concatenate([p[1] for p in pieces])
+    return pos, mass, xp.concatenate([p[2] for p in pieces])
+
+
+def _regroup(*lists) -> tuple:
+    """``mesh-regroup``: the split lists of a group of consecutive chunks for one group of
+    slabs -> one piece per slab of the group (:func:`_concat_pieces`)."""
+    return tuple(_concat_pieces([lst[q] for lst in lists]) for q in range(len(lists[0])))
+
+
+def _within(func, r0: int, r1: int, pieces, lo, hi):
+    """``func(pieces, lo, hi)`` on the pieces' particles of global rows ``[r0, r1)`` only
+    (a run of chunks whose first or last chunk group is shared with another run)."""
+    cut = []
+    for pos, mass, rows in pieces:
+        xp = array_module(rows)
+        a, b = host(xp.searchsorted(rows, xp.asarray([r0, r1], dtype=rows.dtype))).tolist()
+        cut.append((pos[a:b], None if mass is None else mass[a:b], rows[a:b]))
+    return func(cut, lo, hi)
 
 
 def _gated(func, pieces, lo, hi, _barrier_token):
@@ -213,6 +277,26 @@ def _gather(m: int, ncols: int, columns: tuple, finish, *parts_and_args):
     (``columns[j] = (c0, c1)`` for part ``j``), then ``finish(out, *args)``."""
     parts = parts_and_args[:len(columns)]
     args = parts_and_args[len(columns):]
+    return _add_parts(m, ncols, columns, finish, parts, args)
+
+
+def _cut_parts(bounds: tuple[int, ...], *parts) -> list:
+    """``<name>-merge``: parts ``(rows, values)`` of a group of consecutive chunks (global
+    rows, increasing) cut by chunk (``bounds``: the chunks' first rows and the last
+    one's end): per chunk, the list of its ``(rows, values)`` of each part, in order."""
+    cuts = [rows_by_chunk(bounds, rows, vals) for rows, vals in parts]
+    return [[c[q] for c in cuts] for q in range(len(bounds) - 1)]
+
+
+def _gather_lists(m: int, ncols: int, columns: tuple, finish, start: int, n_lists: int,
+                  *lists_and_args):
+    """:func:`_gather` of the parts in ``n_lists`` lists of :func:`_cut_parts`, their global
+    rows less ``start`` (the chunk's first row)."""
+    parts = [(rows - start, vals) for lst in lists_and_args[:n_lists] for rows, vals in lst]
+    return _add_parts(m, ncols, columns, finish, parts, lists_and_args[n_lists:])
+
+
+def _add_parts(m: int, ncols: int, columns: tuple, finish, parts, args):
     xp = array_module(parts[0][1])
     out = xp.zeros((m, ncols), dtype=np.float64)
     for (c0, c1), (rows, vals) in zip(columns, parts, strict=True):
@@ -283,35 +367,65 @@ class SlabExchange:
 
     def __init__(self, pos: da.Array, mass, layout: SlabLayout, name: str = "mesh"):
         self.pos, self.mass, self.layout = pos, mass, layout
-        self.token = tokenize(pos, mass, layout)
+        n_chunks, n_slabs = pos.numblocks[0], layout.n_slabs
+        #: chunks and slabs in two stages (module docstring); read when the graph is built
+        self.two_stage = n_slabs > 1 and n_chunks * n_slabs > domains.TWO_STAGE_PAIRS
+        # the two-stage pieces hold other values than the one-stage ones: in the token
+        self.token = tokenize(pos, mass, layout, *(("two-stage",) if self.two_stage else ()))
         self.name = f"{name}-piece-{self.token}"
         split = f"{name}-split-{self.token}"
         mass_array = isinstance(mass, da.Array)
         g = self._graph = TaskGraph([pos] + ([mass] if mass_array else []))
         self._pieces: dict[tuple, Any] = {}  # (slab, first, last chunk) -> their pieces
-        for i in range(pos.numblocks[0]):
+        #: first row of every chunk, and the total
+        self._starts = tuple(int(b) for b in np.cumsum((0,) + tuple(pos.chunks[0])))
+        #: the chunk range ``[c0, c1)`` of each source of pieces (a chunk, or a group)
+        self._sources = [(i, i + 1) for i in range(n_chunks)]
+        if self.two_stage:
+            self._sources, self._slab_groups = _groups(n_chunks), _groups(n_slabs)
+            self._in_group = [(k, s - a) for k, (a, b) in enumerate(self._slab_groups)
+                              for s in range(a, b)]  # slab -> (its group, place in it)
+            regroup = f"{name}-regroup-{self.token}"
+            lists = [g.add_split((split, i), _split_chunk, g.chunk(pos, i, 0),
+                                 g.chunk(mass, i) if mass_array else None, layout,
+                                 self._starts[i], tuple(self._slab_groups),
+                                 n=len(self._slab_groups))
+                     for i in range(n_chunks)]
+            for j, (c0, c1) in enumerate(self._sources):
+                for k, (a, b) in enumerate(self._slab_groups):
+                    g.add((regroup, j, k), _regroup, *[lists[i][k] for i in range(c0, c1)])
+                    g.add_items((regroup, j, k), b - a, self.name)
+            return
+        for i in range(n_chunks):
             m = g.chunk(mass, i) if mass_array else None
-            if layout.n_slabs == 1:
+            if n_slabs == 1:
                 g.add((self.name, i, 0), _whole_piece, g.chunk(pos, i, 0), m)
             else:
                 g.add((split, i), _split_chunk, g.chunk(pos, i, 0), m, layout)
-                g.add_items((split, i), layout.n_slabs, self.name)
+                g.add_items((split, i), n_slabs, self.name)
 
     @property
     def n_chunks(self) -> int:
         return self.pos.numblocks[0]
 
-    def piece(self, i: int, s: int) -> tuple:
-        """The key of chunk ``i``'s piece for slab ``s``: ``(pos, mass, rows)``."""
-        return (self.name, i, s)
+    def piece(self, j: int, s: int) -> tuple:
+        """The key of source ``j``'s piece for slab ``s``: ``(pos, mass, rows)``.
+
+        One stage: source ``j`` is chunk ``j`` and ``rows`` are rows in the chunk;
+        two stages: source ``j`` is the ``j``-th group of consecutive chunks, the piece
+        their particles in chunk order and ``rows`` global rows (increasing)."""
+        if self.two_stage:
+            return (self.name, j, *self._in_group[s])
+        return (self.name, j, s)
 
     def deposit(self, func: Callable, *, name: str, dtype, groups: int = 1,
                 split_every: int = 8, after: Sequence[da.Array] = (), **kwargs) -> da.Array:
         """A mesh ``(n, n, n)`` in the layout's slabs, deposited slab by slab.
 
         ``func(pieces, lo, hi, **kwargs)`` returns the ``(hi - lo, n, n)`` slab
-        holding the deposits of ``pieces`` (a list of ``(pos, mass, rows)``) on
-        planes ``lo .. hi - 1`` (a fresh array: the partial sums add into it).
+        holding the deposits of ``pieces`` (a list of ``(pos, mass, rows)``, in chunk
+        order: one per chunk, or in two stages one per group of chunks) on planes
+        ``lo .. hi - 1`` (a fresh array: the partial sums add into it).
         Each slab's chunks are cut into ``groups`` runs of consecutive chunks
         (one task each) whose slabs are summed by a tree of ``split_every``-way
         in-place additions. Tasks: ``<name>-part`` and ``<name>-sum``; chunks
@@ -326,18 +440,28 @@ class SlabExchange:
         runs = np.array_split(np.arange(self.n_chunks), max(1, min(groups, self.n_chunks)))
         gate: tuple = ()
         if after:
-            task, gate = functools.partial(_gated, task), (_barrier(g, after, out),)
+            gate = (_barrier(g, after, out),)
+        run_tasks, run_sources = [], []
+        for run in runs:  # the sources of each run's pieces, and its task
+            first, last = int(run[0]), int(run[-1])
+            sources = [j for j, (c0, c1) in enumerate(self._sources)
+                       if c0 <= last and c1 > first]
+            whole = (self._sources[sources[0]][0] == first
+                     and self._sources[sources[-1]][1] == last + 1)
+            t = task if whole else functools.partial(_within, task, self._starts[first],
+                                                     self._starts[last + 1])
+            run_tasks.append(functools.partial(_gated, t) if after else t)
+            run_sources.append((first, last, sources))
         for s in range(lay.n_slabs):
             lo, hi = lay.slab(s)
             keys = []
-            for gi, run in enumerate(runs):
+            for gi, (first, last, sources) in enumerate(run_sources):
                 key = (out, s, 0, 0) if len(runs) == 1 else (part, s, gi)
-                first, last = int(run[0]), int(run[-1])
                 pieces = self._pieces.get((s, first, last))
                 if pieces is None:  # one argument for every mesh deposited from the run
                     pieces = self._pieces[s, first, last] = g.list(
-                        g.refs([(self.name, i, s) for i in range(first, last + 1)]))
-                keys.append(g.add(key, task, pieces, lo, hi, *gate))
+                        g.refs([self.piece(j, s) for j in sources]))
+                keys.append(g.add(key, run_tasks[gi], pieces, lo, hi, *gate))
             level = 0
             while len(keys) > 1:
                 nxt = []
@@ -359,9 +483,11 @@ class SlabExchange:
         groups : sequence of ``(func, meshes, ncols)``
             ``func(piece, lo, hi, *slabs)`` gets one piece and slab ``[lo, hi)`` of
             each of ``meshes`` (dask arrays chunked ``(layout.chunks, n, n)``) and
-            returns ``(rows, values)``: the piece's ``rows`` and float64
+            returns ``(rows, values)``: the piece's ``rows`` as given (rows in the
+            chunk, or in two stages global rows of a group of chunks) and float64
             ``values`` of shape ``(len(piece), ncols)``, the slab's part of the
-            sum. One ``<name>-slab`` task per (group, slab, chunk).
+            sum. One ``<name>-slab`` task per (group, slab, chunk or group of
+            chunks).
         name : str
             Task-name prefix; the gather tasks are ``<name>``.
         dtype : dtype
@@ -402,8 +528,8 @@ class SlabExchange:
             for s in range(lay.n_slabs):
                 lo, hi = lay.slab(s)
                 slabs = [g.chunk(mesh, s, 0, 0) for mesh in meshes]
-                for i in range(self.n_chunks):
-                    g.add((slab, gi, s, i), func, ref((self.name, i, s)), lo, hi, *slabs)
+                for j in range(len(self._sources)):
+                    g.add((slab, gi, s, j), func, ref(self.piece(j, s)), lo, hi, *slabs)
             columns.append((c0, c0 + ncols))
             c0 += ncols
         ncols_in = c0
@@ -412,6 +538,11 @@ class SlabExchange:
         probe_args = [np.zeros(0) if isinstance(a, da.Array) else a for a in finish_args]
         ncols_out = (finish(probe, *probe_args) if finish is not None else probe).shape[1]
         rows = self.pos.chunks[0]
+        if self.two_stage:
+            self._gather_two_stage(out, f"{name}-merge-{token}", slab, len(groups), columns,
+                                   ncols_in, finish, finish_args)
+            return g.array(out, (rows, (ncols_out,)), xp.empty((0, 0), dtype=dtype),
+                           np.dtype(dtype))
         part_columns = tuple(columns[gi] for gi in range(len(groups))
                              for _ in range(lay.n_slabs))
         for i, m in enumerate(rows):
@@ -421,3 +552,23 @@ class SlabExchange:
             g.add((out, i, 0), _gather, int(m), ncols_in, part_columns, finish, *parts, *args)
         return g.array(out, (rows, (ncols_out,)), xp.empty((0, 0), dtype=dtype),
                        np.dtype(dtype))
+
+    def _gather_two_stage(self, out: str, merge: str, slab: str, n_groups: int,
+                          columns: list, ncols: int, finish, finish_args) -> None:
+        """The way back in two stages: one ``merge`` task per (group of chunks, group of
+        slabs) cuts the parts ``(slab, gi, s, j)`` of its slabs by chunk, and one gather
+        ``(out, i, 0)`` per chunk adds the cut parts of every slab group at their rows,
+        each column's parts in slab order (as the one-stage gather)."""
+        g = self._graph
+        part_columns = tuple(columns[gi] for a, b in self._slab_groups
+                             for gi in range(n_groups) for _ in range(a, b))
+        for j, (c0, c1) in enumerate(self._sources):
+            lists = [g.add_split((merge, j, k), _cut_parts, self._starts[c0:c1 + 1],
+                                 *[g.ref((slab, gi, s, j)) for gi in range(n_groups)
+                                   for s in range(a, b)], n=c1 - c0)
+                     for k, (a, b) in enumerate(self._slab_groups)]
+            for q, i in enumerate(range(c0, c1)):
+                args = [g.chunk(a, i) if isinstance(a, da.Array) else a for a in finish_args]
+                m = self._starts[i + 1] - self._starts[i]
+                g.add((out, i, 0), _gather_lists, m, ncols, part_columns, finish,
+                      self._starts[i], len(lists), *[lst[q] for lst in lists], *args)
