@@ -14,6 +14,18 @@ from cosmo_dask import open_snapshot
 from cosmo_dask.cli import main
 
 
+@pytest.fixture
+def on_cluster(_session_client):
+    """The argv prefix that runs a command on the session's cluster (two in-process
+    workers, tests/conftest.py) through the CLI's own ``--scheduler`` option. A new local
+    cluster of worker processes per command cost its start, its workers' imports and their
+    numba kernel loads (compiles, on a cold cache), 3-5 s a command on 2 cores. The
+    session client is not made current: references computed here use dask's local
+    scheduler. Commands starting their own cluster (``--cpu --workers N``) stay tested
+    below (existing store, Gadget conversion) and as subprocesses (the acceptance test)."""
+    return ["--scheduler", _session_client.scheduler.address]
+
+
 @pytest.mark.parametrize("argv", [
     ["plummer", "--n", "3000", "--seed", "2"],
     ["hernquist", "--n", "3000", "--scale", "2"],
@@ -22,9 +34,9 @@ from cosmo_dask.cli import main
     ["zeldovich", "--n-side", "16", "--box-size", "50", "--redshift", "10",
      "--precision", "float32", "--chunk-size", "1000"],
 ])
-def test_generate_then_info(tmp_path, capsys, argv):
+def test_generate_then_info(tmp_path, capsys, argv, on_cluster):
     out = tmp_path / "s.zarr"
-    assert main(["--cpu", "--workers", "1", "generate", argv[0], str(out)] + argv[1:]) == 0
+    assert main([*on_cluster, "generate", argv[0], str(out)] + argv[1:]) == 0
     snap = open_snapshot(out)
     assert snap.validate(full=True).ok
     capsys.readouterr()
@@ -120,11 +132,15 @@ def test_convert_gadget(tmp_path, capsys):
     assert snap.particle_mass == 0.5 and snap.box_size == 1000.0 and snap.scale_factor == 0.25
 
 
-def test_demo_runs_and_matches_linear_theory(tmp_path, capsys):
-    assert main(["--cpu", "--workers", "2", "demo", "--dir", str(tmp_path), "--n-side", "32"]) == 0
+def test_demo_runs_and_matches_linear_theory(tmp_path, capsys, on_cluster):
+    # on the session's in-process workers the numba kernels compile once, in this process,
+    # and the next test reuses them (a new 2-process cluster compiled them in both workers
+    # at once: two minutes on 2 cold cores); the demo on its own local cluster is what
+    # .ci/run's demo command runs
+    assert main([*on_cluster, "demo", "--dir", str(tmp_path), "--n-side", "32"]) == 0
     out = capsys.readouterr().out
     assert "[generate]" in out and "[inspect]" in out and "valid (full check" in out
-    assert (tmp_path / "ics.zarr").is_dir()
+    assert "[done]" in out and (tmp_path / "ics.zarr").is_dir()
 
 
 def test_demo_at_its_default_size_evolves_a_halo_population(tmp_path):
@@ -152,16 +168,15 @@ def test_demo_at_its_default_size_evolves_a_halo_population(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["scf", "mex"])
-def test_expand_command(tmp_path, capsys, method):
+def test_expand_command(tmp_path, capsys, method, on_cluster):
     from cosmo_dask import open_snapshot
     from cosmo_dask.expansion import MEX, SCF
     from cosmo_dask.expansion.output import open_expansion
 
     snap_path = tmp_path / "h.zarr"
-    assert main(["--cpu", "--workers", "1", "generate", "hernquist", str(snap_path),
-                 "--n", "3000"]) == 0
+    assert main([*on_cluster, "generate", "hernquist", str(snap_path), "--n", "3000"]) == 0
     out = tmp_path / "e.zarr"
-    argv = ["--cpu", "--workers", "1", "expand", str(snap_path), str(out), "--method", method,
+    argv = [*on_cluster, "expand", str(snap_path), str(out), "--method", method,
             "--lmax", "3", "--center", "0,0,0"]
     if method == "scf":
         argv += ["--nmax", "4", "--accelerations"]
@@ -243,19 +258,19 @@ def test_halos_command_with_mass_function_plot(tmp_path, capsys):
     assert png.stat().st_size > 10000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_density_and_power_commands(tmp_path, capsys):
+def test_density_and_power_commands(tmp_path, capsys, on_cluster):
     from cosmo_dask import open_snapshot
     from cosmo_dask.analysis import power_spectrum
     from cosmo_dask.density import paint
     from cosmo_dask.density.mesh_store import open_mesh
 
     snap_path = tmp_path / "z.zarr"
-    assert main(["--cpu", "--workers", "1", "generate", "zeldovich", str(snap_path),
-                 "--n-side", "16", "--box-size", "100", "--redshift", "0"]) == 0
+    assert main([*on_cluster, "generate", "zeldovich", str(snap_path), "--n-side", "16",
+                 "--box-size", "100", "--redshift", "0"]) == 0
     out = tmp_path / "m.zarr"
     png = tmp_path / "slice.png"
-    assert main(["--cpu", "--workers", "1", "density", str(snap_path), str(out),
-                 "--method", "tsc", "--n-mesh", "16", "--plot", str(png)]) == 0
+    assert main([*on_cluster, "density", str(snap_path), str(out), "--method", "tsc",
+                 "--n-mesh", "16", "--plot", str(png)]) == 0
     mesh, attrs = open_mesh(out)
     snap = open_snapshot(snap_path)
     ref = paint(snap, n_mesh=16, scheme="tsc").compute()
@@ -263,7 +278,7 @@ def test_density_and_power_commands(tmp_path, capsys):
     assert attrs["scheme"] == "tsc" and attrs["box_size"] == 100.0 and png.stat().st_size > 0
     capsys.readouterr()
     table = tmp_path / "pk.csv"
-    assert main(["--cpu", "--workers", "1", "power", str(snap_path), "--n-mesh", "16",
+    assert main([*on_cluster, "power", str(snap_path), "--n-mesh", "16",
                  "--out", str(table), "--plot", str(tmp_path / "pk.png")]) == 0
     assert "shot noise" in capsys.readouterr().out
     import pandas as pd
@@ -273,7 +288,7 @@ def test_density_and_power_commands(tmp_path, capsys):
     np.testing.assert_allclose(got["power"].values, expected["power"].values, rtol=1e-12)
     # the phase-space-element density: an octree store, its plot, the mass it holds
     pse_out, pse_png = tmp_path / "p.zarr", tmp_path / "pse.png"
-    assert main(["--cpu", "--workers", "2", "density", str(snap_path), str(pse_out),
+    assert main([*on_cluster, "density", str(snap_path), str(pse_out),
                  "--method", "pse", "--patch-size", "8", "--block", "4", "--strategy",
                  "reduce", "--plot", str(pse_png)]) == 0
     said = capsys.readouterr().out

@@ -4,7 +4,8 @@ Python blocks run in order in one interpreter through ``python -c`` (later
 blocks use names of earlier ones, as when a reader pastes them into one
 interactive session; like an interactive session, and unlike a script file,
 ``-c`` code is not re-run by the worker processes a local cluster spawns);
-bash blocks run line by line in the same directory.
+bash blocks run line by line in the same directory, each line a fresh process, all
+on one local cluster (``COSMO_DASK_SCHEDULER``).
 The one file the README names but cannot make, a Gadget snapshot
 ``snap_010.hdf5``, is written here first.
 """
@@ -86,22 +87,31 @@ def test_python_blocks_run_in_order(workdir):
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.timeout(900)  # some twenty CLI runs, each a fresh process and cluster
+@pytest.mark.timeout(900)  # some twenty CLI runs, each a fresh process
 def test_bash_blocks_run_line_by_line(workdir):
+    """Each line in a fresh process, all on one local cluster named by
+    ``COSMO_DASK_SCHEDULER`` (README, "Clusters"): a cluster per line cost its start and
+    its workers' imports and kernel loads, about 5 s a line on 2 cores. A command starting
+    its own cluster is tested in test_cli.py (the acceptance commands, as subprocesses)."""
+    import cosmo_dask
+
     tmp, env = workdir
     printed = {}
-    for lang, code in readme_blocks():
-        if lang != "bash":
-            continue
-        for line in code.splitlines():
-            command = line.split(" #")[0].strip()
-            if not command:
+    with cosmo_dask.connect(quiet=True) as cluster_client:  # what a command would start
+        env = dict(env, COSMO_DASK_SCHEDULER=cluster_client.scheduler.address)
+        for lang, code in readme_blocks():
+            if lang != "bash":
                 continue
-            out = subprocess.run(["bash", "-c", command], cwd=tmp, env=env,
-                                 capture_output=True, text=True, timeout=600)
-            assert out.returncode == 0, f"{command}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-            assert "Traceback" not in out.stderr, command
-            printed[command.split()[1]] = out.stdout
+            for line in code.splitlines():
+                command = line.split(" #")[0].strip()
+                if not command:
+                    continue
+                out = subprocess.run(["bash", "-c", command], cwd=tmp, env=env,
+                                     capture_output=True, text=True, timeout=600)
+                assert out.returncode == 0, (
+                    f"{command}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+                assert "Traceback" not in out.stderr, command
+                printed[command.split()[1]] = out.stdout
     for product in ("mf.png", "slice.png", "pse.png", "pk.png"):
         assert (tmp / product).stat().st_size > 10_000, product  # a real figure
     n_halos = int(re.search(r"^(\d+) halos", printed["halos"], re.M).group(1))
