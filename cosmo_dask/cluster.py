@@ -63,11 +63,37 @@ def quiet_workers(client) -> None:
             return
 
 
-def _owning_client(cluster, quiet: bool):
-    """A Client that also closes ``cluster`` when it is closed."""
+def _client_class():
+    """distributed's Client, closed again when it fails to start.
+
+    A Client registers itself as dask's default client and names itself in dask's
+    ``scheduler`` config before it connects. One that fails to connect stays
+    registered, "connecting", for as long as anything (a traceback) holds it. While it
+    does, every later default Client skips putting the config back when it closes, so
+    later computations fail with "no Client active". So a Client that fails to start
+    is closed at once, and the config is put back.
+    """
     from distributed import Client
 
-    class _ClusterClient(Client):
+    class _Client(Client):
+        def __init__(self, *args, **kwargs):
+            before = dask.config.get("scheduler", None)
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.close(timeout=5)
+                if dask.config.get("scheduler", None) != before:
+                    dask.config.set(scheduler=before)
+                raise
+
+    return _Client
+
+
+def _owning_client(cluster, quiet: bool):
+    """A Client that also closes ``cluster`` when it is closed."""
+
+    class _ClusterClient(_client_class()):
         def close(self, *args, **kwargs):
             try:
                 quiet_workers(self)
@@ -76,26 +102,11 @@ def _owning_client(cluster, quiet: bool):
                 cluster.close()
 
     try:
-        with _scheduler_config_kept_on_failure():
-            client = _ClusterClient(cluster)
+        client = _ClusterClient(cluster)
     except BaseException:
         cluster.close()
         raise
     return client
-
-
-@contextlib.contextmanager
-def _scheduler_config_kept_on_failure():
-    """Put dask's global ``scheduler`` config back when a Client fails to start: it names
-    itself there before connecting and, never started, never restores it, so every later
-    computation would fail with "no Client active"."""
-    before = dask.config.get("scheduler", None)
-    try:
-        yield
-    except BaseException:
-        if dask.config.get("scheduler", None) != before:
-            dask.config.set(scheduler=before)
-        raise
 
 
 #: where a local cluster's dashboard listens unless asked otherwise: this machine only
@@ -191,7 +202,7 @@ def connect(
     distributed.Client
         Use it as a context manager; closing it also closes a cluster it started.
     """
-    from distributed import Client, LocalCluster
+    from distributed import LocalCluster
 
     if gpu not in ("auto", True, False):
         raise ParameterError(f"gpu must be 'auto', True or False, got {gpu!r}")
@@ -211,13 +222,12 @@ def connect(
         _check_tls(where, security)
         extra = {} if security is None else {"security": security}
         try:
-            with _scheduler_config_kept_on_failure():
-                client = Client(
-                    target,
-                    scheduler_file=None if sched_file is None else str(sched_file),
-                    timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
-                    **extra,
-                )
+            client = _client_class()(
+                target,
+                scheduler_file=None if sched_file is None else str(sched_file),
+                timeout=dask.config.get("distributed.comm.timeouts.connect", "30s"),
+                **extra,
+            )
         except OSError as exc:
             raise ClusterError(
                 f"cannot reach the Dask scheduler at {where}{named}: {exc}"

@@ -168,7 +168,16 @@ def test_bad_cluster_input_is_one_line_within_seconds(tmp_path, case):
     # loaded CI machine (two pytest processes on two cores)
     assert time.perf_counter() - t0 < 20
     # a client that failed to start does not stay named as dask's scheduler (later
-    # computations would fail with "no Client active")
+    # computations would fail with "no Client active"), nor registered as the default
+    # client (a later default client would then leave the config set when it closes)
+    assert dask.config.get("scheduler", None) is None
+    from distributed import default_client
+
+    with pytest.raises(ValueError, match="No clients found"):
+        default_client()
+    with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=False,
+                 dashboard_address=":0", quiet=True) as client:
+        assert client.submit(lambda x: x + 1, 1).result() == 2
     assert dask.config.get("scheduler", None) is None
 
 
