@@ -25,7 +25,8 @@ friend-counting pair path beside it), ``fof-gpu-device``, ``fof_labels`` from a
 snapshot already on the GPU (one 2^24-row chunk per GPU read, as a store opened on
 the GPU), and ``fof-gpu-store``, end to end from a Zarr store opened with
 ``device="gpu"``, with the store read (read, value checks, copy to the GPU) timed
-alone. ``--check-cpu`` compares the kernel's labels with the CPU kernel's and the
+alone, beside the former read (NumPy chunks copied with ``cupy.asarray``), and the peak
+GPU memory of the run. ``--check-cpu`` compares the kernel's labels with the CPU kernel's and the
 halo labels with the CPU ``fof_labels`` (``--check-cpu kernel``: the kernel's only);
 ``--no-store`` skips the store row.
 ``--mbp`` times exact vs grid most-bound particles on the largest halos.
@@ -403,15 +404,26 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
             store = open_snapshot(f"{tmp}/s.zarr", device="gpu")
             t_read, _, _ = _gpu_seconds(cupy, lambda: dask.compute(store.pos, store.ids),
                                         args.repeat)
+            # the former GPU read, for comparison: NumPy chunks, then cupy.asarray per chunk
+            host_read = open_snapshot(f"{tmp}/s.zarr").to_device("gpu")
+            t_host_read, _, _ = _gpu_seconds(
+                cupy, lambda: dask.compute(host_read.pos, host_read.ids), args.repeat)
 
             def run_store():
                 r = fof_labels(store, ll, min_members=min_members)
                 return r.labels.compute()
 
             t_e2e, times, labels = _gpu_seconds(cupy, run_store, args.repeat)
+            pool.free_all_blocks()
+            hook = gpu_memory_hook()
+            with hook:
+                run_store()
             row = {"workload": "fof-gpu-store", **base, "seconds": t_e2e,
                    "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_e2e,
-                   "store_read_seconds": t_read, "after_read_seconds": t_e2e - t_read}
+                   "store_read_seconds": t_read, "after_read_seconds": t_e2e - t_read,
+                   "store_read_GB_per_s": (pos.nbytes + n * 8) / t_read / 1e9,
+                   "host_then_copy_read_seconds": t_host_read,
+                   "peak_gpu_bytes": int(hook.peak)}
             if cpu_labels is not None:
                 row["identical_to_cpu"] = bool(np.array_equal(cupy.asnumpy(labels), cpu_labels))
             del labels

@@ -857,17 +857,17 @@ def open_snapshot(
             rows = max(rows, gpu_read_rows(store_rows))
         if rows == store_rows:
             rows = None  # the store's own chunks
-    arrays = {
-        n: read_array(a, n, src, rows, check=check, box_size=check_box) for n, a in members.items()
-    }
+    arrays = {n: read_array(a, n, src, rows, check=check, box_size=check_box, device=device)
+              for n, a in members.items()}
     unchecked = None
     if check:
-        unchecked = {n: read_array(a, n, src, rows) for n, a in members.items()}
+        unchecked = {n: read_array(a, n, src, rows, device=device) for n, a in members.items()}
     if wrap and box is not None:
         arrays["pos"] = wrapped_positions(arrays["pos"], float(box))
         if unchecked is not None:
             unchecked["pos"] = wrapped_positions(unchecked["pos"], float(box))
-    fields = {k.partition("/")[2]: read_array(a, k, src, rows) for k, a in stored_fields.items()}
+    fields = {k.partition("/")[2]: read_array(a, k, src, rows, device=device)
+              for k, a in stored_fields.items()}
     snap = Snapshot(arrays, attrs, source=src, unchecked=unchecked, fields=fields)
     return snap.to_device(device) if device == "gpu" else snap
 

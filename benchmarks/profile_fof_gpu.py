@@ -1,0 +1,105 @@
+"""Where the time of a GPU ``fof_labels`` goes beyond the kernel (issue 18, item 3).
+
+On one GPU, for the clustered set of ``bench_halos.py``: the store read alone (pos and
+ids, the GPU reader of ``zarr_read``) with its bandwidth; then ``fof_labels`` on
+device-resident particles and end to end from the store, each with a cProfile of one
+warm run (``fof_labels`` computes its catalog when called, so the profile, not a graph
+split, says where the time goes).
+
+    python benchmarks/profile_fof_gpu.py [--n-side 256] [--kind clustered] [--repeat 5]
+
+Prints JSON lines; run it on the GPU host (benchmarks/device_setup.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_halos import particles  # noqa: E402
+
+from cosmo_dask import Snapshot, open_snapshot  # noqa: E402
+from cosmo_dask.halos import fof_labels  # noqa: E402
+from cosmo_dask.snapshot import GPU_READ_ROWS  # noqa: E402
+
+
+def _timed(cupy, fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times
+
+
+def _profile(fn, n=25):
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(n)
+    return out.getvalue()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n-side", type=int, default=256)
+    ap.add_argument("--kind", default="clustered")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--min-members", type=int, default=20)
+    args = ap.parse_args(argv)
+    import cupy
+
+    pos, box = particles(args.n_side, args.kind)
+    pos = pos.astype(np.float32)
+    pos[pos >= box] = 0.0  # float32 rounding can land on the box edge (as bench_halos)
+    n = len(pos)
+    ids = np.arange(n, dtype=np.int64)
+    snap = Snapshot.from_arrays(pos, box_size=box, ids=ids)
+    ll = 0.2 * box / args.n_side
+    env = {"n": n, "kind": args.kind, "device": cupy.cuda.runtime.getDeviceProperties(0)[
+        "name"].decode(), "date": time.strftime("%Y-%m-%d")}
+    d_snap = Snapshot.from_arrays(pos, ids=ids, box_size=box,
+                                  chunks=GPU_READ_ROWS).to_device("gpu").persist()
+    run_dev = lambda: fof_labels(d_snap, ll, min_members=args.min_members).labels.compute()  # noqa: E731
+    t_dev, times = _timed(cupy, run_dev, args.repeat)
+    print(json.dumps({"what": "fof_labels, device-resident", "seconds": t_dev,
+                      "particles_per_s": n / t_dev, "all": times,
+                      **env}), flush=True)
+    print(_profile(run_dev), flush=True)
+    d_snap = None
+    with tempfile.TemporaryDirectory() as tmp:
+        snap.to_zarr(f"{tmp}/s.zarr")
+        store = open_snapshot(f"{tmp}/s.zarr", device="gpu")
+        nbytes = pos.nbytes + ids.nbytes
+        t_read, times = _timed(cupy, lambda: dask.compute(store.pos, store.ids), args.repeat)
+        t_pos, _ = _timed(cupy, lambda: store.pos.compute(), args.repeat)
+        print(json.dumps({"what": "store read, pos and ids", "seconds": t_read,
+                          "pos_alone_s": t_pos, "bytes": nbytes,
+                          "GB_per_s": nbytes / t_read / 1e9, "all": times, **env}), flush=True)
+        run_store = lambda: fof_labels(store, ll, min_members=args.min_members).labels.compute()  # noqa: E731
+        t_e2e, times = _timed(cupy, run_store, args.repeat)
+        print(json.dumps({"what": "fof_labels from the store", "seconds": t_e2e,
+                          "particles_per_s": n / t_e2e, "all": times,
+                          **env}), flush=True)
+        print(_profile(run_store), flush=True)
+
+
+if __name__ == "__main__":
+    main()
