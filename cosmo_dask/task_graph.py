@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -53,10 +54,11 @@ from dask.base import DaskMethodsMixin
 from dask.core import flatten
 from dask.delayed import Delayed, single_key
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.sizeof import sizeof
 
 from . import progress
 
-__all__ = ["KeyCollection", "TaskGraph"]
+__all__ = ["KeyCollection", "TaskGraph", "task_payload"]
 
 
 class KeyCollection(DaskMethodsMixin):
@@ -423,3 +425,30 @@ class TaskGraph:
     def delayed(self, key) -> Delayed:
         """One added key as a Delayed (lazy; the graph is shared between calls)."""
         return Delayed(key, self.graph(optimized_inputs=True), layer=self._run_layer(key))
+
+
+def _fields_sizeof(obj) -> int:
+    return sys.getsizeof(obj) + sum(sizeof(v) for v in vars(obj).values())
+
+
+def task_payload(cls):
+    """Class decorator for the objects tasks hand each other (domain parts, octrees,
+    domain trees, LETs: dataclasses of NumPy or CuPy arrays).
+
+    - dask's ``sizeof`` of an instance counts its fields' bytes. Without it an
+      instance reads as ~56 bytes, so the scheduler sees no cost in moving a
+      gigabyte tree to run a task beside a small input, and memory limits miss it.
+    - distributed serializes an instance field by field (``register_generic``, the
+      ``dask`` and ``cuda`` families), so CuPy arrays travel as device buffers over
+      UCX, or as one host copy each over TCP, instead of through pickle.
+    """
+    sizeof.register(cls)(_fields_sizeof)
+    try:
+        from distributed.protocol import dask_deserialize, dask_serialize, register_generic
+        from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return cls
+    for family, ser, de in (("dask", dask_serialize, dask_deserialize),
+                            ("cuda", cuda_serialize, cuda_deserialize)):
+        register_generic(cls, family, ser, de)
+    return cls

@@ -117,3 +117,33 @@ def test_eight_gpu_domains_treepm_short_range(gpu_only_walk):
         assert np.median(err) <= 2e-3 and np.percentile(err, 99) <= 2e-2, (nd, np.median(err))
     diff = rel_err(out[8][0], out[1][0])
     assert np.median(diff) <= 2e-3 and np.percentile(diff, 99) <= 2e-2
+
+
+def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
+    """A GPU domain tree and a LET tell dask their size and serialize, in the "cuda"
+    family (what UCX sends), as device buffers that come back as the same CuPy arrays."""
+    cupy = pytest.importorskip("cupy")
+    from dask.sizeof import sizeof
+    from distributed.protocol import deserialize, serialize
+
+    from cosmo_dask.gravity.tree_gpu import kernel_settings
+    from cosmo_dask.gravity.tree_let_gpu import gpu_domain_tree, gpu_let
+
+    rng = np.random.default_rng(4)
+    n, box = 50_000, 10.0
+    pos = cupy.asarray(rng.random((n, 3)) * box)
+    mass = cupy.full(n, 1.0 / n)
+    dt = gpu_domain_tree(pos, mass, cupy.arange(n), max_leaf=32, max_group=32, box_size=box)
+    assert sizeof(dt) > dt.pos64.nbytes + dt.tree.pos.nbytes + dt.index.nbytes
+    settings = kernel_settings(G=1.0, theta=0.5, softening=0.0, softening_kernel="plummer",
+                               precision="float64", box_size=box, rs=0.3, r_cut=1.35)
+    let = gpu_let(dt, np.array([0.0, 0.0, 0.0]), np.array([2.0, 10.0, 10.0]), settings)
+    assert let is not None and sizeof(let) >= let.pos.nbytes + let.lo.nbytes
+    for obj in (dt, let):
+        header, frames = serialize(obj, serializers=("cuda",))
+        assert header["serializer"] == "cuda"
+        back = deserialize(header, frames)
+        assert type(back) is type(obj)
+    assert isinstance(back.pos, cupy.ndarray)
+    cupy.testing.assert_array_equal(back.pos, let.pos)
+    cupy.testing.assert_array_equal(back.first_child, let.first_child)

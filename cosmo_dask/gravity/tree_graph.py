@@ -80,7 +80,7 @@ from ..progress import compute, worker_count
 from ..spatial.domains import chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
-from ..task_graph import TaskGraph
+from ..task_graph import TaskGraph, task_payload
 from .parameters import THETA_DEFAULT, default_r_cut
 from .tree_kernels import evaluate_lists
 from .tree_walk import interaction_lists, let_subtree
@@ -98,6 +98,7 @@ MAX_DOMAINS = 512
 MAX_GROUP_TASKS = 1 << 14
 
 
+@task_payload
 @dataclass
 class DomainTree:
     """One domain's tree: the octree, each node's ``sum m |x - com|^2`` (M2P with

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..task_graph import task_payload
 from .tree_gpu import KernelSettings, walk_forces
 
 #: relative margin by which the LET's box-level accept and drop tests are stricter than
@@ -43,6 +44,7 @@ from .tree_gpu import KernelSettings, walk_forces
 LET_MARGIN = 1e-9
 
 
+@task_payload
 @dataclass
 class GPUDomainTree:
     """A domain's GPU tree: the octree (CuPy arrays), its nodes' ``sum m |x - com|^2``,
@@ -55,6 +57,7 @@ class GPUDomainTree:
     index: Any
 
 
+@task_payload
 @dataclass
 class GPULET:
     """A pruned source tree in the :class:`~cosmo_dask.spatial.octree_layout.Octree` node
@@ -74,10 +77,6 @@ class GPULET:
     count: Any
     pos: Any
     pmass: Any
-
-    @property
-    def nbytes(self) -> int:
-        return int(sum(getattr(self, k).nbytes for k in self.__dataclass_fields__))
 
 
 def gpu_domain_tree(pos, mass, index, *, max_leaf: int, max_group: int,

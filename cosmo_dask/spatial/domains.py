@@ -32,7 +32,7 @@ from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..errors import ParameterError
-from ..task_graph import TaskGraph
+from ..task_graph import TaskGraph, task_payload
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,7 @@ def domain_grid(n_domains: int | tuple[int, int, int], *, box_size: float | None
     return DomainGrid(shape, tuple(lo.tolist()), tuple(extent.tolist()), None)
 
 
+@task_payload
 @dataclass
 class DomainPart:
     """The particles one domain task receives.
