@@ -288,6 +288,15 @@ def gpu_memory_hook():
     return InUse()
 
 
+def _pool_peak(pool, fn) -> int:
+    """Bytes CuPy's memory pool held at most while ``fn()`` ran: the pool's size after
+    it, its cached blocks freed before (it keeps what it allocated; a memory hook would
+    see only this thread's allocations, not those of dask's worker threads)."""
+    pool.free_all_blocks()
+    fn()
+    return int(pool.total_bytes())
+
+
 def _gpu_seconds(cupy, fn, repeat):
     """Median wall-clock seconds of ``fn()`` (device synchronised) over ``repeat`` runs
     after one warm-up run, all runs, and the last result."""
@@ -382,13 +391,11 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
 
     t_dev, times, (res, labels) = _gpu_seconds(cupy, run_device, args.repeat)
     resident = pool.used_bytes()
-    hook = gpu_memory_hook()
-    with hook:
-        run_device()
+    peak = _pool_peak(pool, run_device)
     row = {"workload": "fof-gpu-device", **base, "seconds": t_dev,
            "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_dev,
            "kernel_share": round(t_kernel / t_dev, 3),
-           "resident_gpu_bytes": int(resident), "peak_gpu_bytes": int(resident + hook.peak),
+           "resident_gpu_bytes": int(resident), "peak_gpu_bytes": peak,
            "n_halos": res.n_halos, "largest": int(res.n_members[0]) if res.n_halos else 0,
            "domains": res.parameters["n_domains"]}
     if cpu_labels is not None:
@@ -414,16 +421,13 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
                 return r.labels.compute()
 
             t_e2e, times, labels = _gpu_seconds(cupy, run_store, args.repeat)
-            pool.free_all_blocks()
-            hook = gpu_memory_hook()
-            with hook:
-                run_store()
+            peak = _pool_peak(pool, run_store)
             row = {"workload": "fof-gpu-store", **base, "seconds": t_e2e,
                    "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_e2e,
                    "store_read_seconds": t_read, "after_read_seconds": t_e2e - t_read,
                    "store_read_GB_per_s": (pos.nbytes + n * 8) / t_read / 1e9,
                    "host_then_copy_read_seconds": t_host_read,
-                   "peak_gpu_bytes": int(hook.peak)}
+                   "peak_gpu_bytes": peak}
             if cpu_labels is not None:
                 row["identical_to_cpu"] = bool(np.array_equal(cupy.asnumpy(labels), cpu_labels))
             del labels

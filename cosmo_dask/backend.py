@@ -38,6 +38,26 @@ def default_chunk_size() -> int:
     return n
 
 
+#: dask chunks at most, when a store is opened (or particles are generated) without
+#: ``chunks``: every all-to-all step
+#: (the domain split, the way back to chunk order, the slab exchange) has a task per
+#: (chunk, domain or slab) pair, so a 2048^3 store in its 2^20-row chunks (8,192 chunks)
+#: gives graphs of millions of tasks; 512 chunks of 2^24 rows (pos 192 MiB float32)
+#: keep them under DESIGN.md's ~100k (benchmarks/RESULTS.md, "Graphs at 2048^3")
+MAX_READ_CHUNKS = 512
+
+
+def large_store_rows(store_rows: int, n_particles: int) -> int:
+    """Rows per chunk for a store opened without ``chunks``: whole store chunks, enough of
+    them that there are at most :data:`MAX_READ_CHUNKS` chunks (the store's own chunks for
+    stores below ``MAX_READ_CHUNKS * store_rows`` particles, 2^29 with 2^20-row chunks).
+    The generators' default chunks follow the same rule with ``default_chunk_size()``
+    rows (``models._blocks.chunk_lengths``)."""
+    store_rows = max(1, int(store_rows))
+    per_chunk = -(-int(n_particles) // MAX_READ_CHUNKS)
+    return store_rows * max(1, -(-per_chunk // store_rows))
+
+
 def resolve_precision(precision: str | np.dtype | type | None = None) -> np.dtype:
     """Return the floating dtype of the precision policy.
 

@@ -33,7 +33,14 @@ import zarr
 
 from . import __version__
 from .atomic import atomic_directory, is_remote, local_path
-from .backend import as_dask_rows, check_device, default_chunk_size, device_of, to_device
+from .backend import (
+    as_dask_rows,
+    check_device,
+    default_chunk_size,
+    device_of,
+    large_store_rows,
+    to_device,
+)
 from .chunk_manifest import check_chunks, checksum_problems
 from .display import array_row, html_table, signif, with_unit
 from .errors import ParameterError, SnapshotError
@@ -733,23 +740,6 @@ def gpu_read_rows(store_rows: int) -> int:
     return store_rows * max(1, GPU_READ_ROWS // max(1, store_rows))
 
 
-#: dask chunks at most, when a store is opened without ``chunks``: every all-to-all step
-#: (the domain split, the way back to chunk order, the slab exchange) has a task per
-#: (chunk, domain or slab) pair, so a 2048^3 store in its 2^20-row chunks (8,192 chunks)
-#: gives graphs of millions of tasks; 512 chunks of 2^24 rows (pos 192 MiB float32)
-#: keep them under DESIGN.md's ~100k (benchmarks/RESULTS.md, "Graphs at 2048^3")
-MAX_READ_CHUNKS = 512
-
-
-def large_store_rows(store_rows: int, n_particles: int) -> int:
-    """Rows per chunk for a store opened without ``chunks``: whole store chunks, enough of
-    them that there are at most :data:`MAX_READ_CHUNKS` chunks (the store's own chunks for
-    stores below ``MAX_READ_CHUNKS * store_rows`` particles, 2^29 with 2^20-row chunks)."""
-    store_rows = max(1, int(store_rows))
-    per_chunk = -(-int(n_particles) // MAX_READ_CHUNKS)
-    return store_rows * max(1, -(-per_chunk // store_rows))
-
-
 def open_snapshot(
     path: str | os.PathLike,
     *,
@@ -777,8 +767,9 @@ def open_snapshot(
         when set, else the store's own chunks on the CPU and whole store chunks of
         at least :data:`GPU_READ_ROWS` (2^24) particles on the GPU, where fewer,
         larger tasks are much faster; in both cases whole store chunks enough for
-        at most :data:`MAX_READ_CHUNKS` (512) dask chunks (:func:`large_store_rows`:
-        2^24 rows for a 2048^3 store of 2^20-row chunks).
+        at most :data:`~cosmo_dask.backend.MAX_READ_CHUNKS` (512) dask chunks
+        (:func:`~cosmo_dask.backend.large_store_rows`: 2^24 rows for a 2048^3 store of
+        2^20-row chunks).
     wrap : bool
         Wrap periodic positions into [0, box_size) while reading (instead of
         raising for positions outside the box).

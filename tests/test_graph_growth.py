@@ -196,7 +196,7 @@ def test_default_read_chunks_of_very_large_stores(tmp_path):
     """At most MAX_READ_CHUNKS whole store chunks by default; small stores unchanged."""
     import zarr
 
-    from cosmo_dask.snapshot import MAX_READ_CHUNKS, large_store_rows
+    from cosmo_dask.backend import MAX_READ_CHUNKS, large_store_rows
 
     assert large_store_rows(2**20, 2048**3) == 2**24  # 512 chunks of 16 store chunks
     assert large_store_rows(2**20, 2**29) == 2**20  # 512 store chunks: as stored

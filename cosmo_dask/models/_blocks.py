@@ -20,7 +20,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ..backend import default_chunk_size
+from ..backend import default_chunk_size, large_store_rows
 from ..checks import check_positive_int
 from ..task_graph import TaskGraph
 
@@ -54,8 +54,11 @@ def isotropic_directions(rng: np.random.Generator, n: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- chunking
 def chunk_lengths(n: int, chunks: int | None) -> tuple[int, ...]:
-    """Lengths of the dask chunks along the particle axis."""
-    size = default_chunk_size() if chunks is None else check_positive_int(chunks, "chunks")
+    """Lengths of the dask chunks along the particle axis: ``chunks`` rows, by default
+    ``default_chunk_size()`` rows, or whole multiples of it for more than
+    ``MAX_READ_CHUNKS`` (512) such chunks, as a store is read (2^24 rows at 2048^3)."""
+    size = (large_store_rows(default_chunk_size(), n) if chunks is None
+            else check_positive_int(chunks, "chunks"))
     full, rest = divmod(n, size)
     return (size,) * full + ((rest,) if rest else ())
 
