@@ -222,17 +222,21 @@ def _halo_ids(local: dict, merged, catalog):
 
 def _members(local: dict, merged, catalog, particle_mass: float, box_size) -> dict:
     """The domain's halo members sorted by halo id, on the host (what catalog tasks read);
-    positions in float64, wrapped into the periodic box."""
-    labels = host(_halo_ids(local, merged, catalog))
-    sel = np.flatnonzero(labels >= 0)
-    sel = sel[np.argsort(labels[sel], kind="stable")]
+    positions in float64, wrapped into the periodic box. The members are chosen where
+    the domain's arrays are (on the GPU for a GPU domain): only they reach the host."""
+    labels = _halo_ids(local, merged, catalog)
+    xp = array_module(labels)
+    sel = xp.flatnonzero(labels >= 0)
+    sel = sel[xp.argsort(labels[sel], kind="stable")]
+    sel_host = host(sel)
     mass = local.get("mass")
 
     def pick(key):
-        return host(local[key])[sel]
+        arr = local[key]
+        return arr[sel_host] if array_module(arr) is np else host(arr[sel])
 
     return {
-        "label": labels[sel],
+        "label": host(labels[sel]),
         "index": pick("index"),
         "ids": pick("ids"),
         "friends": pick("friends"),

@@ -1,15 +1,20 @@
-"""Where the time of the multi-domain GPU tree goes (issue 20: TreePM scales worst).
+"""Where the time of several domains on one GPU goes (issue 20: the per-domain graph).
 
-On one GPU, the TreePM short range (the truncated tree of ``treepm_accelerations``,
-float32, theta 0.5) of a Zel'dovich box at z = 0 (``--n-side``^3 particles, 1 Mpc/h
-spacing) with 1, 4 and 8 domains: the wall time (threaded scheduler, device
-synchronised; median of ``--repeat`` after a warm-up), then one run on the synchronous
-scheduler with the device synchronised after every task, giving seconds per task kind
-(``gravity-tree``, ``gravity-let``, ``gravity-group``, the domain scatter, ...) and,
-inside ``gravity-group``, the own-tree walk against the LET walks (CUDA events around
-each ``walk_forces`` call), with the LETs' sizes.
+``--what tree`` (default): on one GPU, the TreePM short range (the truncated tree of
+``treepm_accelerations``, float32, theta 0.5) of a Zel'dovich box at z = 0
+(``--n-side``^3 particles, 1 Mpc/h spacing) with 1, 4 and 8 domains: the wall time
+(threaded scheduler, device synchronised; median of ``--repeat`` after a warm-up),
+then one run on the synchronous scheduler with the device synchronised after every
+task, giving seconds per task kind (``gravity-tree``, ``gravity-let``,
+``gravity-group``, the domain scatter, ...) and, inside ``gravity-group``, the
+own-tree walk against the LET walks (CUDA events around each ``walk_forces`` call),
+with the LETs' sizes.
 
-    python benchmarks/profile_tree_domains_gpu.py [--n-side 256] [--domains 1 4 8]
+``--what fof``: the FOF catalog of bench_scaling (``fof(snap, 0.2, min_members=20,
+centers=("mbp", "mcp"))``) of the same box with 1, 4 and 8 FOF domains: the wall time
+and the seconds per task kind, as above; the halo counts are checked equal.
+
+    python benchmarks/profile_domains_gpu.py [--what tree|fof] [--n-side 256] [--domains 1 4 8]
 
 Prints JSON lines; run it on the GPU host (benchmarks/device_setup.sh).
 """
@@ -50,6 +55,7 @@ def main(argv=None):
     ap.add_argument("--n-side", type=int, default=256)
     ap.add_argument("--domains", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--what", choices=("tree", "fof"), default="tree")
     args = ap.parse_args(argv)
     import cupy
 
@@ -74,6 +80,8 @@ def main(argv=None):
     mass = float(snap.particle_mass)
     env = {"n": n**3, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "date": time.strftime("%Y-%m-%d"), "rs": rs, "r_cut": default_r_cut(rs)}
+    if args.what == "fof":
+        return _profile_fof(cupy, snap, args, env)
 
     # CUDA events around every walk_forces call of gpu_domain_forces: own tree vs LETs
     walks = []
@@ -102,14 +110,7 @@ def main(argv=None):
             acc, _ = tree_accelerations(snap.pos, mass, n_domains=nd, **opts)
             return acc.compute()
 
-        run()
-        times = []
-        for _ in range(args.repeat):
-            cupy.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            acc = run()
-            cupy.cuda.Device().synchronize()
-            times.append(time.perf_counter() - t0)
+        acc, times = _timed_runs(cupy, run, args.repeat)
         acc = cupy.asnumpy(acc).astype(np.float64)
         if reference is None:
             reference = acc
@@ -126,12 +127,49 @@ def main(argv=None):
             tlg.walk_forces, tlg.gpu_let = original, original_let
         tasks = sorted(cb.total.items(), key=lambda kv: -kv[1])
         print(json.dumps({
-            "domains": nd, "seconds": float(np.median(times)), "all": times,
+            "what": "tree", "domains": nd, "seconds": float(np.median(times)), "all": times,
+            "tasks_total_s": round(sum(cb.total.values()), 4),
             "p99_rel_diff_vs_first": float(np.quantile(diff, 0.99)),
             "tasks_s": {k: [round(v, 4), cb.count[k]] for k, v in tasks[:14]},
             "walk_calls": len(walks), "walk_s_total": round(sum(walks), 4),
             "walk_s_first_per_domain": [round(w, 4) for w in walks[: nd * 8]],
             "let_nodes_particles": lets[:64], **env}), flush=True)
+
+
+def _timed_runs(cupy, run, repeat):
+    run()
+    times = []
+    for _ in range(repeat):
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        out = run()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return out, times
+
+
+def _profile_fof(cupy, snap, args, env):
+    from cosmo_dask.halos import fof
+
+    reference = None
+    for nd in args.domains:
+        def run(nd=nd):
+            cat = fof(snap, 0.2, min_members=20, centers=("mbp", "mcp"), n_domains=nd).catalog
+            return np.sort(cupy.asnumpy(cat["n_members"].values))
+
+        members, times = _timed_runs(cupy, run, args.repeat)
+        if reference is None:
+            reference = members
+        cb = TaskTimes(cupy)
+        with cb, dask.config.set(scheduler="sync"):
+            run()
+        tasks = sorted(cb.total.items(), key=lambda kv: -kv[1])
+        print(json.dumps({
+            "what": "fof", "domains": nd, "seconds": float(np.median(times)), "all": times,
+            "n_halos": int(members.size), "same_members_as_first": bool(
+                members.size == reference.size and (members == reference).all()),
+            "tasks_s": {k: [round(v, 4), cb.count[k]] for k, v in tasks[:16]},
+            "tasks_total_s": round(sum(cb.total.values()), 4), **env}), flush=True)
 
 
 if __name__ == "__main__":
