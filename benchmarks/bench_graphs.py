@@ -472,7 +472,8 @@ def simulate_cluster(workers: int, memory: int, threads: int) -> None:
     import importlib
 
     paint = importlib.import_module("cosmo_dask.density.paint")  # (density.paint: a function)
-    fft = importlib.import_module("cosmo_dask.spatial.fft")
+    importlib.import_module("cosmo_dask.spatial.fft")  # its namespace is patched below
+    progress = importlib.import_module("cosmo_dask.progress")
 
     # dask's rechunk picks P2P for large rechunks when a distributed client exists (the
     # cluster this simulates): make that choice here, where no client runs
@@ -492,7 +493,7 @@ def simulate_cluster(workers: int, memory: int, threads: int) -> None:
     rechunk_mod._choose_rechunk_method = as_on_a_cluster
     repl = {paint.memory_per_worker: lambda gpu: (int(memory), "worker"),
             paint.worker_count: lambda: int(workers),
-            fft.worker_threads: lambda: int(workers * threads)}
+            progress.worker_threads: lambda: int(workers * threads)}
     for mod in list(sys.modules.values()):
         if not getattr(mod, "__name__", "").startswith("cosmo_dask"):
             continue

@@ -58,6 +58,17 @@ def worker_count() -> int:
     return max(1, len(client.scheduler_info().get("workers", {})))
 
 
+def worker_threads() -> int:
+    """Threads of the active distributed client's workers (this machine's cores without
+    one): what a computation's tasks run on."""
+    client = active_client()
+    if client is not None:
+        threads = sum(client.nthreads().values())
+        if threads:
+            return threads
+    return os.cpu_count() or 1
+
+
 def active_client(*collections):
     """The distributed Client dask would use for ``collections`` now, or None.
 

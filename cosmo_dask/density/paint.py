@@ -40,7 +40,7 @@ import numpy as np
 
 from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
-from ..progress import compute, worker_count
+from ..progress import compute, worker_count, worker_threads
 from ..spatial.fft import (
     check_mesh_size,
     default_slab_count,
@@ -48,7 +48,6 @@ from ..spatial.fft import (
     map_kslabs,
     rfftn,
     smooth_size_below,
-    worker_threads,
 )
 from ..spatial.slabs import SlabExchange, slab_layout
 from .paint_kernels import SCHEMES

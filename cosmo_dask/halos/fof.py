@@ -24,7 +24,6 @@ links are never invented, because ghosts' friend counts can only be too low.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import dask.array as da
@@ -34,7 +33,7 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta, host
 from ..checks import check_positive
 from ..errors import ParameterError, SnapshotError
-from ..progress import compute
+from ..progress import compute, worker_count, worker_threads
 from ..spatial import DomainPart, chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
 from ..task_graph import TaskGraph
 
@@ -303,16 +302,6 @@ def absolute_linking_length(snap, linking_length: float, absolute: bool) -> floa
     return float(linking_length) * snap.box_size / max(snap.n_particles, 1) ** (1 / 3)
 
 
-def _threads() -> int:
-    """Threads that will run the domain tasks (the client's workers, else this machine)."""
-    from ..progress import active_client
-
-    client = active_client()
-    if client is not None:
-        return max(1, sum(client.nthreads().values()))
-    return os.cpu_count() or 1
-
-
 def _default_domains(snap, ghost: float) -> int:
     """A cube number of domains: ~4 per thread (load balance on clustered data), at least
     N / DOMAIN_PARTICLES, at most ``MAX_DOMAIN_CUBE^3`` (512); one for small snapshots."""
@@ -320,13 +309,9 @@ def _default_domains(snap, ghost: float) -> int:
     if n < SMALL_SNAPSHOT:
         return 1
     if snap.device == "gpu":  # one big domain per GPU worker (a domain must fit on a GPU)
-        from ..progress import active_client
-
-        client = active_client()
-        workers = len(client.scheduler_info()["workers"]) if client is not None else 1
-        target = max(math.ceil(n / GPU_DOMAIN_PARTICLES), workers)
+        target = max(math.ceil(n / GPU_DOMAIN_PARTICLES), worker_count())
     else:
-        target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * _threads())
+        target = max(math.ceil(n / DOMAIN_PARTICLES), 4 * worker_threads())
     cube = min(MAX_DOMAIN_CUBE, math.ceil(target ** (1 / 3) - 1e-9))
     if snap.box_size is not None:
         while cube > 1 and ghost >= snap.box_size / cube:

@@ -54,7 +54,6 @@ rechunking holds its shards on the workers' disks instead).
 from __future__ import annotations
 
 import math
-import os
 import threading
 from typing import Any
 
@@ -65,11 +64,12 @@ from dask.base import tokenize
 
 from ..backend import array_module, empty_meta
 from ..errors import ParameterError
+from ..progress import worker_threads
 
 __all__ = ["DEFAULT_SLAB_BYTES", "MAX_N_MESH", "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",
            "check_mesh_size", "default_slab_count", "irfftn", "kslab_wavenumbers",
            "map_kslabs", "reduce_kslabs", "rfftn", "slab_chunks", "smooth_size_below",
-           "worker_threads", "fft_sizes_around", "is_fft_size", "prime_factors"]
+           "fft_sizes_around", "is_fft_size", "prime_factors"]
 
 #: Target bytes of one complex k-space slab for the default slab count.
 DEFAULT_SLAB_BYTES = 64 * 2**20
@@ -176,17 +176,6 @@ def check_mesh_size(n_mesh, what: str, name: str = "n_mesh") -> int:
             f"2, 3, 5 and 7 (the FFTs of other sizes are several times slower); the nearest "
             f"valid sizes are {below} and {above}")
     return n
-
-
-def worker_threads() -> int:
-    """Threads of the default distributed client's workers, else this machine's cores."""
-    try:
-        from distributed import default_client
-
-        threads = sum(default_client().nthreads().values())
-    except (ImportError, ValueError):
-        threads = 0
-    return threads or os.cpu_count() or 1
 
 
 def default_slab_count(shape: tuple[int, int, int], dtype: Any, *,
