@@ -645,7 +645,7 @@ def _so_summary(cat, deltas) -> str:
 
 def cmd_halos(args) -> int:
     from .halos import fof
-    from .halos.finder import check_parameters
+    from .halos.api import check_parameters
     from .snapshot import open_snapshot
 
     centers = tuple(c for c in args.centers.split(",") if c) if args.centers else ()

@@ -1,6 +1,6 @@
 """Halo finding: distributed friends-of-friends, catalogs, centres and mass functions."""
 
-from .finder import fof
+from .api import fof
 from .fof import FOFLabels, fof_labels
 from .mass_function import (
     mass_function,
