@@ -66,6 +66,7 @@ import time
 
 import dask
 import numpy as np
+from timing import gpu_seconds
 
 #: central densities of the Plummer spheres: 10^RHO_LO .. 10^RHO_HI mean densities
 RHO_LO, RHO_HI = 3.0, 5.0
@@ -297,20 +298,6 @@ def _pool_peak(pool, fn) -> int:
     return int(pool.total_bytes())
 
 
-def _gpu_seconds(cupy, fn, repeat):
-    """Median wall-clock seconds of ``fn()`` (device synchronised) over ``repeat`` runs
-    after one warm-up run, all runs, and the last result."""
-    out = fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), times, out
-
-
 def bench_gpu(snap, kind, ll, min_members, args, env):
     """The GPU rows of one set (see the module docstring); returns the device-resident
     ``fof_labels`` result."""
@@ -353,8 +340,8 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
         stages.append(st)
         totals.append(cupy.cuda.get_elapsed_time(marks[0][1], marks[-1][1]) / 1e3)
     t_kernel = float(np.median(totals))
-    t_count, _, (root_c, friends) = _gpu_seconds(
-        cupy, lambda: fof_local_gpu(d_pos, periods, ll), args.repeat)
+    t_count, _, (root_c, friends) = gpu_seconds(
+        lambda: fof_local_gpu(d_pos, periods, ll), args.repeat)
     hook = gpu_memory_hook()
     with hook:
         fof_local_gpu(d_pos, periods, ll, count_friends=False)
@@ -389,7 +376,7 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
         res = fof_labels(d_snap, ll, min_members=min_members)
         return res, res.labels.compute()
 
-    t_dev, times, (res, labels) = _gpu_seconds(cupy, run_device, args.repeat)
+    t_dev, times, (res, labels) = gpu_seconds(run_device, args.repeat)
     resident = pool.used_bytes()
     peak = _pool_peak(pool, run_device)
     row = {"workload": "fof-gpu-device", **base, "seconds": t_dev,
@@ -409,18 +396,18 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
         with tempfile.TemporaryDirectory() as tmp:
             snap.to_zarr(f"{tmp}/s.zarr")
             store = open_snapshot(f"{tmp}/s.zarr", device="gpu")
-            t_read, _, _ = _gpu_seconds(cupy, lambda: dask.compute(store.pos, store.ids),
+            t_read, _, _ = gpu_seconds(lambda: dask.compute(store.pos, store.ids),
                                         args.repeat)
             # the former GPU read, for comparison: NumPy chunks, then cupy.asarray per chunk
             host_read = open_snapshot(f"{tmp}/s.zarr").to_device("gpu")
-            t_host_read, _, _ = _gpu_seconds(
-                cupy, lambda: dask.compute(host_read.pos, host_read.ids), args.repeat)
+            t_host_read, _, _ = gpu_seconds(
+                lambda: dask.compute(host_read.pos, host_read.ids), args.repeat)
 
             def run_store():
                 r = fof_labels(store, ll, min_members=min_members)
                 return r.labels.compute()
 
-            t_e2e, times, labels = _gpu_seconds(cupy, run_store, args.repeat)
+            t_e2e, times, labels = gpu_seconds(run_store, args.repeat)
             peak = _pool_peak(pool, run_store)
             row = {"workload": "fof-gpu-store", **base, "seconds": t_e2e,
                    "seconds_all": [round(t, 4) for t in times], "particles_per_s": n / t_e2e,

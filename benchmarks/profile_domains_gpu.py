@@ -29,6 +29,7 @@ from collections import defaultdict
 import dask
 import numpy as np
 from dask.callbacks import Callback
+from timing import gpu_seconds
 
 
 class TaskTimes(Callback):
@@ -110,7 +111,7 @@ def main(argv=None):
             acc, _ = tree_accelerations(snap.pos, mass, n_domains=nd, **opts)
             return acc.compute()
 
-        acc, times = _timed_runs(cupy, run, args.repeat)
+        _, times, acc = gpu_seconds(run, args.repeat)
         acc = cupy.asnumpy(acc).astype(np.float64)
         if reference is None:
             reference = acc
@@ -136,18 +137,6 @@ def main(argv=None):
             "let_nodes_particles": lets[:64], **env}), flush=True)
 
 
-def _timed_runs(cupy, run, repeat):
-    run()
-    times = []
-    for _ in range(repeat):
-        cupy.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        out = run()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
-    return out, times
-
-
 def _profile_fof(cupy, snap, args, env):
     from cosmo_dask.halos import fof
 
@@ -157,7 +146,7 @@ def _profile_fof(cupy, snap, args, env):
             cat = fof(snap, 0.2, min_members=20, centers=("mbp", "mcp"), n_domains=nd).catalog
             return np.sort(cupy.asnumpy(cat["n_members"].values))
 
-        members, times = _timed_runs(cupy, run, args.repeat)
+        _, times, members = gpu_seconds(run, args.repeat)
         if reference is None:
             reference = members
         cb = TaskTimes(cupy)

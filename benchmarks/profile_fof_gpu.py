@@ -29,22 +29,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_halos import particles  # noqa: E402
+from timing import gpu_seconds  # noqa: E402
 
 from cosmo_dask import Snapshot, open_snapshot  # noqa: E402
 from cosmo_dask.halos import fof_labels  # noqa: E402
 from cosmo_dask.snapshot import GPU_READ_ROWS  # noqa: E402
-
-
-def _timed(cupy, fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        cupy.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        fn()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), times
 
 
 def _profile(fn, n=25):
@@ -78,7 +67,7 @@ def main(argv=None):
     d_snap = Snapshot.from_arrays(pos, ids=ids, box_size=box,
                                   chunks=GPU_READ_ROWS).to_device("gpu").persist()
     run_dev = lambda: fof_labels(d_snap, ll, min_members=args.min_members).labels.compute()  # noqa: E731
-    t_dev, times = _timed(cupy, run_dev, args.repeat)
+    t_dev, times, _ = gpu_seconds(run_dev, args.repeat)
     print(json.dumps({"what": "fof_labels, device-resident", "seconds": t_dev,
                       "particles_per_s": n / t_dev, "all": times,
                       **env}), flush=True)
@@ -88,13 +77,13 @@ def main(argv=None):
         snap.to_zarr(f"{tmp}/s.zarr")
         store = open_snapshot(f"{tmp}/s.zarr", device="gpu")
         nbytes = pos.nbytes + ids.nbytes
-        t_read, times = _timed(cupy, lambda: dask.compute(store.pos, store.ids), args.repeat)
-        t_pos, _ = _timed(cupy, lambda: store.pos.compute(), args.repeat)
+        t_read, times, _ = gpu_seconds(lambda: dask.compute(store.pos, store.ids), args.repeat)
+        t_pos, _, _ = gpu_seconds(lambda: store.pos.compute(), args.repeat)
         print(json.dumps({"what": "store read, pos and ids", "seconds": t_read,
                           "pos_alone_s": t_pos, "bytes": nbytes,
                           "GB_per_s": nbytes / t_read / 1e9, "all": times, **env}), flush=True)
         run_store = lambda: fof_labels(store, ll, min_members=args.min_members).labels.compute()  # noqa: E731
-        t_e2e, times = _timed(cupy, run_store, args.repeat)
+        t_e2e, times, _ = gpu_seconds(run_store, args.repeat)
         print(json.dumps({"what": "fof_labels from the store", "seconds": t_e2e,
                           "particles_per_s": n / t_e2e, "all": times,
                           **env}), flush=True)

@@ -49,3 +49,21 @@ def env_of(bench: str, args) -> dict:
     if hasattr(args, "method"):
         env["method"] = args.method
     return env
+
+
+def gpu_seconds(fn, repeat: int, warm: int = 1):
+    """``(median, times, last result)`` of ``repeat`` calls of ``fn`` after ``warm``
+    warm-up calls, wall-clock seconds with the CUDA device synchronised around each."""
+    import cupy
+
+    out = None
+    for _ in range(warm):
+        out = fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times, out
