@@ -151,3 +151,15 @@ def test_many_kinds_are_summed():
                                      (245, "4 min 05 s"), (7380, "2 h 03 min")])
 def test_format_seconds(t, text):
     assert progress.format_seconds(t) == text
+
+
+def test_worker_count_and_threads_follow_the_active_client(client):
+    """What domain and slab counts are sized by: the workers and threads of the client
+    dask would use now, this machine's cores without one."""
+    import os
+
+    assert progress.worker_count() == len(client.scheduler_info()["workers"]) == 2
+    assert progress.worker_threads() == sum(client.nthreads().values()) == 2
+    with dask.config.set(scheduler="threads"):  # the client exists but is not used
+        assert progress.worker_count() == 1
+        assert progress.worker_threads() == (os.cpu_count() or 1)
