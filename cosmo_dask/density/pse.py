@@ -59,16 +59,23 @@ def _root(root, box_size, blocks):
 
 
 def column_workers(values):
-    """Worker address holding each persisted column, or None without a distributed client."""
+    """Worker address holding each persisted column, or None without a distributed client.
+
+    Also None when some column has no holder after three tries (a worker was lost
+    between the wait and the query, and the scheduler is computing its columns again):
+    the tasks are then placed by the scheduler, as without a client."""
     client = active_client(*values)
     if client is None:
         return None
     from distributed import futures_of, wait
 
     futures = futures_of(values)
-    wait(futures)
-    where = client.who_has(futures)
-    return [sorted(where[v.key])[0] if where.get(v.key) else None for v in values]
+    for _ in range(3):
+        wait(futures)
+        where = client.who_has(futures)
+        if all(where.get(v.key) for v in values):
+            return [sorted(where[v.key])[0] for v in values]
+    return None
 
 
 def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
