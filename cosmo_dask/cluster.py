@@ -16,6 +16,7 @@ context manager), and at interpreter exit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -63,6 +64,7 @@ def quiet_workers(client) -> None:
             return
 
 
+@functools.cache
 def _client_class():
     """distributed's Client, closed again when it fails to start.
 

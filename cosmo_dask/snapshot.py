@@ -859,8 +859,8 @@ def open_snapshot(
             unchecked["pos"] = wrapped_positions(unchecked["pos"], float(box))
     fields = {k.partition("/")[2]: read_array(a, k, src, rows, device=device)
               for k, a in stored_fields.items()}
-    snap = Snapshot(arrays, attrs, source=src, unchecked=unchecked, fields=fields)
-    return snap.to_device(device) if device == "gpu" else snap
+    # every array was read on ``device`` (zarr_read.read_array)
+    return Snapshot(arrays, attrs, source=src, unchecked=unchecked, fields=fields)
 
 
 __all__ = ["Snapshot", "open_snapshot", "ARRAY_NAMES"]

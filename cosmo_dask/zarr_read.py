@@ -26,6 +26,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from .backend import to_device
 from .chunk_manifest import MANIFEST, check_chunks, local_root
 from .errors import SnapshotError
 from .validation import CHECKED_ARRAYS, check_block, checked_array, range_is_valid
@@ -118,6 +119,12 @@ def _read_into(path: str, dest: np.ndarray, skip_rows: int, width: int, what: st
     return lo, hi
 
 
+def _store_chunks(lo: int, hi: int, rows: int):
+    """``(c, a, b)``: store chunk ``c`` holds rows ``[a, b)`` of the range ``[lo, hi)``."""
+    for c in range(lo // rows, (hi - 1) // rows + 1 if hi > lo else lo // rows):
+        yield c, max(lo, c * rows), min(hi, (c + 1) * rows)
+
+
 def _read_rows(
     plan: dict[str, Any], lo: int, hi: int, name: str, check: dict | None = None
 ) -> np.ndarray:
@@ -133,9 +140,8 @@ def _read_rows(
     width = flat.shape[1] * dtype.itemsize
     vmin, vmax = np.inf, -np.inf
     what = f"{plan['root']}: array '{name}'"
-    for c in range(lo // rows, (hi - 1) // rows + 1 if hi > lo else lo // rows):
+    for c, a, b in _store_chunks(lo, hi, rows):
         c_lo = c * rows
-        a, b = max(lo, c_lo), min(hi, c_lo + rows)
         dest = flat[a - lo : b - lo]
         path = os.path.join(plan["root"], plan["keys"][c])
         try:
@@ -240,8 +246,7 @@ def _read_rows_gpu(
                 copy(flat[p - lo : q - lo], host_rows[: q - p], stream)
 
     pieces = []
-    for c in range(lo // rows, (hi - 1) // rows + 1 if hi > lo else lo // rows):
-        a, b = max(lo, c * rows), min(hi, (c + 1) * rows)
+    for c, a, b in _store_chunks(lo, hi, rows):
         if plan["compressor"] is not None:
             pieces.append((c, a, b))  # one decode per store chunk, copied piece by piece
         else:
@@ -286,8 +291,6 @@ def read_array(
     With ``device="gpu"`` the chunks are CuPy arrays, read through pinned buffers
     straight to the GPU and checked there (:func:`_read_rows_gpu`).
     """
-    from .backend import to_device
-
     n = zarray.shape[0]
     store_rows = zarray.chunks[0]
     rows = rows or store_rows
