@@ -8,11 +8,13 @@ al. 2012) for the same cosmology and sigma8, for 0.05 <= k <= 1 h/Mpc.
 
     python benchmarks/bench_simulation_boost.py --n-side 128 --box 256 --steps 40
 
-``--from FILE`` skips the run and compares the boosts a device run of
-``bench_simulation_treepm.py`` wrote (each of its configs, or ``--config NAME``) with
-halofit and with EuclidEmulator2 (``pip install euclidemu2``, which needs GSL:
-``apt-get install libgsl-dev pkg-config``; its cosmology at the primordial amplitude
-CAMB gives for the run's sigma8, massless neutrinos, w = -1).
+``--from FILE [FILE ...]`` skips the run and compares the boosts device runs of
+``bench_simulation_treepm.py`` wrote (each of their configs, or ``--config NAME``) with
+halofit and with EuclidEmulator2; rows of one config from several logs (other seeds)
+are averaged, and their halos pooled into one mass function against Watson et al.
+2013. EuclidEmulator2: ``pip install euclidemu2``, which needs GSL (``apt-get install
+libgsl-dev pkg-config``); its cosmology at the primordial amplitude CAMB gives for the
+run's sigma8, massless neutrinos, w = -1.
 
 Prints one JSON line per redshift with the per-k ratios.
 """
@@ -20,10 +22,13 @@ Prints one JSON line per redshift with the per-k ratios.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import dask
 import numpy as np
 from timing import box_parser, emit, env_of
+
+HERE = Path(__file__).resolve().parent
 
 
 def _camb_results(cosmo, redshifts, kmax, halofit: bool):
@@ -84,44 +89,101 @@ def ee2_boost(cosmo, redshifts):
                            for i, z in enumerate(redshifts)}
 
 
-def compare_saved(path, config, env):
-    """The boosts of a ``bench_simulation_treepm.py`` log against halofit and EE2."""
+def _saved_rows(paths, config):
+    """The config rows of ``bench_simulation_treepm.py`` logs, grouped by config name."""
     import json
 
+    groups: dict = {}
+    for path in paths:
+        for line in open(path):
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            if "config" in row and (config is None or row["config"] == config):
+                groups.setdefault(row["config"], []).append((str(path), row))
+    return groups
+
+
+def _combined_masses(rows, omega_m: float):
+    """Every run's FOF masses rebuilt from the logs' member-count histograms, the
+    particle mass, and the number of runs (each a box of the same volume)."""
+    masses, runs, m_p = [], 0, None
+    for _, row in rows:
+        halos = row.get("halos")
+        if not halos:
+            return None
+        # the runs' particle mass, as the ICs set it (1e10 Msun/h)
+        m_p = omega_m * 27.7536627 * (row["box"] / row["n_side"]) ** 3 if m_p is None else m_p
+        for counts, how_many in halos["member_counts"].values():
+            masses.append(np.repeat(np.asarray(counts, dtype=np.float64) * m_p, how_many))
+            runs += 1
+    return np.concatenate(masses), m_p, runs
+
+
+def compare_saved(paths, config, env):
+    """The boosts of ``bench_simulation_treepm.py`` logs against halofit and EE2. Rows
+    of the same config from several logs (other seeds) are averaged: the boost over the
+    logs (each already its pair's mean), the mass function over every run's halos."""
     from cosmo_dask.models import Cosmology
 
-    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
-    rows = [r for r in rows if "config" in r and (config is None or r["config"] == config)]
-    for row in rows:
-        cosmo = Cosmology()  # the runs' default cosmology
-        zs = sorted(float(z) for z in row["outputs"])
+    cosmo = Cosmology()  # the runs' default cosmology
+    for name, rows in _saved_rows(paths, config).items():
+        zs = sorted(float(z) for z in rows[0][1]["outputs"])
         refs = {"halofit": halofit_boost(cosmo, zs, 1.5)}
         try:
             refs["ee2"] = ee2_boost(cosmo, zs)
         except ImportError:
             pass
+        info = {**env, "source": [p for p, _ in rows], "config": name,
+                "seeds": [r.get("seed") for _, r in rows],
+                "runs": sum(r.get("runs", 1) for _, r in rows), "fixed": rows[0][1].get("fixed")}
         for z in zs:
-            out = row["outputs"][f"{z:g}"]
-            k, boost = np.asarray(out["k"]), np.asarray(out["boost"])
+            outs = [r["outputs"][f"{z:g}"] for _, r in rows]
+            k = np.asarray(outs[0]["k"])
+            if any(o["k"] != outs[0]["k"] for o in outs):
+                raise SystemExit(f"{name}: the logs' k bins differ at z = {z:g}")
+            per_log = np.asarray([o["boost"] for o in outs])
+            boost = per_log.mean(axis=0)
             keep = (k >= 0.05) & (k <= 1.0)
             fields = {}
-            for name, (k_ref, b_ref) in refs.items():
+            for ref_name, (k_ref, b_ref) in refs.items():
                 ref = np.interp(np.log(k[keep]), np.log(k_ref), b_ref[round(z, 6)])
                 ratio = boost[keep] / ref
-                fields[name] = {"ratio": [round(float(v), 4) for v in ratio],
-                                "max_abs_ratio_minus_1": round(float(np.max(np.abs(ratio - 1))),
-                                                               4),
-                                "ratio_at_k1": round(float(ratio[-1]), 4)}
-            emit({**env, "source": str(path), "config": row["config"],
-                  "runs": row.get("runs", 1), "fixed": row.get("fixed")}, z=z,
-                 k=[round(float(v), 4) for v in k[keep]],
-                 boost=[round(float(v), 4) for v in boost[keep]], **fields)
+                fields[ref_name] = {
+                    "ratio": [round(float(v), 4) for v in ratio],
+                    "max_abs_ratio_minus_1": round(float(np.max(np.abs(ratio - 1))), 4),
+                    "bins_within_3pct": int(np.sum(np.abs(ratio - 1) <= 0.03)),
+                    "ratio_at_k1": round(float(ratio[-1]), 4),
+                    "per_log_max_abs_ratio_minus_1": [
+                        round(float(np.max(np.abs(b[keep] / ref - 1))), 4) for b in per_log]}
+            # the spread of the logs' boosts: the error of their mean
+            sem = (per_log[:, keep].std(axis=0, ddof=1) / np.sqrt(len(outs))
+                   / boost[keep] if len(outs) > 1 else None)
+            emit(info, z=z, bins=int(keep.sum()), k=[round(float(v), 4) for v in k[keep]],
+                 boost=[round(float(v), 4) for v in boost[keep]],
+                 boost_rel_sem=(None if sem is None else [round(float(v), 4) for v in sem]),
+                 **fields)
+        combined = _combined_masses(rows, cosmo.Omega_m) if len(rows) > 1 else None
+        if combined:
+            from bench_simulation_halos import mass_function_rows
+
+            masses, m_p, runs = combined
+            power = rows[0][1].get("power")
+            power = None if power in (None, "eisenstein_hu") else str(HERE / power)
+            bins, worst = mass_function_rows(masses, m_p, rows[0][1]["box"] * runs ** (1 / 3),
+                                             cosmo.as_dict(), power_spectrum=power)
+            used = [b for b in bins if b["counts"] >= 30]
+            emit(info, halos_runs=runs, n_halos=int(masses.size), mass_function=bins,
+                 max_abs_ratio_minus_1=worst,
+                 bins_within_15pct=sum(abs(b["ratio"] - 1) <= 0.15 for b in used),
+                 bins_used=len(used))
 
 
 def main(argv=None):
     ap = box_parser(__doc__, n_side=128, box=256.0, steps=40)
-    ap.add_argument("--from", dest="source", default=None,
-                    help="compare the boosts of a bench_simulation_treepm.py log")
+    ap.add_argument("--from", dest="source", nargs="+", default=None,
+                    help="compare the boosts of bench_simulation_treepm.py logs (several: "
+                         "rows of one config averaged)")
     ap.add_argument("--config", default=None)
     args = ap.parse_args(argv)
     if args.source:

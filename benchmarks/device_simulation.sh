@@ -5,6 +5,12 @@
 #                   candidate defaults and theta 0.3 / twice the steps; linear growth
 #                   in 1000 Mpc/h (paired-and-fixed, PM and TreePM)
 #   PART=validate   paired-and-fixed 256^3 runs of CONFIGS (boost, halos, float64)
+#   PART=seeds      the default run (128 steps in a, theta 0.5, float32) paired-and-fixed
+#                   for each seed of SEEDS (default "8 9"), T_SEED (240) s each, one
+#                   log per seed (validate256_seedS.jsonl): more phases for the boost
+#                   and the mass function (bench_simulation_boost.py --from A B ...)
+#   PART=precision  the default run in float32 and float64 (fixed ICs, seed 7, no halos):
+#                   the P(k) at z = 0 of the two against each other (T_PREC, 560 s)
 #   PART=speed      bench_simulation.py at 256^3 and 512^3 with the step split
 #   PART=treepm-speed  (issue 17 item 7) the gpu tests of the truncated kernel, the GPU
 #                   tree, the tree graph, TreePM and the simulation (T_TESTS s, TESTS=0
@@ -56,6 +62,18 @@ case "${PART:-converge}" in
       --box 256 --z-init 49 --power $TABLE --fixed --outputs 1 \
       --configs treepm:fastpm:0.3:256:float32:a 2>&1 | tee "$OUT/converge256_x2.jsonl" \
       | cut -c1-300 ;;
+  seeds)
+    for s in ${SEEDS:-8 9}; do
+      timeout ${T_SEED:-240} python3 bench_simulation_treepm.py --device gpu --n-side 256 \
+        --box 256 --z-init 49 --power $TABLE --fixed --paired --outputs 1 --seed $s \
+        --configs treepm:fastpm:0.5:128:float32:a 2>&1 \
+        | tee "$OUT/validate256_seed$s.jsonl" | cut -c1-300
+    done ;;
+  precision)
+    timeout ${T_PREC:-560} python3 bench_simulation_treepm.py --device gpu --n-side 256 \
+      --box 256 --z-init 49 --power $TABLE --fixed --no-halos --outputs 1 \
+      --configs treepm:fastpm:0.5:128:float32:a treepm:fastpm:0.5:128:float64:a 2>&1 \
+      | tee "$OUT/precision256.jsonl" | cut -c1-400 ;;
   speed)
     python3 bench_simulation.py --device gpu ${SPEED_ARGS:---n-side 256 512 --method treepm} \
       2>&1 | tee "$OUT/speed.jsonl" | cut -c1-400 ;;
