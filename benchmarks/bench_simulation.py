@@ -12,7 +12,9 @@ log row comes from ``simulation.run`` (``seconds``, ``force_seconds``).
     python benchmarks/bench_simulation.py --device gpu --n-side 256 512 --method treepm \
         --steps 5 --split --split-repeat 2 --no-pm-force --split-trees 32:32 16:32
 
-Prints one JSON line per (n_side, method) and one per PM-force timing.
+Prints one JSON line per (n_side, method) and one per PM-force timing. PM rows on a GPU
+also carry the bytes a PM step must move at least (:func:`pm_step_bytes`) and the time
+those take at the device's peak memory bandwidth (from its memory clock and bus width).
 """
 
 from __future__ import annotations
@@ -81,7 +83,15 @@ def main(argv=None):
                 later = res.log[1:] or res.log
                 step = statistics.median(r["seconds"] for r in later)
                 force = statistics.median(r["force_seconds"] for r in later)
+                extra = {}
+                if method == "pm" and args.device == "gpu":
+                    nbytes = pm_step_bytes(n_side**3, n_mesh)
+                    bw = peak_bandwidth()
+                    extra = {"step_bytes_lower_bound": nbytes, "peak_bandwidth_Bps": bw,
+                             "bandwidth_s": round(nbytes / bw, 5),
+                             "step_over_bandwidth": round(step / (nbytes / bw), 1)}
                 emit(env, n_side=n_side, n_particles=n_side**3, method=method, n_mesh=n_mesh,
+                     **extra,
                      steps=len(res.log), run_s=round(total, 3), ics_persist_s=round(read, 3),
                      step_s=round(step, 4), force_s=round(force, 4),
                      kick_drift_s=round(step - force, 4),
@@ -107,6 +117,30 @@ def main(argv=None):
                 emit(env, n_side=n_side, n_particles=n_side**3, what="pm_force", n_mesh=n_mesh,
                      seconds=round(statistics.median(times[1:]), 4),
                      first_s=round(times[0], 4))
+
+
+def pm_step_bytes(n_particles: int, n_mesh: int, *, meshes: int = 2, itemsize: int = 4) -> int:
+    """The fewest bytes one PM step (interlaced: ``meshes`` meshes, 3 force components,
+    float32 meshes and particles) moves through device memory, each array read or
+    written once per pass: per mesh, painting reads the positions and zeroes and writes
+    the mesh (12 N + 8 n^3); the r2c FFT reads it and writes the half complex mesh
+    (8 n^3); the Green's function and gradients read that and write three (16 n^3); three
+    c2r FFTs (24 n^3); the interpolation reads the positions and the three meshes and
+    writes three float64 columns (12 N + 12 n^3 + 24 N). The kick and drift read
+    positions, velocities and accelerations and write positions and velocities (60 N).
+    cuFFT's several passes and painting's atomics move more: a lower bound."""
+    n3 = n_mesh**3 * itemsize / 4
+    per_mesh = 12 * n_particles + 8 * n3 + 8 * n3 + 16 * n3 + 24 * n3 + 36 * n_particles \
+        + 12 * n3
+    return int(meshes * per_mesh + 60 * n_particles)
+
+
+def peak_bandwidth() -> float:
+    """The GPU's peak memory bandwidth (bytes/s): double data rate x memory clock x bus."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    return 2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8
 
 
 def force_split(snap, n_mesh: int, params: dict, repeat: int = 3, trees=()) -> dict:

@@ -59,7 +59,7 @@ def main(argv=None):
         from distributed import wait
         wait(patches)
         t["deposit"] = time.perf_counter() - t0
-        from cosmo_dask.density.octree_result import DensityOctree
+        from cosmo_dask.density.octree_model import DensityOctree
 
         octree = DensityOctree(root_lo, root_size, p, layout.level, layout.origin, patches,
                                box_size=box, attrs={})

@@ -296,7 +296,7 @@ def _output_kind(args) -> tuple[str, str]:
         from .gravity.output import FORMAT
         return "gravity store", FORMAT
     if getattr(args, "method", None) == "pse":
-        from .density.octree_result import FORMAT
+        from .density.octree_store import FORMAT
         return "density octree store", FORMAT
     from .density.mesh_store import FORMAT
     return "mesh store", FORMAT

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot
-from cosmo_dask.density import paint, pse_density
+from cosmo_dask.density import DensityOctree, open_density_octree, paint, pse_density
 from cosmo_dask.density.mesh_store import open_mesh, write_mesh
-from cosmo_dask.density.octree_result import DensityOctree, open_density_octree
 from cosmo_dask.expansion import MEX, SCF
 from cosmo_dask.expansion.output import open_expansion, write_expansion
 from cosmo_dask.gravity import accelerations, open_gravity

@@ -2,7 +2,8 @@
 tessellation and exact tetrahedron deposits behind them; mesh painting
 (NGP/CIC/TSC/PCS)."""
 
-from .octree_result import DensityOctree, open_density_octree
+from .octree_model import DensityOctree
+from .octree_store import open_density_octree
 from .paint import density_contrast, paint
 from .pse import pse_density
 from .tessellation import block_tetrahedra, lagrangian_blocks, snapshot_tetrahedra

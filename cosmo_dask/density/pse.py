@@ -11,7 +11,7 @@ Pipeline (Kaehler's ADECO on Dask):
 3. :mod:`~.pse_schedule`: the deposit as a Dask graph, strategy "gather" (one
    task per leaf, blocks moved to it) or "reduce" (partial patches per worker,
    summed by a tree).
-4. The result is a :class:`~.octree_result.DensityOctree`, with its patches
+4. The result is a :class:`~.octree_model.DensityOctree`, with its patches
    persisted (in worker memory under a distributed client).
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from ..backend import array_module
 from ..errors import ParameterError
 from ..progress import active_client
-from .octree_result import DensityOctree
+from .octree_model import DensityOctree
 from .pse_octree import build_octree, check_octree_params, default_root
 from .pse_schedule import choose_strategy, gather_graph, leaf_items, reduce_graph
 from .tessellation import _lagrangian, block_columns
