@@ -12,7 +12,8 @@ capability the graph is built, never run, and inspected:
   output sizes (array chunks: ``prod(chunk shape) * itemsize`` from the layers'
   collection annotations; a ``getitem`` of a multi-output task: its share of the
   parent; a few functions known to return small tables count 0; any other task:
-  the sum of its inputs -- data-conserving, an estimate);
+  the sum of its inputs -- data-conserving, an estimate; a PM interpolation task returns
+  its piece's rows and one float64 column per mesh slab it reads);
 * ``scheduler_mem_bytes``: the peak-RSS growth of the (fresh) process while
   building and materialising the graph, and ``pickle_bytes`` of the graph.
 
@@ -78,6 +79,11 @@ SAME_SIZE_FUNCS = {"_add", "_squeeze"}
 #: chunk from the extension (its input is that chunk, not the barrier)
 P2P_SENTINEL_FUNCS = {"rechunk_transfer", "p2p_barrier"}
 P2P_UNPACK_FUNCS = {"rechunk_unpack"}
+#: the PM interpolation of one piece at the slabs it reads: returns (rows int64, values
+#: float64 (m, one column per slab read)) for the piece's m particles (counted from the
+#: piece's estimate, which carries the float32 positions: 12 bytes a particle)
+INTERP_FUNCS = {"_interp_piece"}
+PIECE_BYTES_PER_PARTICLE = 12
 
 
 class EagerCompute(Exception):
@@ -298,6 +304,10 @@ def input_bytes(dsk: dict, arrays: dict, kind_bytes: dict | None = None) -> dict
             inp = size or 0
         if size is None and kind_bytes and _kind(key) in kind_bytes:
             size = kind_bytes[_kind(key)]
+        if size is None and fname in INTERP_FUNCS:
+            slabs = [d for d in deps if chunk_nbytes(d) is not None]
+            piece = sum(out_size.get(d, 0) for d in deps if chunk_nbytes(d) is None)
+            size = piece // PIECE_BYTES_PER_PARTICLE * 8 * (1 + len(slabs))
         if size is None:
             if fname in SMALL_OUTPUT_FUNCS or fname in P2P_SENTINEL_FUNCS:
                 size = 0
@@ -365,7 +375,7 @@ def inspect(collections, rss0: int, hlg=None, known=(),
     mat_s = time.perf_counter() - t0
     row = {"tasks": len(dsk), "materialise_s": round(mat_s, 3),
            "layers": len(layers) if layers is not None else None,
-           "tasks_by_kind": dict(sorted(layer_counts.items(), key=lambda kv: -kv[1])[:12])}
+           "tasks_by_kind": dict(sorted(layer_counts.items(), key=lambda kv: -kv[1])[:40])}
     row["scheduler_mem_bytes"] = max(0, max(_maxrss(), _rss()) - rss0)
     t1 = time.perf_counter()
     arrays = chunk_sizes(hlg)
