@@ -58,7 +58,8 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_after_vm.jsonl"
 #: ``treepm``/``pk`` ask for n_mesh = n_side; ``treepm-max``/``pk-max`` for the largest
 #: n_mesh the code accepts (min(n_side, MAX_N_MESH = 4096): the same since the slab FFT)
-CASES = ("fof", "tree", "treepm", "treepm-max", "pk", "pk-max", "ics1", "ics2")
+#: ``treepm-acc``: as ``treepm`` without the potential (``potential=False``)
+CASES = ("fof", "tree", "treepm", "treepm-max", "treepm-acc", "pk", "pk-max", "ics1", "ics2")
 MESH_CAP = 4096
 #: DESIGN.md: "keep graphs under ~100k tasks"; the brief's per-task input bound
 MAX_TASKS = 100_000
@@ -612,7 +613,8 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
             colls = [x for x in res if x is not None]
             kind_bytes = tree_kind_bytes(n)
     elif case.startswith("treepm"):
-        nm = n_side if case == "treepm" else min(n_side, MESH_CAP)
+        nm = min(n_side, MESH_CAP) if case == "treepm-max" else n_side
+        pot = case != "treepm-acc"
         from cosmo_dask.gravity.parameters import R_SPLIT_CELLS, default_r_cut
 
         pred = tree_prediction(n, len(snap.pos.chunks[0]), float(snap.box_size),
@@ -635,19 +637,20 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
                 pos, m, _ = checked_particles(snap.pos, snap.particle_mass, box, "treepm")
                 return (long_range(pos, m, G=float(snap.G), box_size=box, n_mesh=nm,
                                    r_split=R_SPLIT_CELLS * box / nm, dtype=np.dtype("float32"),
-                                   potential=True, interlace=True),)
+                                   potential=pot, interlace=True),)
             res, dt, err = attempt(pm_part)
             if isinstance(res, tuple):
                 colls = list(res)
             nm = None
     if case.startswith("treepm") and nm is not None:
-        row["call"] = f'gravity.accelerations(snap, method="treepm", n_mesh={nm})'
+        row["call"] = (f'gravity.accelerations(snap, method="treepm", n_mesh={nm}'
+                       + (")" if pot else ", potential=False)"))
         res, dt, err = attempt(lambda: cosmo_dask.gravity.accelerations(
-            snap, method="treepm", n_mesh=nm))
+            snap, method="treepm", n_mesh=nm, potential=pot))
         if isinstance(res, EagerCompute) and err is None:
             row["call"] += " -> check=False"
             res, dt, err = attempt(lambda: cosmo_dask.gravity.accelerations(
-                snap, method="treepm", n_mesh=nm, check=False))
+                snap, method="treepm", n_mesh=nm, check=False, potential=pot))
         if isinstance(res, tuple):
             colls = [x for x in res if x is not None]
             kind_bytes = tree_kind_bytes(n)

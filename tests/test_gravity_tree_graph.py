@@ -207,33 +207,3 @@ def test_block_lets_periodic_nearest_image(monkeypatch):
     np.testing.assert_array_equal(out[True][0], out[False][0])
     np.testing.assert_array_equal(out[True][1], out[False][1])
 
-
-def test_block_lets_with_a_cutoff(monkeypatch):
-    """TreePM's short range (periodic, truncated at r_cut) on 64 domains: a source sends
-    one LET per neighbouring level-1 block (7) and one per neighbour in its own block (7),
-    896 LET tasks instead of 64 x 26 = 1,664, and the forces are the per-pair LETs' bit
-    for bit; both against the truncated direct sum."""
-    import cosmo_dask.gravity.tree_graph as tg
-
-    rng = np.random.default_rng(12)
-    box, n, rs = 10.0, 6000, 0.4
-    x = rng.uniform(0, box, (n, 3))
-    x[:2000] = (2.5 + 0.6 * rng.standard_normal((2000, 3))) % box  # a clump on a corner
-    m = rng.uniform(0.5, 1.5, n)
-    pos, mass = da.from_array(x, chunks=(1500, 3)), da.from_array(m, chunks=1500)
-    out = {}
-    for blocks in (True, False):
-        monkeypatch.setattr(tg, "LET_BLOCKS", blocks)
-        acc, pot = tg.tree_accelerations(pos, mass, G=1.0, theta=0.5, box_size=box, rs=rs,
-                                         n_domains=64)
-        names = [k[0] for k in dict(acc.__dask_graph__()) if isinstance(k, tuple)]
-        pair = sum(n.startswith("gravity-let-") for n in names)
-        block = sum(n.startswith("gravity-blocklet-") for n in names)
-        assert (pair, block) == ((448, 448) if blocks else (64 * 26, 0)), (pair, block)
-        out[blocks] = dask.compute(acc, pot)
-    np.testing.assert_array_equal(out[True][0], out[False][0])
-    np.testing.assert_array_equal(out[True][1], out[False][1])
-    idx = rng.choice(n, 300, replace=False)
-    ref_a, ref_p = direct_reference(x, m, idx, box=box, rs=rs, r_cut=4.5 * rs)
-    assert np.median(rel_err(out[True][0][idx], ref_a)) <= 1e-3
-    assert np.median(np.abs(out[True][1][idx] / ref_p - 1)) <= 1e-3

@@ -324,8 +324,9 @@ def _pm_by_passes(monkeypatch, pos, mass, *, meshes_fit: float, chunks=1000, sla
     monkeypatch.setattr(paint, "memory_per_worker",
                         lambda gpu: (int(meshes_fit * n**3 * 8), "worker"))
     monkeypatch.setattr(paint, "worker_count", lambda: 1)
-    p = da.from_array(pos, chunks=(chunks, 3))
-    m = da.from_array(mass, chunks=chunks)
+    cpu = isinstance(pos, np.ndarray)  # CuPy arrays: chunks kept as they are
+    p = da.from_array(pos, chunks=(chunks, 3), asarray=None if cpu else False)
+    m = da.from_array(mass, chunks=chunks, asarray=None if cpu else False)
     acc, pot = pm_accelerations(p, m, G=1.0, box_size=box, n_mesh=n, r_split=0.5,
                                 slabs=slabs)
     passes = {str(k[0]) for k in dict(acc.__dask_graph__())
@@ -375,3 +376,26 @@ def test_pm_force_passes_are_bit_for_bit(monkeypatch):
     for a, b in zip(ref, first, strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * np.abs(a).max())
     assert np.abs(first[0]).max() > 0 and np.abs(first[1]).max() > 0
+
+
+@pytest.mark.gpu
+def test_gpu_pm_force_passes(monkeypatch):
+    """CuPy chunks: one interpolation pass per interlaced mesh and one per mesh and
+    component (forced by the workers' memory) equal the CPU graph's forces and
+    potentials to float64 rounding (atomicAdd deposits sum in no fixed order)."""
+    cupy = pytest.importorskip("cupy")
+
+    rng = np.random.default_rng(21)
+    pos = _positions(rng, 20000, 12, 10.0)
+    mass = rng.uniform(0.5, 2.0, 20000)
+    acc, pot, _ = _pm_by_passes(monkeypatch, pos, mass, meshes_fit=6.0, chunks=3000)
+    with dask.config.set(scheduler="threads"):
+        cpu = dask.compute(acc, pot)
+    # on a GPU the check adds 0.7 meshes for the transposes: 6 + 0.7 must fit
+    for fit, n_passes in ((6.75, 2), (6.65, 8)):
+        acc, pot, passes = _pm_by_passes(monkeypatch, cupy.asarray(pos), cupy.asarray(mass),
+                                         meshes_fit=fit, chunks=3000)
+        assert len(passes) == n_passes, passes
+        got = [v.get() for v in dask.compute(acc, pot)]
+        for a, b in zip(cpu, got, strict=True):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * np.abs(a).max())

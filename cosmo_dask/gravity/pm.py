@@ -21,13 +21,17 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    the slab's force (and potential) components at the chunk's particles that
    reach it; ``gravity-pm-interp``: one task per chunk adds the slabs' parts,
    averages the interlaced pair and returns the chunk's rows in input order.
+   With several slabs the meshes are interpolated in passes (:func:`force_passes`:
+   one per interlaced mesh, or per mesh and component), the passes before the last
+   named ``gravity-pm-interp-part-*``; the last pass's gathers read their columns.
 
 Memory: no task holds more than about :data:`~cosmo_dask.density.paint.TASK_SLABS`
 slabs (``4 / S`` of a mesh) unless the mesh is one slab (the default up to a
 256 MiB complex mesh: ``n <= 400`` in float32, 320 in float64), whose pipeline
 runs in one worker at a time (about 8 meshes). Over the cluster the potential's
-k-space mesh, the component in flight and its transposes are alive at once,
-about 3 meshes per shift (Dask spills what does not fit). ``n_mesh`` up to
+k-space mesh, one mesh's ``c`` components and the transposes in flight are alive
+at once, about ``c + 2`` meshes, when the workers hold them together; else the
+component in flight only, about 3 meshes (Dask spills what does not fit). ``n_mesh`` up to
 :data:`MAX_N_MESH` (4096), prime factors 2, 3, 5, 7; the memory is checked
 before any work (:func:`cosmo_dask.density.paint.mesh_slabs`).
 """
@@ -229,12 +233,16 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
 
     The graph of the module docstring; ``slabs`` as in
     :func:`cosmo_dask.density.paint.paint_meshes` (default: chosen and checked
-    against the workers' memory). A mesh in several slabs is solved one force
-    component at a time (each component's mesh is made once the previous one
-    has been interpolated, the second interlaced mesh once the first is done:
-    :func:`cosmo_dask.spatial.slabs.after`), so that the cluster holds the
-    potential's k-space mesh and one component at a time; a one-slab mesh
-    interpolates all its components in one task per chunk.
+    against the workers' memory). A mesh in several slabs is interpolated in
+    passes (:func:`force_passes`): one per interlaced mesh, reading all its
+    components, when the workers hold ``c +`` :data:`PASS_EXTRA_MESHES` meshes
+    together; else one per mesh and force component (each component's mesh made
+    once the previous one has been interpolated), so that the cluster holds the
+    potential's k-space mesh and one component at a time. The second interlaced
+    mesh is painted once the first is interpolated
+    (:func:`cosmo_dask.spatial.slabs.after`). The last pass's gathers finish the
+    chunks. A one-slab mesh interpolates all its components in one task per chunk.
+    The values are the same bit for bit in every case.
     """
     shifts = (0.0, 0.5) if interlace else (0.0,)
     c = 4 if potential else 3

@@ -76,11 +76,12 @@ __all__ = ["DEFAULT_SLAB_BYTES", "LARGE_SLAB_BYTES", "MAX_DEFAULT_SLABS", "MAX_N
 DEFAULT_SLAB_BYTES = 64 * 2**20
 #: Most slabs of the default count while slabs of up to :data:`LARGE_SLAB_BYTES` suffice:
 #: every exchange (painting, transposes, interpolation) has tasks per slab, so a big mesh
-#: takes fewer, larger slabs (2048^3 in float32: 96 slabs, not 513).
+#: takes fewer, larger slabs (2048^3 in float32: 103 slabs, not 513).
 MAX_DEFAULT_SLABS = 96
 #: Largest target bytes of one complex slab of the default count (see MAX_DEFAULT_SLABS):
-#: a PM interpolation task reads 4 real slabs of about this size (1.5 GiB)
-LARGE_SLAB_BYTES = 384 * 2**20
+#: a PM interpolation task reads 4 real slabs of about this size in float32 (1.25 GiB),
+#: the 2LPT source 6 in float64 (1.9 GiB)
+LARGE_SLAB_BYTES = 320 * 2**20
 #: A mesh whose complex k-space mesh is at most this big is one slab by default (the
 #: fast path: no transpose, the FFT tasks use every core).
 SINGLE_SLAB_BYTES = 256 * 2**20
@@ -199,12 +200,13 @@ def default_slab_count(shape: tuple[int, int, int], dtype: Any, *,
     of the complex mesh, and one slab per worker thread (of the default
     distributed client, else per core of this machine), so that every thread
     has a slab; but at most :data:`MAX_DEFAULT_SLABS` (96) slabs unless slabs
-    of :data:`LARGE_SLAB_BYTES` (384 MiB) need more (2048^3 in float32: 96 slabs
-    of 21-22 planes instead of 513; in float64, 171 instead of 1,025; a complex
+    of :data:`LARGE_SLAB_BYTES` (320 MiB) need more (2048^3 in float32: 103 slabs
+    of 19-20 planes instead of 513; in float64, 205 instead of 1,025; a complex
     mesh of at most 6 GiB, up to 1171^3 in float32 and 929^3 in float64, keeps
-    its 64 MiB slabs unless more than 96 threads ask for more). Never more than the mesh's planes along the split axes
-    (``min(n0, n1)``). ``single_slab=False`` skips the one-slab fast path (for a
-    mesh whose whole pipeline would not fit one worker).
+    its 64 MiB slabs unless more than 96 threads ask for more). Never more than
+    the mesh's planes along the split axes (``min(n0, n1)``). ``single_slab=False``
+    skips the one-slab fast path (for a mesh whose whole pipeline would not fit
+    one worker).
 
     Raises
     ------
