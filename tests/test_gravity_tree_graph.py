@@ -206,4 +206,3 @@ def test_block_lets_periodic_nearest_image(monkeypatch):
         out[blocks] = dask.compute(acc, pot)
     np.testing.assert_array_equal(out[True][0], out[False][0])
     np.testing.assert_array_equal(out[True][1], out[False][1])
-
