@@ -12,7 +12,8 @@ capability the graph is built, never run, and inspected:
   output sizes (array chunks: ``prod(chunk shape) * itemsize`` from the layers'
   collection annotations; a ``getitem`` of a multi-output task: its share of the
   parent; a few functions known to return small tables count 0; any other task:
-  the sum of its inputs -- data-conserving, an estimate);
+  the sum of its inputs -- data-conserving, an estimate; a PM interpolation task returns
+  its piece's rows and one float64 column per mesh slab it reads);
 * ``scheduler_mem_bytes``: the peak-RSS growth of the (fresh) process while
   building and materialising the graph, and ``pickle_bytes`` of the graph.
 
@@ -37,6 +38,7 @@ Every case runs in a fresh subprocess (clean memory peak). Usage::
     python benchmarks/bench_graphs.py --n-side 256 --out /tmp/g.jsonl
     python benchmarks/bench_graphs.py --cases treepm,pk --max-build-tasks 1  # PM part only
     python benchmarks/bench_graphs.py --cases fof --read-chunks 1048576 --append
+    python benchmarks/bench_graphs.py --cases treepm,treepm-acc  # with, without potential
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ DEFAULT_OUT = HERE / "results" / "2026-11-25" / "bench_graphs_after_vm.jsonl"
 #: ``treepm``/``pk`` ask for n_mesh = n_side; ``treepm-max``/``pk-max`` for the largest
 #: n_mesh the code accepts (min(n_side, MAX_N_MESH = 4096): the same since the slab FFT)
 CASES = ("fof", "tree", "treepm", "treepm-max", "pk", "pk-max", "ics1", "ics2")
+#: not run by default: ``treepm-acc``, as ``treepm`` without the potential
+#: (``potential=False``)
+EXTRA_CASES = ("treepm-acc",)
 MESH_CAP = 4096
 #: DESIGN.md: "keep graphs under ~100k tasks"; the brief's per-task input bound
 MAX_TASKS = 100_000
@@ -78,6 +83,11 @@ SAME_SIZE_FUNCS = {"_add", "_squeeze"}
 #: chunk from the extension (its input is that chunk, not the barrier)
 P2P_SENTINEL_FUNCS = {"rechunk_transfer", "p2p_barrier"}
 P2P_UNPACK_FUNCS = {"rechunk_unpack"}
+#: the PM interpolation of one piece at the slabs it reads: returns (rows int64, values
+#: float64 (m, one column per slab read)) for the piece's m particles (counted from the
+#: piece's estimate, which carries the float32 positions: 12 bytes a particle)
+INTERP_FUNCS = {"_interp_piece"}
+PIECE_BYTES_PER_PARTICLE = 12
 
 
 class EagerCompute(Exception):
@@ -298,6 +308,10 @@ def input_bytes(dsk: dict, arrays: dict, kind_bytes: dict | None = None) -> dict
             inp = size or 0
         if size is None and kind_bytes and _kind(key) in kind_bytes:
             size = kind_bytes[_kind(key)]
+        if size is None and fname in INTERP_FUNCS:
+            slabs = [d for d in deps if chunk_nbytes(d) is not None]
+            piece = sum(out_size.get(d, 0) for d in deps if chunk_nbytes(d) is None)
+            size = piece // PIECE_BYTES_PER_PARTICLE * 8 * (1 + len(slabs))
         if size is None:
             if fname in SMALL_OUTPUT_FUNCS or fname in P2P_SENTINEL_FUNCS:
                 size = 0
@@ -365,7 +379,7 @@ def inspect(collections, rss0: int, hlg=None, known=(),
     mat_s = time.perf_counter() - t0
     row = {"tasks": len(dsk), "materialise_s": round(mat_s, 3),
            "layers": len(layers) if layers is not None else None,
-           "tasks_by_kind": dict(sorted(layer_counts.items(), key=lambda kv: -kv[1])[:12])}
+           "tasks_by_kind": dict(sorted(layer_counts.items(), key=lambda kv: -kv[1])[:40])}
     row["scheduler_mem_bytes"] = max(0, max(_maxrss(), _rss()) - rss0)
     t1 = time.perf_counter()
     arrays = chunk_sizes(hlg)
@@ -602,7 +616,8 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
             colls = [x for x in res if x is not None]
             kind_bytes = tree_kind_bytes(n)
     elif case.startswith("treepm"):
-        nm = n_side if case == "treepm" else min(n_side, MESH_CAP)
+        nm = min(n_side, MESH_CAP) if case == "treepm-max" else n_side
+        pot = case != "treepm-acc"
         from cosmo_dask.gravity.parameters import R_SPLIT_CELLS, default_r_cut
 
         pred = tree_prediction(n, len(snap.pos.chunks[0]), float(snap.box_size),
@@ -625,19 +640,20 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
                 pos, m, _ = checked_particles(snap.pos, snap.particle_mass, box, "treepm")
                 return (long_range(pos, m, G=float(snap.G), box_size=box, n_mesh=nm,
                                    r_split=R_SPLIT_CELLS * box / nm, dtype=np.dtype("float32"),
-                                   potential=True, interlace=True),)
+                                   potential=pot, interlace=True),)
             res, dt, err = attempt(pm_part)
             if isinstance(res, tuple):
                 colls = list(res)
             nm = None
     if case.startswith("treepm") and nm is not None:
-        row["call"] = f'gravity.accelerations(snap, method="treepm", n_mesh={nm})'
+        row["call"] = (f'gravity.accelerations(snap, method="treepm", n_mesh={nm}'
+                       + (")" if pot else ", potential=False)"))
         res, dt, err = attempt(lambda: cosmo_dask.gravity.accelerations(
-            snap, method="treepm", n_mesh=nm))
+            snap, method="treepm", n_mesh=nm, potential=pot))
         if isinstance(res, EagerCompute) and err is None:
             row["call"] += " -> check=False"
             res, dt, err = attempt(lambda: cosmo_dask.gravity.accelerations(
-                snap, method="treepm", n_mesh=nm, check=False))
+                snap, method="treepm", n_mesh=nm, check=False, potential=pot))
         if isinstance(res, tuple):
             colls = [x for x in res if x is not None]
             kind_bytes = tree_kind_bytes(n)
@@ -678,7 +694,8 @@ def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n-side", type=int, default=2048)
     p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated, of {', '.join(CASES + EXTRA_CASES)}")
     p.add_argument("--max-build-tasks", type=int, default=MAX_BUILD_TASKS)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per case")
     p.add_argument("--read-chunks", type=int, default=None,

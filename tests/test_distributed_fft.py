@@ -262,3 +262,22 @@ def test_map_kslabs_refuses_unslabbed_mesh():
     k = da.zeros((4, 4, 3), chunks=(2, 4, 3), dtype=np.complex128)
     with pytest.raises(ParameterError, match="slabs along axis 1"):
         map_kslabs(lambda b, kx, ky, kz: b, k, shape=(4, 4, 4), box_size=1.0, name="x")
+
+
+@pytest.mark.parametrize("threads, shape, dtype, expected", [
+    (2, (1024,) * 3, np.float32, 65),      # 4 GiB complex: one slab per 64 MiB, as before
+    (256, (1024,) * 3, np.float32, 96),    # one per thread, at most 96 while 320 MiB do
+    (8, (1024,) * 3, np.float64, 96),      # 8 GiB: 129 slabs of 64 MiB -> 96
+    (2, (2048,) * 3, np.float32, 103),     # 32 GiB: 103 slabs of 19-20 planes, not 513
+    (256, (2048,) * 3, np.float64, 205),   # 64 GiB: slabs of at most 320 MiB
+    (2, (4096,) * 3, np.float32, 820)])
+def test_default_slab_count_of_big_meshes(monkeypatch, threads, shape, dtype, expected):
+    """One slab per 64 MiB of the complex mesh (at least one per thread), but at most 96
+    slabs while slabs of 320 MiB suffice: the counts written out by hand."""
+    import cosmo_dask.spatial.fft as fft
+
+    monkeypatch.setattr(fft, "worker_threads", lambda: threads)
+    n0, n1, n2 = shape
+    kbytes = n0 * n1 * (n2 // 2 + 1) * 2 * np.dtype(dtype).itemsize
+    assert default_slab_count(shape, dtype) == expected
+    assert kbytes / expected <= max(320 * 2**20, kbytes / 96)

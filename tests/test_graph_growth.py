@@ -130,17 +130,20 @@ def cloud():
 
 
 def test_tree_way_back_and_let_pruning_change_nothing(monkeypatch, cloud):
-    """TreePM's short range on 64 domains: pruned LETs (26 neighbours each) and the
-    two-stage way back give the all-pairs one-stage results bit for bit."""
+    """TreePM's short range on 64 domains: pruned LETs (26 neighbours each), cut for the
+    neighbouring level-1 blocks (2 domains a side: 7 block LETs and 7 own-block LETs per
+    source, 896 instead of 64 x 26 = 1,664), and the two-stage way back give the
+    all-pairs, per-pair, one-stage results bit for bit."""
     x, m, box = cloud
     pos, mass = da.from_array(x, chunks=(300, 3)), da.from_array(m, chunks=300)
     kw = dict(G=1.0, theta=0.5, box_size=box, rs=0.3, n_domains=64)  # r_cut 1.35 < side 2.5
     acc, pot = tg.tree_accelerations(pos, mass, **kw)
     kinds = _kinds(acc)
-    assert kinds["gravity-let"] == 64 * 26
+    assert (kinds["gravity-let"], kinds["gravity-blocklet"]) == (448, 448)
     a1, p1 = dask.compute(acc, pot)
     pruned = tg.let_sources
     monkeypatch.setattr(tg, "let_sources", lambda grid, r_cut: pruned(grid, None))
+    monkeypatch.setattr(tg, "LET_BLOCKS", False)
     monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
     acc2, pot2 = tg.tree_accelerations(pos, mass, **kw)
     kinds2 = _kinds(acc2)

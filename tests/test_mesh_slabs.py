@@ -310,3 +310,92 @@ def test_gpu_memory_check_counts_interlaced_meshes_and_transpose(monkeypatch):
     monkeypatch.setattr(paint, "memory_per_worker", lambda gpu: (40 * 2**30, "worker"))
     monkeypatch.setattr(paint, "worker_count", lambda: 2)
     assert paint.mesh_slabs(2048, np.float32, gpu=False, what="P(k)", meshes=2) >= 1
+
+
+def _pm_by_passes(monkeypatch, pos, mass, *, meshes_fit: float, chunks=1000, slabs=3, n=12,
+                  box=10.0):
+    """PM accelerations and potentials (float64, interlaced, a split) with workers holding
+    ``meshes_fit`` meshes in all, and the interpolation passes' names of the graph."""
+    import importlib
+
+    from cosmo_dask.gravity.pm import pm_accelerations
+
+    paint = importlib.import_module("cosmo_dask.density.paint")
+    monkeypatch.setattr(paint, "memory_per_worker",
+                        lambda gpu: (int(meshes_fit * n**3 * 8), "worker"))
+    monkeypatch.setattr(paint, "worker_count", lambda: 1)
+    cpu = isinstance(pos, np.ndarray)  # CuPy arrays: chunks kept as they are
+    p = da.from_array(pos, chunks=(chunks, 3), asarray=None if cpu else False)
+    m = da.from_array(mass, chunks=chunks, asarray=None if cpu else False)
+    acc, pot = pm_accelerations(p, m, G=1.0, box_size=box, n_mesh=n, r_split=0.5,
+                                slabs=slabs)
+    passes = {str(k[0]) for k in dict(acc.__dask_graph__())
+              if isinstance(k, tuple) and str(k[0]).startswith("gravity-pm-interp")
+              and "-slab-" in str(k[0])}
+    return acc, pot, passes
+
+
+def test_pm_force_passes_are_bit_for_bit(monkeypatch):
+    """A mesh in slabs interpolates all its force and potential components in one pass
+    per interlaced mesh when ``c + 2`` meshes fit the workers (``force_passes`` "shift":
+    2 passes), else one pass per mesh and component ("component": 8 passes). Forced by
+    the workers' memory, one- and two-stage exchanges, threaded and on a two-process
+    cluster: the same forces and potentials bit for bit, and the one-slab mesh's to
+    rounding."""
+    from distributed import Client, LocalCluster
+
+    import cosmo_dask.spatial.domains as sd
+    from cosmo_dask.gravity.pm import force_passes, pm_accelerations
+
+    rng = np.random.default_rng(19)
+    box = 10.0
+    pos = _positions(rng, 5000, 12, box)
+    mass = rng.uniform(0.5, 2.0, 5000)
+    with dask.config.set(scheduler="threads"):
+        ref = dask.compute(*pm_accelerations(da.from_array(pos, chunks=(1000, 3)), mass,
+                                             G=1.0, box_size=box, n_mesh=12, r_split=0.5,
+                                             slabs=1))
+    runs, graphs, default = {}, {}, sd.TWO_STAGE_PAIRS
+    for two_stage in (False, True):
+        monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0 if two_stage else default)
+        for fit, kind, n_passes in ((5.9, "component", 8), (6.0, "shift", 2)):
+            acc, pot, passes = _pm_by_passes(monkeypatch, pos, mass, meshes_fit=fit)
+            assert force_passes(12, np.float64, 4, n_slabs=3, gpu=False) == kind
+            assert len(passes) == n_passes, passes
+            graphs[two_stage, kind] = (acc, pot)
+            with dask.config.set(scheduler="threads"):
+                runs[two_stage, kind, "local"] = dask.compute(acc, pot)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        for two_stage in (False, True):
+            runs[two_stage, "shift", "remote"] = dask.compute(*graphs[two_stage, "shift"])
+    first = runs[False, "component", "local"]
+    for key, got in runs.items():
+        for a, b in zip(first, got, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=str(key))
+    for a, b in zip(ref, first, strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * np.abs(a).max())
+    assert np.abs(first[0]).max() > 0 and np.abs(first[1]).max() > 0
+
+
+@pytest.mark.gpu
+def test_gpu_pm_force_passes(monkeypatch):
+    """CuPy chunks: one interpolation pass per interlaced mesh and one per mesh and
+    component (forced by the workers' memory) equal the CPU graph's forces and
+    potentials to float64 rounding (atomicAdd deposits sum in no fixed order)."""
+    cupy = pytest.importorskip("cupy")
+
+    rng = np.random.default_rng(21)
+    pos = _positions(rng, 20000, 12, 10.0)
+    mass = rng.uniform(0.5, 2.0, 20000)
+    acc, pot, _ = _pm_by_passes(monkeypatch, pos, mass, meshes_fit=6.0, chunks=3000)
+    with dask.config.set(scheduler="threads"):
+        cpu = dask.compute(acc, pot)
+    # on a GPU the check adds 0.7 meshes for the transposes: 6 + 0.7 must fit
+    for fit, n_passes in ((6.75, 2), (6.65, 8)):
+        acc, pot, passes = _pm_by_passes(monkeypatch, cupy.asarray(pos), cupy.asarray(mass),
+                                         meshes_fit=fit, chunks=3000)
+        assert len(passes) == n_passes, passes
+        got = [v.get() for v in dask.compute(acc, pot)]
+        for a, b in zip(cpu, got, strict=True):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * np.abs(a).max())

@@ -53,8 +53,8 @@ from ..spatial.slabs import SlabExchange, slab_layout
 from .paint_kernels import SCHEMES
 
 __all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme",
-           "centred", "half_cell_phase", "interlace_kslab", "memory_per_worker", "mesh_slabs",
-           "paint_meshes", "particles_input", "worker_count"]
+           "centred", "half_cell_phase", "interlace_kslab", "memory_per_worker", "meshes_fit",
+           "mesh_slabs", "paint_meshes", "particles_input", "worker_count"]
 
 
 def check_n_mesh(n_mesh, what: str) -> int:
@@ -150,6 +150,21 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
 
 
+def meshes_fit(n: int, dtype, meshes: float, *, gpu: bool) -> bool:
+    """Whether ``meshes`` meshes of ``n^3`` ``dtype`` fit in the memory of all the workers
+    together (:func:`memory_per_worker` times :func:`worker_count`), plus on GPU workers
+    :data:`GPU_TRANSIENT_MESHES` (a GPU cannot spill). True when the memory is unknown.
+
+    The one memory check of the mesh path: :func:`mesh_slabs` refuses a mesh that
+    fails it, and :func:`cosmo_dask.gravity.pm.long_range` asks it how many force
+    meshes it may hold at once.
+    """
+    per_worker, _ = memory_per_worker(gpu)
+    held = meshes + (GPU_TRANSIENT_MESHES if gpu else 0.0)
+    return not per_worker or held * float(n) ** 3 * np.dtype(dtype).itemsize \
+        <= per_worker * worker_count()
+
+
 def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
                meshes: int = 1) -> int:
     """The number of slabs of an ``n^3`` mesh of ``dtype``, checked against the memory.
@@ -181,7 +196,7 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
     workers = worker_count()
     total = (per_worker or 0) * workers
     held = meshes + (GPU_TRANSIENT_MESHES if gpu else 0.0)  # meshes' worth held at once
-    if per_worker and held * mesh_bytes > total:
+    if not meshes_fit(n, dtype, meshes, gpu=gpu):
         largest = smooth_size_below((total / (held * item)) ** (1 / 3))
         holder = ("this machine" if where == "machine" else f"one {where}" if workers == 1
                   else f"{workers} {where}s together")

@@ -21,13 +21,17 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    the slab's force (and potential) components at the chunk's particles that
    reach it; ``gravity-pm-interp``: one task per chunk adds the slabs' parts,
    averages the interlaced pair and returns the chunk's rows in input order.
+   With several slabs the meshes are interpolated in passes (:func:`force_passes`:
+   one per interlaced mesh, or per mesh and component), the passes before the last
+   named ``gravity-pm-interp-part-*``; the last pass's gathers read their columns.
 
 Memory: no task holds more than about :data:`~cosmo_dask.density.paint.TASK_SLABS`
 slabs (``4 / S`` of a mesh) unless the mesh is one slab (the default up to a
 256 MiB complex mesh: ``n <= 400`` in float32, 320 in float64), whose pipeline
 runs in one worker at a time (about 8 meshes). Over the cluster the potential's
-k-space mesh, the component in flight and its transposes are alive at once,
-about 3 meshes per shift (Dask spills what does not fit). ``n_mesh`` up to
+k-space mesh, one mesh's ``c`` components and the transposes in flight are alive
+at once, about ``c + 2`` meshes, when the workers hold them together; else the
+component in flight only, about 3 meshes (Dask spills what does not fit). ``n_mesh`` up to
 :data:`MAX_N_MESH` (4096), prime factors 2, 3, 5, 7; the memory is checked
 before any work (:func:`cosmo_dask.density.paint.mesh_slabs`).
 """
@@ -41,8 +45,8 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, empty_meta, particle_rows, resolve_precision
-from ..density.paint import centred, paint_meshes
+from ..backend import array_module, particle_rows, resolve_precision
+from ..density.paint import centred, meshes_fit, paint_meshes
 from ..density.paint import check_n_mesh as check_mesh_size
 from ..errors import ParameterError
 from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
@@ -50,7 +54,8 @@ from ..spatial.slabs import after as slab_after
 from .pm_kernels import gradient_kslab, green_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
-           "force_kmesh", "inside_box", "long_range", "pm_force_meshes", "potential_kmesh"]
+           "force_kmesh", "force_passes", "inside_box", "long_range", "pm_force_meshes",
+           "potential_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
@@ -141,6 +146,14 @@ def _finish(vals, mass=None, *, c, n_meshes, self_coef, mass_scalar, out_dtype):
     return out.astype(out_dtype, copy=False)
 
 
+def _finish_passes(vals, *args, finish, n_before: int):
+    """:func:`_finish` of a chunk's columns of every pass: ``args`` starts with the
+    chunk's ``(m, k)`` values of the ``n_before`` earlier passes, in order."""
+    before = args[:n_before]
+    xp = array_module(vals)
+    return finish(xp.concatenate([*before, vals], axis=1), *args[n_before:])
+
+
 def potential_kmesh(mass_mesh: da.Array, *, G: float, box_size: float,
                     r_split: float) -> da.Array:
     """The potential's k-space mesh (k-space slabs) of a mass mesh (mass per cell) in slabs.
@@ -182,6 +195,37 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
             for a in range(4 if potential else 3)]
 
 
+#: meshes a force pass holds besides its component meshes: the potential's k-space
+#: mesh and the transposes (second copies) of the component meshes in flight
+PASS_EXTRA_MESHES = 2
+
+
+def force_passes(n: int, dtype, c: int, *, n_slabs: int, gpu: bool) -> str:
+    """How :func:`long_range` interpolates the ``c`` force (and potential) components of
+    its (interlaced) ``n^3`` meshes of ``dtype`` in ``n_slabs`` slabs.
+
+    * ``"all"``: a one-slab mesh (its whole pipeline runs in one worker): one
+      interpolation reads every component of every mesh;
+    * ``"shift"``: one interpolation per mesh reads its ``c`` components (the second
+      mesh painted once the first is interpolated), when ``c +``
+      :data:`PASS_EXTRA_MESHES` meshes fit the workers' memory together
+      (:func:`cosmo_dask.density.paint.meshes_fit`);
+    * ``"component"``: one interpolation per mesh and component (each component's
+      mesh made once the previous one is interpolated), holding about 3 meshes.
+
+    Every choice gives the same values bit for bit (each column's sums are the same,
+    in the same slab order); fewer passes mean fewer tasks (an interpolation pass at
+    2048^3 in 129 slabs is about 9,900 tasks). Several meshes in one pass are not
+    offered: at 2048^3 a task gathering the values of both meshes (the way back of
+    two-stage exchanges) would read about 2 GiB.
+    """
+    if n_slabs == 1:
+        return "all"
+    if meshes_fit(n, dtype, c + PASS_EXTRA_MESHES, gpu=gpu):
+        return "shift"
+    return "component"
+
+
 def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r_split: float,
                dtype, potential: bool, interlace: bool, slabs: int | None = None,
                what: str = "pm_accelerations") -> da.Array:
@@ -189,15 +233,20 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
 
     The graph of the module docstring; ``slabs`` as in
     :func:`cosmo_dask.density.paint.paint_meshes` (default: chosen and checked
-    against the workers' memory). A mesh in several slabs is solved one force
-    component at a time (each component's mesh is made once the previous one
-    has been interpolated, the second interlaced mesh once the first is done:
-    :func:`cosmo_dask.spatial.slabs.after`), so that the cluster holds the
-    potential's k-space mesh and one component at a time; a one-slab mesh
-    interpolates all its components in one task per chunk.
+    against the workers' memory). A mesh in several slabs is interpolated in
+    passes (:func:`force_passes`): one per interlaced mesh, reading all its
+    components, when the workers hold ``c +`` :data:`PASS_EXTRA_MESHES` meshes
+    together; else one per mesh and force component (each component's mesh made
+    once the previous one has been interpolated), so that the cluster holds the
+    potential's k-space mesh and one component at a time. The second interlaced
+    mesh is painted once the first is interpolated
+    (:func:`cosmo_dask.spatial.slabs.after`). The last pass's gathers finish the
+    chunks. A one-slab mesh interpolates all its components in one task per chunk.
+    The values are the same bit for bit in every case.
     """
     shifts = (0.0, 0.5) if interlace else (0.0,)
     c = 4 if potential else 3
+    n = int(n_mesh)
     self_coef = G / (math.sqrt(math.pi) * r_split) if (potential and r_split > 0) else 0.0
     mass_array = isinstance(mass, da.Array)
     finish = functools.partial(_finish, c=c, n_meshes=len(shifts), self_coef=float(self_coef),
@@ -207,7 +256,9 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                     shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,
                                     slabs=slabs, what=what)
-    if exchange.layout.n_slabs == 1:  # the fast path: one task per chunk reads every mesh
+    passes = force_passes(n, dtype, c, n_slabs=exchange.layout.n_slabs,
+                          gpu=array_module(pos) is not np)
+    if passes == "all":  # the one-slab path: one task per chunk reads every mesh
         if interlace:
             meshes += paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                    shifts=shifts[1:], dtype=dtype, exchange=exchange)[0]
@@ -217,28 +268,33 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
                   for mesh, shift in zip(meshes, shifts, strict=True)]
         return exchange.interpolate(groups, name="gravity-pm-interp", dtype=dtype,
                                     finish=finish, finish_args=finish_args)
-    n = int(n_mesh)
-    columns: list[da.Array] = []  # (N, 1) float64 per mesh and component, in order
-    for shift in shifts:
-        if columns:  # the second mesh is painted once the first is interpolated
-            meshes = paint_meshes(pos, mass, n_mesh=n, box_size=box_size, scheme="cic",
-                                  shifts=(shift,), dtype=dtype, exchange=exchange,
-                                  after=columns[-1:])[0]
-        phi = potential_kmesh(meshes[0], G=G, box_size=box_size, r_split=r_split)
-        for a in range(c):
-            # each component once the previous one is interpolated (the gate sits on
-            # phi, so that the gradient and the first inverse FFT stay one task)
-            gated = slab_after(phi, columns[-1]) if columns else phi
-            kmesh = force_kmesh(gated, a, box_size=box_size, r_split=r_split)
-            part = functools.partial(_interp_piece, box=float(box_size), shift=shift)
-            columns.append(exchange.interpolate([(part, [irfftn(kmesh, (n, n, n))], 1)],
-                                                name="gravity-pm-interp-part",
+    # one pass per mesh ("shift") or per mesh and component ("component"), in order
+    plan = [(shift, comps) for shift in shifts
+            for comps in ([tuple(range(c))] if passes == "shift" else [(a,) for a in range(c)])]
+    columns: list[da.Array] = []  # (N, len(comps)) float64 of each pass but the last
+    for i, (shift, comps) in enumerate(plan):
+        if comps[0] == 0:  # a new mesh: the second is painted once the first is interpolated
+            if columns:
+                meshes = paint_meshes(pos, mass, n_mesh=n, box_size=box_size, scheme="cic",
+                                      shifts=(shift,), dtype=dtype, exchange=exchange,
+                                      after=columns[-1:])[0]
+            phi = potential_kmesh(meshes[0], G=G, box_size=box_size, r_split=r_split)
+        # per component: each once the previous one is interpolated (the gate sits on phi,
+        # so that the gradient and the first inverse FFT stay one task)
+        gated = slab_after(phi, columns[-1]) if columns and passes == "component" else phi
+        forces = [irfftn(force_kmesh(gated, a, box_size=box_size, r_split=r_split), (n, n, n))
+                  for a in comps]
+        group = [(functools.partial(_interp_piece, box=float(box_size), shift=shift), forces,
+                  len(comps))]
+        if i < len(plan) - 1:
+            columns.append(exchange.interpolate(group, name="gravity-pm-interp-part",
                                                 dtype=np.float64))
-    values = da.concatenate(columns, axis=1).rechunk({1: -1})
-    mass_arg = (mass, "i") if mass_array else ()
-    return da.blockwise(finish, "ij", values, "ij", *mass_arg, adjust_chunks={"j": c},
-                        dtype=dtype, meta=empty_meta(values, 2, dtype),
-                        name=f"gravity-pm-interp-{tokenize(values, finish)}")
+            continue
+        # the last pass's gathers finish every chunk: its columns after the earlier passes'
+        return exchange.interpolate(
+            group, name="gravity-pm-interp", dtype=dtype,
+            finish=functools.partial(_finish_passes, finish=finish, n_before=len(columns)),
+            finish_args=[*columns, *finish_args])
 
 
 def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_split: float = 0.0,

@@ -94,8 +94,10 @@ GROUP_BATCH_PARTICLES = 1 << 15
 #: ``MAX_DOMAINS * DOMAIN_PARTICLES`` (2^30) particles the domains grow instead
 MAX_DOMAINS = 512
 #: most ``gravity-group`` tasks of a graph: above, the batches grow beyond
-#: ``GROUP_BATCH_PARTICLES`` (2^29 particles with one batch per 2^15)
-MAX_GROUP_TASKS = 1 << 14
+#: ``GROUP_BATCH_PARTICLES`` (2^26 particles with one batch per 2^15; at 2048^3, 512
+#: domains of 4 batches of 2^22 particles: 8 tasks per thread of 16 workers x 16
+#: threads, each reading its domain's tree and LETs as a batch of 2^15 would)
+MAX_GROUP_TASKS = 1 << 11
 
 
 @task_payload
@@ -385,11 +387,20 @@ def let_plan(grid, r_cut: float | None) -> list[list[tuple[int, int]]]:
     block's nearest members need anyway, shared instead of repeated). Any level gives
     the same forces bit for bit: a LET cut for a box holds every
     node a walk from inside the box opens or accepts, and the walk never goes further.
-    With a cutoff (TreePM) the sources are :func:`let_sources` at level 0 (their LETs are
-    already few: the domains within ``r_cut``).
+    With a cutoff (TreePM) the sources are :func:`let_sources` (the domains within
+    ``r_cut``): those in ``d``'s own level-1 block at level 0, the others at level 1 (a
+    LET cut for the neighbouring block's box holds the source's nodes within ``r_cut`` of
+    that box, about what its nearest member needs): at 512 domains, 14 LET tasks per
+    source instead of 26.
     """
     n = grid.n_domains
-    if r_cut is not None or not LET_BLOCKS or n <= 8:
+    if not LET_BLOCKS or n <= 8:
+        return [[(s, 0) for s in sources] for sources in let_sources(grid, r_cut)]
+    if r_cut is not None and grid.box_size is not None:
+        block = block_index(grid, 1)
+        return [[(s, 0 if block[s] == block[d] else 1) for s in sources]
+                for d, sources in enumerate(let_sources(grid, r_cut))]
+    if r_cut is not None:  # isolated with a cutoff: every pair (not used by TreePM)
         return [[(s, 0) for s in sources] for sources in let_sources(grid, r_cut)]
     shape = tuple(int(v) for v in grid.shape)
     cells = np.stack(np.unravel_index(np.arange(n), shape), axis=1)

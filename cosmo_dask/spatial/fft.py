@@ -66,13 +66,22 @@ from ..backend import array_module, empty_meta
 from ..errors import ParameterError
 from ..progress import worker_threads
 
-__all__ = ["DEFAULT_SLAB_BYTES", "MAX_N_MESH", "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",
+__all__ = ["DEFAULT_SLAB_BYTES", "LARGE_SLAB_BYTES", "MAX_DEFAULT_SLABS", "MAX_N_MESH",
+           "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",
            "check_mesh_size", "default_slab_count", "irfftn", "kslab_wavenumbers",
            "map_kslabs", "reduce_kslabs", "rfftn", "slab_chunks", "smooth_size_below",
            "fft_sizes_around", "is_fft_size", "prime_factors"]
 
 #: Target bytes of one complex k-space slab for the default slab count.
 DEFAULT_SLAB_BYTES = 64 * 2**20
+#: Most slabs of the default count while slabs of up to :data:`LARGE_SLAB_BYTES` suffice:
+#: every exchange (painting, transposes, interpolation) has tasks per slab, so a big mesh
+#: takes fewer, larger slabs (2048^3 in float32: 103 slabs, not 513).
+MAX_DEFAULT_SLABS = 96
+#: Largest target bytes of one complex slab of the default count (see MAX_DEFAULT_SLABS):
+#: a PM interpolation task reads 4 real slabs of about this size in float32 (1.25 GiB),
+#: the 2LPT source 6 in float64 (1.9 GiB)
+LARGE_SLAB_BYTES = 320 * 2**20
 #: A mesh whose complex k-space mesh is at most this big is one slab by default (the
 #: fast path: no transpose, the FFT tasks use every core).
 SINGLE_SLAB_BYTES = 256 * 2**20
@@ -190,9 +199,14 @@ def default_slab_count(shape: tuple[int, int, int], dtype: Any, *,
     Above that, the larger of: one slab per :data:`DEFAULT_SLAB_BYTES` (64 MiB)
     of the complex mesh, and one slab per worker thread (of the default
     distributed client, else per core of this machine), so that every thread
-    has a slab. Never more than the mesh's planes along the split axes
-    (``min(n0, n1)``). ``single_slab=False`` skips the one-slab fast path (for
-    a mesh whose whole pipeline would not fit one worker).
+    has a slab; but at most :data:`MAX_DEFAULT_SLABS` (96) slabs unless slabs
+    of :data:`LARGE_SLAB_BYTES` (320 MiB) need more (2048^3 in float32: 103 slabs
+    of 19-20 planes instead of 513; in float64, 205 instead of 1,025; a complex
+    mesh of at most 6 GiB, up to 1171^3 in float32 and 929^3 in float64, keeps
+    its 64 MiB slabs unless more than 96 threads ask for more). Never more than
+    the mesh's planes along the split axes (``min(n0, n1)``). ``single_slab=False``
+    skips the one-slab fast path (for a mesh whose whole pipeline would not fit
+    one worker).
 
     Raises
     ------
@@ -208,8 +222,9 @@ def default_slab_count(shape: tuple[int, int, int], dtype: Any, *,
     kbytes = n0 * n1 * (n2 // 2 + 1) * itemsize
     if single_slab and kbytes <= SINGLE_SLAB_BYTES:
         return 1
-    by_size = math.ceil(kbytes / DEFAULT_SLAB_BYTES)
-    return max(1, min(max(by_size, worker_threads()), n0, n1))
+    count = max(math.ceil(kbytes / DEFAULT_SLAB_BYTES), worker_threads())
+    most = max(MAX_DEFAULT_SLABS, math.ceil(kbytes / LARGE_SLAB_BYTES))
+    return max(1, min(count, most, n0, n1))
 
 
 def _count(slabs: int | None, what: str) -> int | None:

@@ -497,8 +497,9 @@ class SlabExchange:
             values of a chunk (the groups' columns side by side) -> the chunk's
             result; default: the values as they are.
         finish_args : sequence
-            Dask arrays chunked like ``pos`` along axis 0 (their chunk ``i`` is
-            passed) or plain values, appended to ``finish``'s arguments.
+            Dask arrays chunked like ``pos`` along axis 0 and not along the others
+            (their chunk ``i`` is passed) or plain values, appended to ``finish``'s
+            arguments.
 
         Returns
         -------
@@ -535,7 +536,8 @@ class SlabExchange:
         ncols_in = c0
         xp = array_module(self.pos)
         probe = np.zeros((0, ncols_in))
-        probe_args = [np.zeros(0) if isinstance(a, da.Array) else a for a in finish_args]
+        probe_args = [np.zeros((0, *a.shape[1:])) if isinstance(a, da.Array) else a
+                      for a in finish_args]
         ncols_out = (finish(probe, *probe_args) if finish is not None else probe).shape[1]
         rows = self.pos.chunks[0]
         if self.two_stage:
@@ -548,7 +550,8 @@ class SlabExchange:
         for i, m in enumerate(rows):
             parts = [ref((slab, gi, s, i)) for gi in range(len(groups))
                      for s in range(lay.n_slabs)]
-            args = [g.chunk(a, i) if isinstance(a, da.Array) else a for a in finish_args]
+            args = [g.chunk(a, i, *(0,) * (a.ndim - 1)) if isinstance(a, da.Array) else a
+                    for a in finish_args]
             g.add((out, i, 0), _gather, int(m), ncols_in, part_columns, finish, *parts, *args)
         return g.array(out, (rows, (ncols_out,)), xp.empty((0, 0), dtype=dtype),
                        np.dtype(dtype))
@@ -568,7 +571,8 @@ class SlabExchange:
                                    for s in range(a, b)], n=c1 - c0)
                      for k, (a, b) in enumerate(self._slab_groups)]
             for q, i in enumerate(range(c0, c1)):
-                args = [g.chunk(a, i) if isinstance(a, da.Array) else a for a in finish_args]
+                args = [g.chunk(a, i, *(0,) * (a.ndim - 1)) if isinstance(a, da.Array)
+                        else a for a in finish_args]
                 m = self._starts[i + 1] - self._starts[i]
                 g.add((out, i, 0), _gather_lists, m, ncols, part_columns, finish,
                       self._starts[i], len(lists), *[lst[q] for lst in lists], *args)
