@@ -1,6 +1,7 @@
 """CUDA C kernels run on the host, for tests on machines without a GPU.
 
-The kernel source is compiled as C++ (g++, no fused multiply-adds) with a small shim:
+The kernel source is compiled as C++ (g++, no fused multiply-adds, the shared headers of
+:mod:`cosmo_dask.cuda` on the include path) with a small shim:
 ``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
 are per-thread variables set before each call, atomics are GCC builtins, and a warp has
 one lane (``__ballot_sync`` and ``__match_any_sync`` answer for this lane only; a lane
@@ -34,6 +35,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
+
+from cosmo_dask.cuda import HEADER_DIR, HEADERS, header_text
 
 SHIM = r"""
 #include <cmath>
@@ -85,7 +88,8 @@ def compiler() -> str | None:
 
 @functools.cache
 def _library(source: str) -> ctypes.CDLL:
-    tag = hashlib.sha256((SHIM + source).encode()).hexdigest()[:16]
+    headers = "".join(header_text(h) for h in HEADERS)   # what #include "x.cuh" reads
+    tag = hashlib.sha256((SHIM + source + headers).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "cosmo_dask_cuda_host"
     folder.mkdir(exist_ok=True)
     lib = folder / f"k{tag}.so"
@@ -94,8 +98,8 @@ def _library(source: str) -> ctypes.CDLL:
         src.write_text(SHIM + source)
         tmp = folder / f"k{tag}.{threading.get_ident()}.so"
         subprocess.run([compiler(), "-O1", "-std=c++17", "-shared", "-fPIC",
-                        "-ffp-contract=off", str(src), "-o", str(tmp)], check=True,
-                       capture_output=True, text=True)
+                        "-ffp-contract=off", f"-I{HEADER_DIR}", str(src), "-o", str(tmp)],
+                       check=True, capture_output=True, text=True)
         tmp.replace(lib)
     return ctypes.CDLL(str(lib))
 
