@@ -3,9 +3,10 @@
 The kernel source is compiled as C++ (g++, no fused multiply-adds, the shared headers of
 :mod:`cosmo_dask.cuda` on the include path) with a small shim:
 ``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
-are per-thread variables set before each call, atomics are GCC builtins, and a warp has
-one lane (``__ballot_sync`` and ``__match_any_sync`` answer for this lane only; a lane
-is ``threadIdx.x % 32``, so at most 32 threads per launch here). Each ``extern "C"`` kernel is
+are per-thread variables set before each call, atomics are GCC builtins, ``rsqrt`` is
+``1 / sqrt``, and a warp has one lane (``__ballot_sync`` and ``__match_any_sync`` answer
+for this lane only; a lane is ``threadIdx.x % 32``, so at most 32 threads per launch
+here). Each ``extern "C"`` kernel is
 called through ctypes with NumPy arrays and NumPy scalars (``np.int64`` -> ``long long``,
 ``np.int32`` -> ``int``, ``np.float64`` -> ``double``). Kernels must use grid-stride
 loops (every launch here covers all items whatever the thread count).
@@ -77,6 +78,8 @@ template <class T> inline unsigned __match_any_sync(unsigned, T)
     return 1u << (threadIdx.x & 31);
 }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 """
 

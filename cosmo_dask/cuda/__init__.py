@@ -9,7 +9,11 @@ needs, each written once:
 * ``softening.cuh``: ``cd_rsqrt`` (float/double) and the pair factors of the softened
   potentials, ``a = -G m K r_vec``, ``phi = -G m P``: ``cd_inv_kp`` (Plummer, and the
   Newtonian part of the spline, from ``1 / sqrt(s2)``) and ``cd_spline_kp`` (the Gadget-2
-  cubic spline inside its support).
+  cubic spline inside its support);
+* ``tet_clip.cuh``: the clip of a tetrahedron against a cube (``Tet``, ``tet_setup``,
+  ``fast_volume``, ``slow_volume``, ``clip_volume``) of the GPU tetrahedron-cube volumes
+  and of the per-cell clip deposits kept for comparison in ``benchmarks/``; the including
+  source typedefs ``real``.
 
 A kernel source includes what it needs (``#include "periodic.cuh"``) and is compiled with
 :func:`include_options` among its NVRTC options. The numba twins of the softening
@@ -29,7 +33,7 @@ __all__ = ["HEADER_DIR", "HEADERS", "include_options", "header_text"]
 #: the folder holding the ``.cuh`` headers (installed with the package)
 HEADER_DIR = Path(__file__).resolve().parent
 #: the shared headers
-HEADERS = ("periodic.cuh", "softening.cuh")
+HEADERS = ("periodic.cuh", "softening.cuh", "tet_clip.cuh")
 
 
 def header_text(name: str) -> str:

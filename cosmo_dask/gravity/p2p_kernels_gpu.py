@@ -78,13 +78,13 @@ __device__ __forceinline__ void cd_pair(const Real xi, const Real yi, const Real
     Real k, p;
     if (P2P_KERNEL == 0) {                         // Plummer
         const Real s2 = P2P_FMA(dx, dx, P2P_FMA(dy, dy, P2P_FMA(dz, dz, eps2)));
-        Real inv = P2P_RSQRT(s2);
+        Real inv = cd_rsqrt(s2);
         if (CHECKZERO) inv = (s2 > (Real)0) ? inv : (Real)0;
         inv = drop ? (Real)0 : inv;
         cd_inv_kp(inv, s.w, k, p);
     } else {                                   // Gadget-2 cubic spline, support h
         if (r2 >= h2) {
-            Real inv = P2P_RSQRT(r2);
+            Real inv = cd_rsqrt(r2);
             inv = (r2 > (Real)0 && !drop) ? inv : (Real)0;
             cd_inv_kp(inv, s.w, k, p);
         } else {
@@ -185,7 +185,6 @@ def kernel_source(dtype, *, threads: int, per_thread: int, unroll: int, kernel: 
     head = "\n".join([
         f"typedef {'float' if f32 else 'double'} Real;",
         f"typedef {'float4' if f32 else 'double4'} Real4;",
-        f"#define P2P_RSQRT {'rsqrtf' if f32 else 'rsqrt'}",
         f"#define P2P_SQRT {'sqrtf' if f32 else 'sqrt'}",
         f"#define P2P_FMA {'fmaf' if f32 else 'fma'}",
         f"#define P2P_NT {threads}", f"#define P2P_NR {per_thread}",

@@ -55,11 +55,9 @@ _SRC = r"""
 #if REAL_IS_DOUBLE
 typedef double real;
 #define SQRT sqrt
-#define RSQRT rsqrt
 #else
 typedef float real;
 #define SQRT sqrtf
-#define RSQRT rsqrtf
 #endif
 #ifndef BLOCK
 #define BLOCK 128
@@ -162,12 +160,12 @@ __device__ __forceinline__ void pair_kernel(real r2, real eps, real eps2, real h
     // Gadget-2 cubic spline, support h = 2.8 eps
     real r = SQRT(r2);
     if (r >= h) {
-        cd_inv_kp(RSQRT(r2), (real)1, K, P);
+        cd_inv_kp(cd_rsqrt(r2), (real)1, K, P);
     } else {
         cd_spline_kp(r * hinv, hinv, hinv * hinv * hinv, K, P);
     }
 #else
-    cd_inv_kp(RSQRT(r2 + eps2), (real)1, K, P);
+    cd_inv_kp(cd_rsqrt(r2 + eps2), (real)1, K, P);
 #endif
 }
 
@@ -265,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                     real q = qx * dx + qy * dy + qz * dz;
                     real r2 = dx * dx + dy * dy + dz * dz;
 #if TRUNC
-                    real ir = RSQRT(r2), r = r2 * ir;
+                    real ir = cd_rsqrt(r2), r = r2 * ir;
                     real x = r * i2rs, T, ec, e;
                     cd_trunc_fit(x, T, ec, e);
                     real Tr = -two_isp * irs * x * x * e;
@@ -350,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
 #if REAL_IS_DOUBLE
                         real r = SQRT(r2);
 #else
-                        real r = r2 > (real)0 ? r2 * RSQRT(r2) : (real)0;
+                        real r = r2 > (real)0 ? r2 * cd_rsqrt(r2) : (real)0;
 #endif
                         real T, ec, e;
                         cd_trunc_fit(r * i2rs, T, ec, e);

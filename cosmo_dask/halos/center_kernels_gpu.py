@@ -33,6 +33,7 @@ _BLOCK = 128
 
 _SOURCE = r"""
 #include "periodic.cuh"
+#include "softening.cuh"
 extern "C" __global__ void __launch_bounds__(BLOCK)
 seg_pot_NAME(const REAL* __restrict__ x, const REAL* __restrict__ y,
              const REAL* __restrict__ z, const double* __restrict__ mass,
@@ -82,7 +83,7 @@ seg_pot_NAME(const REAL* __restrict__ x, const REAL* __restrict__ y,
                     dz = cd_min_image(dz, box, inv_box);
                 }
                 const REAL s = dx * dx + dy * dy + dz * dz + eps2;
-                const REAL inv = RSQRT(s);
+                const REAL inv = cd_rsqrt(s);
                 // zero separation (eps = 0) and the particle itself contribute 0
                 acc += (s > (REAL)0 && k != self) ? sm[k] * (double)inv : 0.0;
             }
@@ -103,9 +104,9 @@ def _kernel(precision: str):
     key = (precision, cupy.cuda.runtime.getDevice())
     if key not in _KERNELS:
         if precision == "float64":
-            sub = {"REAL": "double", "RSQRT": "rsqrt", "NAME": "f64"}
+            sub = {"REAL": "double", "NAME": "f64"}
         else:
-            sub = {"REAL": "float", "RSQRT": "rsqrtf", "NAME": "f32"}
+            sub = {"REAL": "float", "NAME": "f32"}
         src = _SOURCE.replace("BLOCK", str(_BLOCK))
         for k, v in sub.items():
             src = src.replace(k, v)
