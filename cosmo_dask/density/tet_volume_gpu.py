@@ -44,32 +44,8 @@ conserved to 4e-16, each cell within ~1e-7 of the largest cell (8e-8 at
 box 100, 6e-8 at box 250 against float64; 4e-7 against the CPU clip), empty
 cells may receive float32 rounding noise of either sign.
 
-Measured (one NVIDIA H200, CuPy 14.2, 2026-11-21,
-``benchmarks/bench_tet_deposit.py``, CUDA events, median of 5; 128^3-particle
-Zel'dovich snapshot at z=0, 12.6M tetrahedra, onto a periodic 256^3 grid;
-``benchmarks/results/2026-11-21/tetgpu_bench_h200.jsonl``):
-
-=========================  ==========  ==========
-tets/s                     100 Mpc/h   250 Mpc/h
-=========================  ==========  ==========
-mean bbox cells per tet       148          84
-float64, PQ_SMEM=1 WARPS=2  5.4e7       6.2e7
-float64, PQ_SMEM=0 WARPS=4  7.0e7       7.9e7   (the default now)
-float32, PQ_SMEM=1 WARPS=2  8.1e7       9.0e7
-512 patches of 32^3 [*]     3.6e7       4.2e7
-old ``method="warp"`` [**]  5.8e5       9.8e5
-=========================  ==========  ==========
-
-[*] one :func:`cosmo_dask.density.deposit_tets` call per patch with the tets
-whose bounding box overlaps it (1.43x / 1.34x as many tet-patch pairs as
-tets; 0.68 / 0.59 ms per call); assembled patches equal the periodic grid to
-4e-15 / 6e-15 of the largest cell. [**] first 500k tetrahedra (earlier run).
-GPU vs the CPU deposit on 20000 random tetrahedra of the snapshot: 1.4e-12 /
-7.5e-12 of the largest cell (the clip's rounding, above); mass 2e-16 / 1.4e-15.
-``PQ_SMEM=0, WARPS=4`` (clip pieces in registers: 164 registers instead of
-128) gave the same grids (1.3e-15 / 1.8e-15) 1.27-1.29x faster in that run;
-it became the default after the GPU density tests passed with it (36 passed,
-H200, 2026-11-21).
+Throughput, the patch deposit and the tuning of ``PQ_SMEM``/``WARPS`` (measured on an
+H200): ``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the GPU).
 
 Implementation notes (seen on the H200 with CuPy 14.2's NVRTC, 2026-11-21):
 with ``line_add`` as a ``__noinline__`` function the caller's loop bound was
@@ -89,20 +65,20 @@ kernel argument, the grid origin travels by value): one launch per call,
 tetrahedra outside a non-periodic grid cost a load of their 12 coordinates and
 a bounding-box test, so patches can be given all candidate tetrahedra.
 
-Older kernels (kept: ``tet_cube_volume_gpu``, ``method="warp"|"thread"``)
-------------------------------------------------------------------------
+Tetrahedron-cube volumes (``tet_cube_volume_gpu``)
+-------------------------------------------------
 Same geometry as :mod:`cosmo_dask.density.tet_volume`'s clip (against the six
 cube planes depth first with a 16-slot stack per thread, prism splits, the
-same fast paths and operation order), compiled with NVRTC ``--fmad=false`` so
-float64 results match the numba kernel to rounding. ``tet_cube_pairs``: one
-thread per (tetrahedron, cube) pair. ``deposit_thread``: one thread per
-tetrahedron. ``deposit_warp``: ADECO's scheme (one warp per tetrahedron,
-lanes classify 32 cells at a time, cut cells queued in shared memory and
-clipped 32 at a time). float32 input is upcast to float64 unless
+same fast paths and operation order; the device functions of
+``cosmo_dask/cuda/tet_clip.cuh``), compiled with NVRTC ``--fmad=false`` so
+float64 results match the numba kernel to rounding; one thread per
+(tetrahedron, cube) pair. float32 input is upcast to float64 unless
 ``arithmetic="float32"`` (float clip: 28% mass error at z=0, determinant
-cancellation; not for production).
-Deposit sums use atomics, so the order of additions (and the last bits of
-each cell) may vary from run to run.
+cancellation; not for production). The per-cell clip deposits built on the
+same functions (one thread or one warp per tetrahedron, ~60-90x slower than
+the lattice) are kept for comparison in ``benchmarks/tet_deposit_clip_gpu.py``.
+The lattice deposit sums with atomics, so the order of additions (and the last
+bits of each cell) may vary from run to run.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ that overlap the block's own targets. Float32 sums are accumulated in float32
 per thread in two levels (a sum per shared-memory tile, added to the running
 total), so rounding grows with tile size plus tile count rather than with N;
 float64 runs all in float64. Defaults (float32: 256 threads x 4 targets,
-float64: 128 x 2) come from a launch sweep on an H200 (2026-11-21).
+float64: 128 x 2): the fastest of a launch sweep (``benchmarks/RESULTS.md``, Gravity).
 
 Units: as in :mod:`cosmo_dask.gravity.p2p_kernels`.
 """
