@@ -182,38 +182,53 @@ def host():
     return cuda_host.HostKernels(_HOST_KERNELS)
 
 
-def test_cuda_softening_on_host_against_reference(host):
-    h, eps = 0.7, 0.25
-    r = _spline_radii(h)
-    m = np.linspace(0.5, 2.0, r.size)
-    out = np.empty((r.size, 4))
-    host["softening"]((1,), (1,), (r, m, np.int64(r.size), np.float64(h), np.float64(eps**2),
-                                   out))
-    ref_k, ref_p = _spline_reference(r, h)
+_H, _EPS, _BOX = 0.7, 0.25, 2.5
+
+
+def _softening_inputs():
+    r = _spline_radii(_H)
+    return r, np.linspace(0.5, 2.0, r.size)
+
+
+def _check_softening(out, r, m, rtol_plummer):
+    """``out[:, 0:2]``: spline (K, P) times m; ``out[:, 2:4]``: Plummer (K, P) times m."""
+    ref_k, ref_p = _spline_reference(r, _H)
     np.testing.assert_allclose(out[:, 0], m * ref_k, rtol=2e-11, atol=0)
     np.testing.assert_allclose(out[:, 1], m * ref_p, rtol=2e-11, atol=0)
-    s = np.sqrt(r**2 + eps**2)
-    np.testing.assert_allclose(out[:, 2], m / s**3, rtol=1e-14)
-    np.testing.assert_allclose(out[:, 3], m / s, rtol=1e-14)
+    s = np.sqrt(r**2 + _EPS**2)
+    np.testing.assert_allclose(out[:, 2], m / s**3, rtol=rtol_plummer)
+    np.testing.assert_allclose(out[:, 3], m / s, rtol=rtol_plummer)
+
+
+def _check_periodic(out, x, atol_wrap):
+    """``out[:, 0]``: minimum image, ``out[:, 1]``: open axis, ``out[:, 2]``: box wrap."""
+    # minimum image: within half a box, an integer number of boxes from x
+    assert np.all(np.abs(out[:, 0]) <= 0.5 * _BOX)
+    shifts = (x - out[:, 0]) / _BOX
+    np.testing.assert_allclose(shifts, np.round(shifts), atol=1e-12)
+    np.testing.assert_array_equal(out[:, 1], x)               # box <= 0: unchanged
+    # box wrap: x - L floor(x / L) where outside [0, L), x itself inside
+    ref = np.where((x < 0) | (x >= _BOX), x - _BOX * np.floor(x / _BOX), x)
+    np.testing.assert_allclose(out[:, 2], ref, rtol=0, atol=atol_wrap)
+    assert np.all((out[:, 2] >= 0) & (out[:, 2] <= _BOX))
+
+
+def test_cuda_softening_on_host_against_reference(host):
+    r, m = _softening_inputs()
+    out = np.empty((r.size, 4))
+    host["softening"]((1,), (1,), (r, m, np.int64(r.size), np.float64(_H),
+                                   np.float64(_EPS**2), out))
+    _check_softening(out, r, m, 1e-14)
     # the numba twin (its far-branch u^3 term associates differently: not bit for bit)
-    got = np.array([spline_kp(x, h) for x in r])
+    got = np.array([spline_kp(x, _H) for x in r])
     np.testing.assert_allclose(out[:, :2], m[:, None] * got, rtol=1e-14, atol=0)
 
 
 def test_cuda_periodic_on_host_against_reference(host):
-    box = 2.5
-    x = np.concatenate([np.linspace(-7.0, 7.0, 1001), [-1e-300, 0.0, box, -box, 1.25, -1.25]])
+    x = np.concatenate([np.linspace(-7.0, 7.0, 1001), [-1e-300, 0.0, _BOX, -_BOX, 1.25, -1.25]])
     out = np.empty((x.size, 3))
-    host["periodic"]((1,), (1,), (x, np.int64(x.size), np.float64(box), out))
-    # minimum image: within half a box, an integer number of boxes from x
-    assert np.all(np.abs(out[:, 0]) <= 0.5 * box)
-    shifts = (x - out[:, 0]) / box
-    np.testing.assert_allclose(shifts, np.round(shifts), atol=1e-12)
-    np.testing.assert_array_equal(out[:, 1], x)               # box <= 0: unchanged
-    # box wrap: x - L floor(x / L) where outside [0, L), x itself inside
-    ref = np.where((x < 0) | (x >= box), x - box * np.floor(x / box), x)
-    np.testing.assert_array_equal(out[:, 2], ref)
-    assert np.all((out[:, 2] >= 0) & (out[:, 2] <= box))
+    host["periodic"]((1,), (1,), (x, np.int64(x.size), np.float64(_BOX), out))
+    _check_periodic(out, x, 0.0)   # unfused float64: the NumPy formula's bits
 
 
 def test_tet_clip_header_on_host_equals_numba(rng):
@@ -242,27 +257,14 @@ def test_headers_through_nvrtc_on_the_gpu():
     RawModule of the package takes), run on the GPU against the float64 references."""
     cp = pytest.importorskip("cupy")
     mod = cp.RawModule(code=_HOST_KERNELS, options=("-std=c++14",) + include_options())
-    h, eps, box = 0.7, 0.25, 2.5
-    r = _spline_radii(h)
-    m = np.linspace(0.5, 2.0, r.size)
+    r, m = _softening_inputs()
     out = cp.empty((r.size, 4))
     mod.get_function("softening")((8,), (128,), (cp.asarray(r), cp.asarray(m),
-                                                 np.int64(r.size), np.float64(h),
-                                                 np.float64(eps**2), out))
-    out = cp.asnumpy(out)
-    ref_k, ref_p = _spline_reference(r, h)
-    np.testing.assert_allclose(out[:, 0], m * ref_k, rtol=2e-11, atol=0)
-    np.testing.assert_allclose(out[:, 1], m * ref_p, rtol=2e-11, atol=0)
-    s = np.sqrt(r**2 + eps**2)
-    np.testing.assert_allclose(out[:, 2], m / s**3, rtol=1e-13)
-    np.testing.assert_allclose(out[:, 3], m / s, rtol=1e-13)
+                                                 np.int64(r.size), np.float64(_H),
+                                                 np.float64(_EPS**2), out))
+    _check_softening(cp.asnumpy(out), r, m, 1e-13)
     x = np.linspace(-7.0, 7.0, 1001)
     pw = cp.empty((x.size, 3))
     mod.get_function("periodic")((8,), (128,), (cp.asarray(x), np.int64(x.size),
-                                                np.float64(box), pw))
-    pw = cp.asnumpy(pw)
-    assert np.all(np.abs(pw[:, 0]) <= 0.5 * box)
-    shifts = (x - pw[:, 0]) / box
-    np.testing.assert_allclose(shifts, np.round(shifts), atol=1e-12)
-    ref = np.where((x < 0) | (x >= box), x - box * np.floor(x / box), x)
-    np.testing.assert_allclose(pw[:, 2], ref, rtol=0, atol=1e-15)
+                                                np.float64(_BOX), pw))
+    _check_periodic(cp.asnumpy(pw), x, 1e-15)   # fused multiply-adds allowed
