@@ -22,8 +22,9 @@ configuration of issue 6), and on the GPU also
   them (max difference / max cell, mass).
 * ``--arithmetic float32``: the float-geometry variant, with its largest cell
   difference from float64.
-* ``--methods warp thread``: the older per-cell clip kernels, timed on the
-  first ``--old-n`` tetrahedra only (they are ~60-90x slower).
+* ``--methods warp thread``: the older per-cell clip kernels
+  (``tet_deposit_clip_gpu.py``), timed on the first ``--old-n`` tetrahedra only (they
+  are ~60-90x slower).
 * ``--variants JSON``: compile-time settings of the lattice kernel to compare
   (tuning; e.g. ``'[{}, {"PQ_SMEM": 0, "WARPS": 4}]'``); ``--settings JSON``
   replaces the kernel defaults for the whole run (patches included).
@@ -49,6 +50,7 @@ from cosmo_dask.density import deposit_tets, snapshot_tetrahedra
 from cosmo_dask.models.zeldovich import zeldovich
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tet_deposit_clip_gpu import deposit_tets_clip_gpu  # noqa: E402
 from timing import wall_median  # noqa: E402
 
 
@@ -176,8 +178,8 @@ def bench_gpu(rec, tets, mass, cs, ng, args):
         n_old = min(args.old_n, len(tets))
 
         def run_old(method=method, n_old=n_old):
-            tg.deposit_tets_gpu(d_t[:n_old], d_m[:n_old], [0, 0, 0], cs, shape, periodic=True,
-                                out=grid, method=method)
+            deposit_tets_clip_gpu(d_t[:n_old], d_m[:n_old], [0, 0, 0], cs, shape,
+                                  periodic=True, out=grid, method=method)
 
         try:
             t, _ = _median_gpu(run_old, 1, before=lambda: grid.fill(0))

@@ -1,10 +1,12 @@
 """CUDA C kernels run on the host, for tests on machines without a GPU.
 
-The kernel source is compiled as C++ (g++, no fused multiply-adds) with a small shim:
+The kernel source is compiled as C++ (g++, no fused multiply-adds, the shared headers of
+:mod:`cosmo_dask.cuda` on the include path) with a small shim:
 ``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
-are per-thread variables set before each call, atomics are GCC builtins, and a warp has
-one lane (``__ballot_sync`` and ``__match_any_sync`` answer for this lane only; a lane
-is ``threadIdx.x % 32``, so at most 32 threads per launch here). Each ``extern "C"`` kernel is
+are per-thread variables set before each call, atomics are GCC builtins, ``rsqrt`` is
+``1 / sqrt``, and a warp has one lane (``__ballot_sync`` and ``__match_any_sync`` answer
+for this lane only; a lane is ``threadIdx.x % 32``, so at most 32 threads per launch
+here). Each ``extern "C"`` kernel is
 called through ctypes with NumPy arrays and NumPy scalars (``np.int64`` -> ``long long``,
 ``np.int32`` -> ``int``, ``np.float64`` -> ``double``). Kernels must use grid-stride
 loops (every launch here covers all items whatever the thread count).
@@ -34,6 +36,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
+
+from cosmo_dask.cuda import HEADER_DIR, HEADERS, header_text
 
 SHIM = r"""
 #include <cmath>
@@ -74,6 +78,8 @@ template <class T> inline unsigned __match_any_sync(unsigned, T)
     return 1u << (threadIdx.x & 31);
 }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 """
 
@@ -85,7 +91,8 @@ def compiler() -> str | None:
 
 @functools.cache
 def _library(source: str) -> ctypes.CDLL:
-    tag = hashlib.sha256((SHIM + source).encode()).hexdigest()[:16]
+    headers = "".join(header_text(h) for h in HEADERS)   # what #include "x.cuh" reads
+    tag = hashlib.sha256((SHIM + source + headers).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "cosmo_dask_cuda_host"
     folder.mkdir(exist_ok=True)
     lib = folder / f"k{tag}.so"
@@ -94,8 +101,8 @@ def _library(source: str) -> ctypes.CDLL:
         src.write_text(SHIM + source)
         tmp = folder / f"k{tag}.{threading.get_ident()}.so"
         subprocess.run([compiler(), "-O1", "-std=c++17", "-shared", "-fPIC",
-                        "-ffp-contract=off", str(src), "-o", str(tmp)], check=True,
-                       capture_output=True, text=True)
+                        "-ffp-contract=off", f"-I{HEADER_DIR}", str(src), "-o", str(tmp)],
+                       check=True, capture_output=True, text=True)
         tmp.replace(lib)
     return ctypes.CDLL(str(lib))
 

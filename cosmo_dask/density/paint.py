@@ -137,9 +137,8 @@ TASK_SLABS = 4
 #: in one worker: about this many meshes at once
 SINGLE_SLAB_MESHES = 8
 #: GPU memory does not spill: besides its meshes a GPU holds the transpose's second copy
-#: of the slabs in flight, about this many meshes more (one 2048^3 float32 mesh in 16
-#: slabs peaked at 1.69 meshes on an H100, 2026-11-25; two interlaced ones ran out of
-#: its 80 GB)
+#: of the slabs in flight, about this many meshes more (the measured peaks:
+#: ``benchmarks/RESULTS.md``, mesh path in slabs)
 GPU_TRANSIENT_MESHES = 0.7
 #: target bytes of one slab on GPU workers (a GPU transforms big slabs fast; small ones
 #: only add transpose pieces)

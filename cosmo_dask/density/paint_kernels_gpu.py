@@ -22,9 +22,11 @@ import functools
 
 import numpy as np
 
+from ..cuda import include_options
 from .paint_kernels import SCHEMES
 
 _SOURCE = r"""
+#include "periodic.cuh"
 extern "C" __global__ void paint(const POS_T* __restrict__ pos, const MASS_T* __restrict__ mass,
                                  const int use_array, const double mass_scalar,
                                  const long long m, const long long n, const double inv_h,
@@ -41,8 +43,7 @@ extern "C" __global__ void paint(const POS_T* __restrict__ pos, const MASS_T* __
     for (int a = 0; a < 3; ++a) {
         double x = (double)pos[3 * p + a] * inv_h + off;
         if (!isfinite(x)) { atomicAdd(bad, 1ULL); return; }
-        if (x < 0.0 || x >= fn) x -= fn * floor(x / fn);
-        u[a] = x;
+        u[a] = cd_wrap_box(x, fn);
     }
     for (int a = 0; a < 3; ++a) {
 #if ORDER == 1
@@ -96,7 +97,7 @@ def _kernel(order: int, pos_t: str, mass_t: str, mesh_t: str, device_id: int):
 
     src = (f"#define ORDER {order}\n#define POS_T {_CTYPE[pos_t]}\n"
            f"#define MASS_T {_CTYPE[mass_t]}\n#define MESH_T {_CTYPE[mesh_t]}\n" + _SOURCE)
-    return cupy.RawKernel(src, "paint", options=("-std=c++14",))
+    return cupy.RawKernel(src, "paint", options=("-std=c++14",) + include_options())
 
 
 def paint_cupy(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,

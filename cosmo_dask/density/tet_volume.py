@@ -62,26 +62,9 @@ the solid, which leaves only convex polygons (no polyhedron topology):
   rounding pathology that would overflow resumes the tetrahedron from the
   failed column with 4x the room (same arithmetic, same result).
 
-Cost per tetrahedron of a z=0 Zel'dovich snapshot (96 cells in its bounding
-box, 28 of them receiving mass): ~13 x, 28 y and 31 z polygon cuts of 3-9
-vertices and 67 band integrals, ~5 microseconds. Measured 2026-11-21 on the
-2-core dev VM (shared, +-20% run to run; one core, wall clock after a warm-up
-call, best of 2-3 runs, float64, periodic grid of (2n)^3 cells): n = 32
-particles per side in 50 Mpc/h (196608 tetrahedra onto 64^3) 1.9e5 tets/s,
-was 2.0e4 with per-cell clips (1.05 s vs 9.8 s); n = 64 in 100 Mpc/h (1.57M
-tetrahedra onto 128^3) 1.9e5 tets/s, was 1.8e4 (8.4 s vs 87 s). The grids
-agree with the per-cell clips' to 8.8e-14 (n = 32) and 1.2e-11 (n = 64) of the
-largest cell: the largest differences come from slivers (the n = 64 one from a
-tetrahedron of 2.9e-8 cell volumes, density 4.6e7 times the mean), where both
-kernels are at their rounding (against exact rational arithmetic
-this kernel is off by 2.1e-17 of a cell there, the per-cell clips by 3.3e-17;
-the float64 volume of that sliver itself is off by 1.3e-9); the median
-relative difference per cell is 3e-16. Total mass is conserved to 2e-15.
-Against exact rational arithmetic on 100 tetrahedra of the n = 32 snapshot (40
-of them the thinnest, 2e-5 to 3e-4 cell volumes), the largest error of a cell's
-overlap volume is 9e-16 of a cell (per-cell clips: 1.1e-15), 2.9e-16 for the
-thin ones (1.9e-16). First-call numba compilation of the deposit takes ~1-2 s
-longer than the per-cell version did (~5 s instead of ~4 s on this VM).
+Cost: ~5 microseconds per tetrahedron of a z=0 Zel'dovich snapshot on one core;
+throughput, agreement with the per-cell clips and exact-arithmetic checks are in
+``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the CPU).
 
 Public functions: :func:`tet_cube_volume` (many tetrahedra x many cubes, CPU
 or, for CuPy input, GPU) and :func:`deposit_tets` (mass of tetrahedra onto a

@@ -44,32 +44,8 @@ conserved to 4e-16, each cell within ~1e-7 of the largest cell (8e-8 at
 box 100, 6e-8 at box 250 against float64; 4e-7 against the CPU clip), empty
 cells may receive float32 rounding noise of either sign.
 
-Measured (one NVIDIA H200, CuPy 14.2, 2026-11-21,
-``benchmarks/bench_tet_deposit.py``, CUDA events, median of 5; 128^3-particle
-Zel'dovich snapshot at z=0, 12.6M tetrahedra, onto a periodic 256^3 grid;
-``benchmarks/results/2026-11-21/tetgpu_bench_h200.jsonl``):
-
-=========================  ==========  ==========
-tets/s                     100 Mpc/h   250 Mpc/h
-=========================  ==========  ==========
-mean bbox cells per tet       148          84
-float64, PQ_SMEM=1 WARPS=2  5.4e7       6.2e7
-float64, PQ_SMEM=0 WARPS=4  7.0e7       7.9e7   (the default now)
-float32, PQ_SMEM=1 WARPS=2  8.1e7       9.0e7
-512 patches of 32^3 [*]     3.6e7       4.2e7
-old ``method="warp"`` [**]  5.8e5       9.8e5
-=========================  ==========  ==========
-
-[*] one :func:`cosmo_dask.density.deposit_tets` call per patch with the tets
-whose bounding box overlaps it (1.43x / 1.34x as many tet-patch pairs as
-tets; 0.68 / 0.59 ms per call); assembled patches equal the periodic grid to
-4e-15 / 6e-15 of the largest cell. [**] first 500k tetrahedra (earlier run).
-GPU vs the CPU deposit on 20000 random tetrahedra of the snapshot: 1.4e-12 /
-7.5e-12 of the largest cell (the clip's rounding, above); mass 2e-16 / 1.4e-15.
-``PQ_SMEM=0, WARPS=4`` (clip pieces in registers: 164 registers instead of
-128) gave the same grids (1.3e-15 / 1.8e-15) 1.27-1.29x faster in that run;
-it became the default after the GPU density tests passed with it (36 passed,
-H200, 2026-11-21).
+Throughput, the patch deposit and the tuning of ``PQ_SMEM``/``WARPS`` (measured on an
+H200): ``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the GPU).
 
 Implementation notes (seen on the H200 with CuPy 14.2's NVRTC, 2026-11-21):
 with ``line_add`` as a ``__noinline__`` function the caller's loop bound was
@@ -89,20 +65,20 @@ kernel argument, the grid origin travels by value): one launch per call,
 tetrahedra outside a non-periodic grid cost a load of their 12 coordinates and
 a bounding-box test, so patches can be given all candidate tetrahedra.
 
-Older kernels (kept: ``tet_cube_volume_gpu``, ``method="warp"|"thread"``)
-------------------------------------------------------------------------
+Tetrahedron-cube volumes (``tet_cube_volume_gpu``)
+-------------------------------------------------
 Same geometry as :mod:`cosmo_dask.density.tet_volume`'s clip (against the six
 cube planes depth first with a 16-slot stack per thread, prism splits, the
-same fast paths and operation order), compiled with NVRTC ``--fmad=false`` so
-float64 results match the numba kernel to rounding. ``tet_cube_pairs``: one
-thread per (tetrahedron, cube) pair. ``deposit_thread``: one thread per
-tetrahedron. ``deposit_warp``: ADECO's scheme (one warp per tetrahedron,
-lanes classify 32 cells at a time, cut cells queued in shared memory and
-clipped 32 at a time). float32 input is upcast to float64 unless
+same fast paths and operation order; the device functions of
+``cosmo_dask/cuda/tet_clip.cuh``), compiled with NVRTC ``--fmad=false`` so
+float64 results match the numba kernel to rounding; one thread per
+(tetrahedron, cube) pair. float32 input is upcast to float64 unless
 ``arithmetic="float32"`` (float clip: 28% mass error at z=0, determinant
-cancellation; not for production).
-Deposit sums use atomics, so the order of additions (and the last bits of
-each cell) may vary from run to run.
+cancellation; not for production). The per-cell clip deposits built on the
+same functions (one thread or one warp per tetrahedron, ~60-90x slower than
+the lattice) are kept for comparison in ``benchmarks/tet_deposit_clip_gpu.py``.
+The lattice deposit sums with atomics, so the order of additions (and the last
+bits of each cell) may vary from run to run.
 """
 
 from __future__ import annotations
@@ -112,171 +88,14 @@ import functools
 import numpy as np
 
 from ..backend import require_gpu
+from ..cuda import include_options
 from ..errors import ParameterError
 from .tet_volume import _as_cubes, _as_tets, check_grid
 
 _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
-_KERNEL_NAMES = ("tet_cube_pairs", "deposit_thread", "deposit_warp")
-WARPS_PER_BLOCK = 4
 
 _CUDA_SOURCE = r"""
-#define STACK 16
-
-__device__ __forceinline__ real det6(const real* s) {
-    real ax = s[3] - s[0], ay = s[4] - s[1], az = s[5] - s[2];
-    real bx = s[6] - s[0], by = s[7] - s[1], bz = s[8] - s[2];
-    real cx = s[9] - s[0], cy = s[10] - s[1], cz = s[11] - s[2];
-    return ax * (by * cz - bz * cy) - ay * (bx * cz - bz * cx) + az * (bx * cy - by * cx);
-}
-
-__device__ __forceinline__ void prism(const real* tmp, real* out) {
-    // (a0 a1 a2 b0) (a1 a2 b0 b1) (a2 b0 b1 b2): consecutive windows of tmp[0..5]
-    #pragma unroll
-    for (int k = 0; k < 3; ++k)
-        #pragma unroll
-        for (int q = 0; q < 12; ++q) out[12 * k + q] = tmp[3 * k + q];
-}
-
-// volume of tetrahedron st[0..11] (cube-local) inside [0,h]^3
-__device__ real clip_volume(real* st, int* lev, real h) {
-    real vol = 0;
-    int top = 1;
-    lev[0] = 0;
-    real cur[12], d[4], tmp[18];
-    int in_[4], out_[4];
-    while (top > 0) {
-        --top;
-        for (int q = 0; q < 12; ++q) cur[q] = st[12 * top + q];
-        int level = lev[top];
-        bool done = false;
-        while (level < 6) {
-            int ax = level >> 1, upper = level & 1;
-            real plane = upper ? h : (real)0;
-            int nin = 0, nout = 0;
-            for (int v = 0; v < 4; ++v) {
-                real dv = upper ? (h - cur[3 * v + ax]) : cur[3 * v + ax];
-                d[v] = dv;
-                if (dv > (real)0) in_[nin++] = v; else out_[nout++] = v;
-            }
-            if (nin == 0) { done = true; break; }
-            if (nout == 0) { ++level; continue; }
-            real* o = st + 12 * top;
-            if (nin == 1) {
-                int a = in_[0];
-                for (int c = 0; c < 3; ++c) o[c] = cur[3 * a + c];
-                for (int k = 0; k < 3; ++k) {
-                    int b = out_[k];
-                    real w = d[a] / (d[a] - d[b]);
-                    for (int c = 0; c < 3; ++c)
-                        o[3 * (k + 1) + c] = cur[3 * a + c] + w * (cur[3 * b + c] - cur[3 * a + c]);
-                    o[3 * (k + 1) + ax] = plane;
-                }
-                lev[top] = level + 1;
-                top += 1;
-            } else if (nin == 2) {
-                int a = in_[0], b = in_[1], c0 = out_[0], c1 = out_[1];
-                real wa0 = d[a] / (d[a] - d[c0]);
-                real wa1 = d[a] / (d[a] - d[c1]);
-                real wb0 = d[b] / (d[b] - d[c0]);
-                real wb1 = d[b] / (d[b] - d[c1]);
-                for (int c = 0; c < 3; ++c) {
-                    tmp[c] = cur[3 * a + c];
-                    tmp[9 + c] = cur[3 * b + c];
-                    tmp[3 + c] = cur[3 * a + c] + wa0 * (cur[3 * c0 + c] - cur[3 * a + c]);
-                    tmp[6 + c] = cur[3 * a + c] + wa1 * (cur[3 * c1 + c] - cur[3 * a + c]);
-                    tmp[12 + c] = cur[3 * b + c] + wb0 * (cur[3 * c0 + c] - cur[3 * b + c]);
-                    tmp[15 + c] = cur[3 * b + c] + wb1 * (cur[3 * c1 + c] - cur[3 * b + c]);
-                }
-                tmp[3 + ax] = plane; tmp[6 + ax] = plane;
-                tmp[12 + ax] = plane; tmp[15 + ax] = plane;
-                prism(tmp, o);
-                lev[top] = lev[top + 1] = lev[top + 2] = level + 1;
-                top += 3;
-            } else {
-                int e = out_[0];
-                for (int k = 0; k < 3; ++k) {
-                    int a = in_[k];
-                    real w = d[a] / (d[a] - d[e]);
-                    for (int c = 0; c < 3; ++c) {
-                        tmp[3 * k + c] = cur[3 * a + c];
-                        tmp[3 * (k + 3) + c] =
-                            cur[3 * a + c] + w * (cur[3 * e + c] - cur[3 * a + c]);
-                    }
-                    tmp[3 * (k + 3) + ax] = plane;
-                }
-                prism(tmp, o);
-                lev[top] = lev[top + 1] = lev[top + 2] = level + 1;
-                top += 3;
-            }
-            done = true;
-            break;
-        }
-        if (done) continue;
-        real v6 = det6(cur);
-        vol += (v6 < 0 ? -v6 : v6) / (real)6;
-    }
-    return vol;
-}
-
-struct Tet {
-    real v[12];
-    real nrm[12];
-    real off[4];
-    real bmin[3], bmax[3];
-    real vol;
-};
-
-__device__ void tet_setup(Tet& T) {
-    const int F[4][3] = {{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
-    for (int f = 0; f < 4; ++f) {
-        int a = F[f][0], b = F[f][1], c = F[f][2];
-        real ux = T.v[3*b] - T.v[3*a], uy = T.v[3*b+1] - T.v[3*a+1], uz = T.v[3*b+2] - T.v[3*a+2];
-        real wx = T.v[3*c] - T.v[3*a], wy = T.v[3*c+1] - T.v[3*a+1], wz = T.v[3*c+2] - T.v[3*a+2];
-        real nx = uy * wz - uz * wy, ny = uz * wx - ux * wz, nz = ux * wy - uy * wx;
-        real o = -(nx * T.v[3*a] + ny * T.v[3*a+1] + nz * T.v[3*a+2]);
-        real s = nx * T.v[3*f] + ny * T.v[3*f+1] + nz * T.v[3*f+2] + o;
-        if (s < (real)0) { nx = -nx; ny = -ny; nz = -nz; o = -o; }
-        T.nrm[3*f] = nx; T.nrm[3*f+1] = ny; T.nrm[3*f+2] = nz; T.off[f] = o;
-    }
-    real v6 = det6(T.v);
-    T.vol = (v6 < 0 ? -v6 : v6) / (real)6;
-    for (int c = 0; c < 3; ++c) {
-        T.bmin[c] = fmin(fmin(T.v[c], T.v[3 + c]), fmin(T.v[6 + c], T.v[9 + c]));
-        T.bmax[c] = fmax(fmax(T.v[c], T.v[3 + c]), fmax(T.v[6 + c], T.v[9 + c]));
-    }
-}
-
-// fast paths: returns >= 0 when decided, -1 when a clip is needed
-__device__ real fast_volume(const Tet& T, const real* lo, real h) {
-    bool inside_box = true;
-    for (int c = 0; c < 3; ++c) {
-        if (T.bmax[c] <= lo[c] || T.bmin[c] >= lo[c] + h) return 0;
-        if (T.bmin[c] < lo[c] || T.bmax[c] > lo[c] + h) inside_box = false;
-    }
-    if (inside_box) return T.vol;
-    if (T.vol == (real)0) return 0;
-    bool all_in = true;
-    for (int f = 0; f < 4; ++f) {
-        real base = T.nrm[3*f] * lo[0] + T.nrm[3*f+1] * lo[1] + T.nrm[3*f+2] * lo[2] + T.off[f];
-        real pos = 0, neg = 0;
-        for (int c = 0; c < 3; ++c) {
-            real t = T.nrm[3*f + c] * h;
-            if (t > (real)0) pos += t; else neg += t;
-        }
-        if (base + pos <= (real)0) return 0;
-        if (base + neg < (real)0) all_in = false;
-    }
-    if (all_in) return h * h * h;
-    return -1;
-}
-
-__device__ real slow_volume(const Tet& T, const real* lo, real h) {
-    real st[12 * STACK];
-    int lev[STACK];
-    for (int k = 0; k < 4; ++k)
-        for (int c = 0; c < 3; ++c) st[3 * k + c] = T.v[3 * k + c] - lo[c];
-    return clip_volume(st, lev, h);
-}
+#include "tet_clip.cuh"
 
 extern "C" __global__ void tet_cube_pairs(const real* tets, const double* los, const double* hs,
                                           long long nt, long long nc, real* out) {
@@ -292,131 +111,6 @@ extern "C" __global__ void tet_cube_pairs(const real* tets, const double* los, c
         real w = fast_volume(T, lo, h);
         if (w < (real)0) w = slow_volume(T, lo, h);
         out[p] = w;
-    }
-}
-
-__device__ __forceinline__ int wrapi(int i, int n) { int r = i % n; return r < 0 ? r + n : r; }
-
-// load tet t in cell units; returns the number of bbox cells (0: nothing to do)
-__device__ long long load_cell_units(const real* tets, long long t, const double* glo, double cs,
-                                     int nx, int ny, int nz, int periodic, Tet& T,
-                                     int* imin, int* ext) {
-    for (int k = 0; k < 4; ++k)
-        for (int c = 0; c < 3; ++c)
-            T.v[3 * k + c] = (real)(((double)tets[12 * t + 3 * k + c] - glo[c]) / cs);
-    tet_setup(T);
-    int n3[3] = {nx, ny, nz};
-    long long total = 1;
-    for (int c = 0; c < 3; ++c) {
-        int i0 = (int)floor((double)T.bmin[c]);
-        int i1 = (int)floor((double)T.bmax[c]);
-        if (i1 > i0 && (real)i1 == T.bmax[c]) --i1;
-        if (!periodic) { i0 = max(i0, 0); i1 = min(i1, n3[c] - 1); }
-        imin[c] = i0;
-        ext[c] = i1 - i0 + 1;
-        if (ext[c] <= 0) return 0;
-        total *= ext[c];
-    }
-    return total;
-}
-
-__device__ void deposit_degenerate(const Tet& T, double m, int nx, int ny, int nz, int periodic,
-                                   double* grid) {
-    int n3[3] = {nx, ny, nz}, g[3];
-    for (int c = 0; c < 3; ++c) {
-        g[c] = (int)floor(0.25 * ((double)T.v[c] + T.v[3 + c] + T.v[6 + c] + T.v[9 + c]));
-        if (periodic) g[c] = wrapi(g[c], n3[c]);
-        else if (g[c] < 0 || g[c] >= n3[c]) return;
-    }
-    atomicAdd(grid + ((long long)g[0] * ny + g[1]) * nz + g[2], m);
-}
-
-__device__ __forceinline__ void cell_of(long long c, const int* imin, const int* ext,
-                                        int nx, int ny, int nz, real* lo, long long* gidx) {
-    int k = (int)(c % ext[2]);
-    long long r = c / ext[2];
-    int j = (int)(r % ext[1]);
-    int i = (int)(r / ext[1]);
-    i += imin[0]; j += imin[1]; k += imin[2];
-    lo[0] = (real)i; lo[1] = (real)j; lo[2] = (real)k;
-    *gidx = ((long long)wrapi(i, nx) * ny + wrapi(j, ny)) * nz + wrapi(k, nz);
-}
-
-extern "C" __global__ void deposit_thread(const real* tets, const double* mass, long long nt,
-                                          const double* glo, double cs, int nx, int ny, int nz,
-                                          int periodic, double* grid) {
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < nt;
-         t += (long long)gridDim.x * blockDim.x) {
-        Tet T;
-        int imin[3], ext[3];
-        long long ncell = load_cell_units(tets, t, glo, cs, nx, ny, nz, periodic, T, imin, ext);
-        double m = mass[t];
-        if (T.vol == (real)0) { deposit_degenerate(T, m, nx, ny, nz, periodic, grid); continue; }
-        double inv = m / (double)T.vol;
-        for (long long c = 0; c < ncell; ++c) {
-            real lo[3];
-            long long g;
-            cell_of(c, imin, ext, nx, ny, nz, lo, &g);
-            real w = fast_volume(T, lo, (real)1);
-            if (w < (real)0) w = slow_volume(T, lo, (real)1);
-            if (w != (real)0) atomicAdd(grid + g, inv * (double)w);
-        }
-    }
-}
-
-extern "C" __global__ void deposit_warp(const real* tets, const double* mass, long long nt,
-                                        const double* glo, double cs, int nx, int ny, int nz,
-                                        int periodic, double* grid) {
-    __shared__ int queue[WARPS][64];
-    const unsigned FULL = 0xffffffffu;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    long long gw = (long long)blockIdx.x * WARPS + w, nw = (long long)gridDim.x * WARPS;
-    for (long long t = gw; t < nt; t += nw) {
-        Tet T;
-        int imin[3], ext[3];
-        long long ncell = load_cell_units(tets, t, glo, cs, nx, ny, nz, periodic, T, imin, ext);
-        double m = mass[t];
-        if (T.vol == (real)0) {
-            if (lane == 0) deposit_degenerate(T, m, nx, ny, nz, periodic, grid);
-            continue;
-        }
-        double inv = m / (double)T.vol;
-        int qn = 0;
-        for (long long base = 0; base < ncell; base += 32) {
-            long long c = base + lane;
-            bool slow = false;
-            if (c < ncell) {
-                real lo[3];
-                long long g;
-                cell_of(c, imin, ext, nx, ny, nz, lo, &g);
-                real v = fast_volume(T, lo, (real)1);
-                if (v < (real)0) slow = true;
-                else if (v != (real)0) atomicAdd(grid + g, inv * (double)v);
-            }
-            unsigned ballot = __ballot_sync(FULL, slow);
-            if (slow) queue[w][qn + __popc(ballot & ((1u << lane) - 1u))] = (int)(c - 0);
-            qn += __popc(ballot);
-            __syncwarp();
-            if (qn >= 32) {
-                long long cq = queue[w][qn - 32 + lane];
-                real lo[3];
-                long long g;
-                cell_of(cq, imin, ext, nx, ny, nz, lo, &g);
-                real v = slow_volume(T, lo, (real)1);
-                if (v != (real)0) atomicAdd(grid + g, inv * (double)v);
-                qn -= 32;
-                __syncwarp();
-            }
-        }
-        if (lane < qn) {
-            long long cq = queue[w][lane];
-            real lo[3];
-            long long g;
-            cell_of(cq, imin, ext, nx, ny, nz, lo, &g);
-            real v = slow_volume(T, lo, (real)1);
-            if (v != (real)0) atomicAdd(grid + g, inv * (double)v);
-        }
-        __syncwarp();
     }
 }
 """
@@ -819,14 +513,15 @@ BLOCKS_PER_SM = 16
 
 
 @functools.cache
-def _kernels(device_id: int, real: str) -> dict:
-    """Compiled clip kernels for one device and arithmetic type ("double" or "float")."""
+def _pairs_kernel(device_id: int, real: str):
+    """The compiled ``tet_cube_pairs`` kernel for one device and arithmetic type ("double"
+    or "float")."""
     import cupy
 
-    head = f"typedef {real} real;\n#define WARPS {WARPS_PER_BLOCK}\n"
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=head + _CUDA_SOURCE, options=_NVRTC_OPTIONS)
-        return {name: module.get_function(name) for name in _KERNEL_NAMES}
+        module = cupy.RawModule(code=f"typedef {real} real;\n" + _CUDA_SOURCE,
+                                options=_NVRTC_OPTIONS + include_options())
+        return module.get_function("tet_cube_pairs")
 
 
 def lattice_source(real: str = "double", **settings) -> str:
@@ -884,7 +579,7 @@ def tet_cube_volume_gpu(tets, cube_lo, cube_size, *, arithmetic="float64"):
     nt, nc = t.shape[0], lo.shape[0]
     out = cp.zeros((nt, nc), dtype=t.dtype)
     if nt and nc:
-        k = _kernels(cp.cuda.Device().id, real)["tet_cube_pairs"]
+        k = _pairs_kernel(cp.cuda.Device().id, real)
         threads = 128
         k((_blocks(nt * nc, threads, cp),), (threads,),
           (t, lo, h, np.int64(nt), np.int64(nc), out))
@@ -932,32 +627,27 @@ def deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, o
 
     Parameters
     ----------
-    method : {"auto", "lattice", "warp", "thread"}
+    method : {"auto", "lattice"}
         ``"lattice"`` (what ``"auto"`` runs): one warp per tetrahedron, volumes
-        from the clip-fraction lattice described in the module docstring.
-        ``"warp"`` / ``"thread"``: the older per-cell clip kernels (one warp
-        or one thread per tetrahedron), ~60-90x slower; kept for comparison.
+        from the clip-fraction lattice described in the module docstring. (The
+        older per-cell clip deposits are kept for comparison in
+        ``benchmarks/tet_deposit_clip_gpu.py``.)
     arithmetic : {"float64", "float32"}
-        Kernel arithmetic. "lattice" in float32: geometry in float, sums and
-        the grid in double; total mass conserved to double rounding, each cell
-        to ~1e-7 of the largest cell (see the module docstring).
+        Kernel arithmetic. In float32: geometry in float, sums and the grid in
+        double; total mass conserved to double rounding, each cell to ~1e-7 of
+        the largest cell (see the module docstring).
 
     Returns
     -------
     cupy.ndarray (nx, ny, nz) float64
     """
     cp = require_gpu("deposit_tets on CuPy arrays")
-    if method not in ("auto", "lattice", "warp", "thread"):
-        raise ParameterError(
-            f"method must be 'auto', 'lattice', 'warp' or 'thread', got {method!r}")
+    if method not in ("auto", "lattice"):
+        raise ParameterError(f"method must be 'auto' or 'lattice', got {method!r}")
     if arithmetic not in ("float64", "float32"):
         raise ParameterError(f"arithmetic must be 'float64' or 'float32', got {arithmetic!r}")
-    lattice = method in ("auto", "lattice")
-    if lattice:
-        t = cp.ascontiguousarray(_as_tets(tets, cp), dtype=cp.float64)
-        real = "double" if arithmetic == "float64" else "float"
-    else:
-        t, real = _prepare(tets, cp, arithmetic)
+    t = cp.ascontiguousarray(_as_tets(tets, cp), dtype=cp.float64)
+    real = "double" if arithmetic == "float64" else "float"
     nt = t.shape[0]
     glo, cs, shp = check_grid(grid_lo, cell_size, shape)
     grid = cp.zeros(shp, dtype=cp.float64) if out is None else out
@@ -967,18 +657,5 @@ def deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, o
         raise ParameterError("out must be C-contiguous")
     if nt == 0:
         return grid
-    if lattice:
-        _launch_lattice(t, mass, glo, cs, shp, periodic, grid, real)
-        return grid
-    m = cp.ascontiguousarray(cp.broadcast_to(cp.asarray(mass, dtype=cp.float64), (nt,)))
-    ks = _kernels(cp.cuda.Device().id, real)
-    g = cp.asarray(glo)
-    args = (t, m, np.int64(nt), g, np.float64(cs), np.int32(shp[0]), np.int32(shp[1]),
-            np.int32(shp[2]), np.int32(bool(periodic)), grid)
-    if method == "warp":
-        threads = 32 * WARPS_PER_BLOCK
-        ks["deposit_warp"]((_blocks(nt * 32, threads, cp),), (threads,), args)
-    else:
-        threads = 128
-        ks["deposit_thread"]((_blocks(nt, threads, cp),), (threads,), args)
+    _launch_lattice(t, mass, glo, cs, shp, periodic, grid, real)
     return grid

@@ -39,6 +39,7 @@ import numpy as np
 from ..checks import check_finite, check_positive
 from ..errors import ParameterError
 from .parameters import default_r_cut
+from .softening_kernels import inverse_kp, spline_kp_inside
 from .truncated import T_exact_nb, T_table_nb, check_level, get_table
 
 __all__ = ["p2p_block", "check_kernel_params", "relative_positions", "SOFTENING_KERNELS",
@@ -146,31 +147,15 @@ def _p2p_kernel(t, s, m, par, table, kernel, periodic, trunc, level, exclude, wa
                 s2 = r2 + eps2
                 if s2 == 0:
                     continue
-                inv = one / np.sqrt(s2)
-                p = inv
-                k = inv * inv * inv
+                k, p = inverse_kp(one / np.sqrt(s2))
             else:
                 r = np.sqrt(r2)
                 if r >= h:
                     if r2 == 0:
                         continue
-                    inv = one / r
-                    p = inv
-                    k = inv * inv * inv
+                    k, p = inverse_kp(one / r)
                 else:
-                    u = np.float64(r * hinv)
-                    hi1 = np.float64(hinv)
-                    hi3 = hi1 * hi1 * hi1
-                    if u < 0.5:
-                        k = hi3 * (10.666666666667 + u * u * (32.0 * u - 38.4))
-                        p = hi1 * (2.8 - u * u * (5.333333333333 + u * u * (6.4 * u - 9.6)))
-                    else:
-                        k = hi3 * (21.333333333333 - 48.0 * u + 38.4 * u * u
-                                   - 10.666666666667 * u * u * u
-                                   - 0.066666666667 / (u * u * u))
-                        p = -hi1 * (-3.2 + 0.066666666667 / u
-                                    + u * u * (10.666666666667
-                                               + u * (-16.0 + u * (9.6 - 2.133333333333 * u))))
+                    k, p = spline_kp_inside(np.float64(r * hinv), np.float64(hinv))
             if trunc > 0:
                 x = np.sqrt(r2) * inv_2rs
                 if trunc == 1:

@@ -26,7 +26,7 @@ that overlap the block's own targets. Float32 sums are accumulated in float32
 per thread in two levels (a sum per shared-memory tile, added to the running
 total), so rounding grows with tile size plus tile count rather than with N;
 float64 runs all in float64. Defaults (float32: 256 threads x 4 targets,
-float64: 128 x 2) come from a launch sweep on an H200 (2026-11-21).
+float64: 128 x 2): the fastest of a launch sweep (``benchmarks/RESULTS.md``, Gravity).
 
 Units: as in :mod:`cosmo_dask.gravity.p2p_kernels`.
 """
@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from ..backend import resolve_precision
+from ..cuda import include_options
 from ..errors import ParameterError
 from .p2p_kernels import _EXCLUDE, SPLINE_SUPPORT, check_kernel_params, check_p2p_inputs
 from .truncated import CUDA_SOURCE as _TRUNC_SOURCE
@@ -52,6 +53,8 @@ _PAD_POSITION = 1.0e18   # where padding sources (mass 0) sit, relative units
 
 _SOURCE = r"""
 // ---- p2p all-pairs tile kernel (cosmo_dask.gravity.p2p_kernels_gpu) ----
+#include "periodic.cuh"
+#include "softening.cuh"
 template <int CHECKZERO, int SKIPZERO>
 __device__ __forceinline__ void cd_pair(const Real xi, const Real yi, const Real zi,
                                         const Real4 s, const bool skip,
@@ -65,9 +68,9 @@ __device__ __forceinline__ void cd_pair(const Real xi, const Real yi, const Real
     Real dy = s.y - yi;
     Real dz = s.z - zi;
     if (P2P_PERIODIC) {
-        dx -= box * cd_rint(dx * inv_box);
-        dy -= box * cd_rint(dy * inv_box);
-        dz -= box * cd_rint(dz * inv_box);
+        dx = cd_min_image(dx, box, inv_box);
+        dy = cd_min_image(dy, box, inv_box);
+        dz = cd_min_image(dz, box, inv_box);
     }
     // r2 (unsoftened) is only evaluated where used; the Plummer s2 folds eps2 into the fma chain
     const Real r2 = P2P_FMA(dx, dx, P2P_FMA(dy, dy, dz * dz));
@@ -75,36 +78,19 @@ __device__ __forceinline__ void cd_pair(const Real xi, const Real yi, const Real
     Real k, p;
     if (P2P_KERNEL == 0) {                         // Plummer
         const Real s2 = P2P_FMA(dx, dx, P2P_FMA(dy, dy, P2P_FMA(dz, dz, eps2)));
-        Real inv = P2P_RSQRT(s2);
+        Real inv = cd_rsqrt(s2);
         if (CHECKZERO) inv = (s2 > (Real)0) ? inv : (Real)0;
         inv = drop ? (Real)0 : inv;
-        const Real minv = s.w * inv;
-        k = minv * inv * inv;
-        p = minv;
+        cd_inv_kp(inv, s.w, k, p);
     } else {                                   // Gadget-2 cubic spline, support h
         if (r2 >= h2) {
-            Real inv = P2P_RSQRT(r2);
+            Real inv = cd_rsqrt(r2);
             inv = (r2 > (Real)0 && !drop) ? inv : (Real)0;
-            const Real minv = s.w * inv;
-            k = minv * inv * inv;
-            p = minv;
+            cd_inv_kp(inv, s.w, k, p);
         } else {
             const Real u = P2P_SQRT(r2) * hinv;
             const Real mh = drop ? (Real)0 : s.w * hinv;
-            const Real mh3 = mh * hinv * hinv;
-            if (u < (Real)0.5) {
-                k = mh3 * ((Real)10.666666666667 + u * u * ((Real)32.0 * u - (Real)38.4));
-                p = mh * ((Real)2.8 - u * u * ((Real)5.333333333333
-                                                + u * u * ((Real)6.4 * u - (Real)9.6)));
-            } else {
-                const Real u3 = u * u * u;
-                k = mh3 * ((Real)21.333333333333 - (Real)48.0 * u + (Real)38.4 * u * u
-                           - (Real)10.666666666667 * u3 - (Real)0.066666666667 / u3);
-                p = -mh * ((Real)-3.2 + (Real)0.066666666667 / u
-                           + u * u * ((Real)10.666666666667
-                                      + u * ((Real)-16.0 + u * ((Real)9.6
-                                                                - (Real)2.133333333333 * u))));
-            }
+            cd_spline_kp(u, mh, mh * hinv * hinv, k, p);
         }
     }
     if (P2P_TRUNC) {
@@ -199,7 +185,6 @@ def kernel_source(dtype, *, threads: int, per_thread: int, unroll: int, kernel: 
     head = "\n".join([
         f"typedef {'float' if f32 else 'double'} Real;",
         f"typedef {'float4' if f32 else 'double4'} Real4;",
-        f"#define P2P_RSQRT {'rsqrtf' if f32 else 'rsqrt'}",
         f"#define P2P_SQRT {'sqrtf' if f32 else 'sqrt'}",
         f"#define P2P_FMA {'fmaf' if f32 else 'fma'}",
         f"#define P2P_NT {threads}", f"#define P2P_NR {per_thread}",
@@ -214,7 +199,8 @@ def _compile(cupy, dtype: np.dtype, **spec):
     key = (dtype.name, tuple(sorted(spec.items())), cupy.cuda.runtime.getDevice())
     fn = _MODULES.get(key)
     if fn is None:
-        options = ("-std=c++14",) + (("-ftz=true",) if dtype == np.float32 else ())
+        options = (("-std=c++14",) + (("-ftz=true",) if dtype == np.float32 else ())
+                   + include_options())
         module = cupy.RawModule(code=kernel_source(dtype, **spec), options=options)
         fn = module.get_function("p2p_tile")
         _MODULES[key] = fn

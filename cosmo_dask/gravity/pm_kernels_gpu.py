@@ -17,9 +17,12 @@ import functools
 
 import numpy as np
 
+from ..cuda import include_options
+
 __all__ = ["green_slab_cupy", "cic_interpolate_cupy"]
 
 _SOURCE = r"""
+#include "periodic.cuh"
 // fk, out: a complex k-space slab (n0, n1, nk) as interleaved (re, im) pairs of REAL_T
 extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restrict__ out,
                                  const long long n0, const long long n1, const long long nk,
@@ -58,7 +61,7 @@ extern "C" __global__ void interp(const POS_T* __restrict__ pos,
     double w[3][2];
     for (int a = 0; a < 3; ++a) {
         double u = (double)pos[3 * p + a] * inv_h + off;
-        if (u < 0.0 || u >= fn) u -= fn * floor(u / fn);
+        u = cd_wrap_box(u, fn);
         long long i = (long long)floor(u);
         double f = u - (double)i;
         w[a][0] = 1.0 - f; w[a][1] = f;
@@ -99,7 +102,7 @@ def _module(real_t: str, pos_t: str, mesh_t: str, device_id: int):
 
     src = (f"#define REAL_T {_CTYPE[real_t]}\n#define POS_T {_CTYPE[pos_t]}\n"
            f"#define MESH_T {_CTYPE[mesh_t]}\n" + _SOURCE)
-    return cupy.RawModule(code=src, options=("-std=c++14",))
+    return cupy.RawModule(code=src, options=("-std=c++14",) + include_options())
 
 
 def green_slab_cupy(fk, k2x, k2y, k2z, gx, gy, gz, scale: float):

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cuda import include_options
 from ..errors import ParameterError
 from .parameters import THETA_DEFAULT, TRUNC_OPEN_SPLITS, check_theta, default_r_cut
 from .truncated import CUDA_FIT_SOURCE
@@ -54,13 +55,9 @@ _SRC = r"""
 #if REAL_IS_DOUBLE
 typedef double real;
 #define SQRT sqrt
-#define RSQRT rsqrt
-#define RINT rint
 #else
 typedef float real;
 #define SQRT sqrtf
-#define RSQRT rsqrtf
-#define RINT rintf
 #endif
 #ifndef BLOCK
 #define BLOCK 128
@@ -69,12 +66,10 @@ typedef float real;
 // so at most 7 * 21 + 1 = 148 entries are ever pending
 #define STACK 160
 #define INV_SQRT_PI 0.56418958354775628
+#include "periodic.cuh"
+#include "softening.cuh"
 // @CD_TRUNC_FIT@
 
-// the minimum image of d (box > 0; ibox = 1 / box, a multiply instead of a division)
-__device__ __forceinline__ double wrapd(double d, double box, double ibox) {
-    return box > 0 ? d - box * rint(d * ibox) : d;
-}
 
 extern "C" __global__ void tree_walk(
     const int n_groups, const int g0, const long long* __restrict__ gnode,
@@ -108,14 +103,14 @@ extern "C" __global__ void tree_walk(
         int nd = stack[--sp];
         double dmin2 = 0.0, dmax2 = 0.0, gap2 = 0.0, far2 = 0.0;
         for (int a = 0; a < 3; ++a) {
-            double dc = fabs(wrapd(com[3 * nd + a] - c[a], box, iboxd));
+            double dc = fabs(cd_min_image_if(com[3 * nd + a] - c[a], box, iboxd));
             double e = dc - hw[a];
             if (e > 0) dmin2 += e * e;
             double f = dc + hw[a];
             dmax2 += f * f;
             if (trunc) {
                 double l = lo[3 * nd + a], h = hi[3 * nd + a];
-                double bc = fabs(wrapd(0.5 * (l + h) - c[a], box, iboxd));
+                double bc = fabs(cd_min_image_if(0.5 * (l + h) - c[a], box, iboxd));
                 double gp = bc - hw[a] - 0.5 * (h - l);
                 if (gp > 0) gap2 += gp * gp;
                 double fb = bc + hw[a] + 0.5 * (h - l);
@@ -165,27 +160,12 @@ __device__ __forceinline__ void pair_kernel(real r2, real eps, real eps2, real h
     // Gadget-2 cubic spline, support h = 2.8 eps
     real r = SQRT(r2);
     if (r >= h) {
-        real inv = RSQRT(r2);
-        K = inv * inv * inv; P = inv;
+        cd_inv_kp(cd_rsqrt(r2), (real)1, K, P);
     } else {
-        real u = r * hinv, h3 = hinv * hinv * hinv;
-        if (u < (real)0.5) {
-            K = h3 * ((real)10.666666666667 + u * u * ((real)32.0 * u - (real)38.4));
-            P = hinv * ((real)2.8 - u * u * ((real)5.333333333333
-                                             + u * u * ((real)6.4 * u - (real)9.6)));
-        } else {
-            K = h3 * ((real)21.333333333333 - (real)48.0 * u + (real)38.4 * u * u
-                      - (real)10.666666666667 * u * u * u
-                      - (real)0.066666666667 / (u * u * u));
-            P = -hinv * ((real)-3.2 + (real)0.066666666667 / u
-                         + u * u * ((real)10.666666666667
-                                    + u * ((real)-16.0 + u * ((real)9.6
-                                                              - (real)2.133333333333 * u))));
-        }
+        cd_spline_kp(r * hinv, hinv, hinv * hinv * hinv, K, P);
     }
 #else
-    real inv = RSQRT(r2 + eps2);
-    K = inv * inv * inv; P = inv;
+    cd_inv_kp(cd_rsqrt(r2 + eps2), (real)1, K, P);
 #endif
 }
 
@@ -254,9 +234,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
         const bool act = ib + il < gc;
         real xi = 0, yi = 0, zi = 0;
         if (act) {
-            xi = (real)wrapd(pos[3 * ii] - c[0], box, iboxd);
-            yi = (real)wrapd(pos[3 * ii + 1] - c[1], box, iboxd);
-            zi = (real)wrapd(pos[3 * ii + 2] - c[2], box, iboxd);
+            xi = (real)cd_min_image_if(pos[3 * ii] - c[0], box, iboxd);
+            yi = (real)cd_min_image_if(pos[3 * ii + 1] - c[1], box, iboxd);
+            zi = (real)cd_min_image_if(pos[3 * ii + 2] - c[2], box, iboxd);
         }
         real ax = 0, ay = 0, az = 0, ph = 0;
         // ---------------- M2P
@@ -264,9 +244,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
             int k = base + tid;
             if (k < nc) {
                 int nd = cells[co + k];
-                sc[0][tid] = (real)wrapd(com[3 * nd] - c[0], box, iboxd);
-                sc[1][tid] = (real)wrapd(com[3 * nd + 1] - c[1], box, iboxd);
-                sc[2][tid] = (real)wrapd(com[3 * nd + 2] - c[2], box, iboxd);
+                sc[0][tid] = (real)cd_min_image_if(com[3 * nd] - c[0], box, iboxd);
+                sc[1][tid] = (real)cd_min_image_if(com[3 * nd + 1] - c[1], box, iboxd);
+                sc[2][tid] = (real)cd_min_image_if(com[3 * nd + 2] - c[2], box, iboxd);
                 sc[3][tid] = (real)nmass[nd];
                 for (int a = 0; a < 6; ++a) sc[4 + a][tid] = use_quad ? (real)quad[6 * nd + a] : 0;
                 sc[10][tid] = use_quad ? (real)s2[nd] : 0;
@@ -283,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                     real q = qx * dx + qy * dy + qz * dz;
                     real r2 = dx * dx + dy * dy + dz * dz;
 #if TRUNC
-                    real ir = RSQRT(r2), r = r2 * ir;
+                    real ir = cd_rsqrt(r2), r = r2 * ir;
                     real x = r * i2rs, T, ec, e;
                     cd_trunc_fit(x, T, ec, e);
                     real Tr = -two_isp * irs * x * x * e;
@@ -331,9 +311,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                 while (q < nr && o >= rcount[ro + q]) { o -= rcount[ro + q]; ++q; }
                 if (q < nr) {
                     const long long j = (long long)rstart[ro + q] + o;
-                    sj[0][tid] = (real)wrapd(pos[3 * j] - c[0], box, iboxd);
-                    sj[1][tid] = (real)wrapd(pos[3 * j + 1] - c[1], box, iboxd);
-                    sj[2][tid] = (real)wrapd(pos[3 * j + 2] - c[2], box, iboxd);
+                    sj[0][tid] = (real)cd_min_image_if(pos[3 * j] - c[0], box, iboxd);
+                    sj[1][tid] = (real)cd_min_image_if(pos[3 * j + 1] - c[1], box, iboxd);
+                    sj[2][tid] = (real)cd_min_image_if(pos[3 * j + 2] - c[2], box, iboxd);
                     sj[3][tid] = (real)pm[j];
                     sjid[tid] = (int)j;
                 }
@@ -352,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
                 for (int t = sub; t < nn; t += nsub) {
                     real dx = xi - sj[0][t], dy = yi - sj[1][t], dz = zi - sj[2][t];
                     if (wrap_pairs) {
-                        dx -= boxr * RINT(dx * ibox); dy -= boxr * RINT(dy * ibox);
-                        dz -= boxr * RINT(dz * ibox);
+                        dx = cd_min_image(dx, boxr, ibox); dy = cd_min_image(dy, boxr, ibox);
+                        dz = cd_min_image(dz, boxr, ibox);
                     }
                     real r2 = dx * dx + dy * dy + dz * dz;
                     bool skip = sjid[t] == (int)ii || (r2 == (real)0 && eps_d == 0);
@@ -368,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) group_forces(
 #if REAL_IS_DOUBLE
                         real r = SQRT(r2);
 #else
-                        real r = r2 > (real)0 ? r2 * RSQRT(r2) : (real)0;
+                        real r = r2 > (real)0 ? r2 * cd_rsqrt(r2) : (real)0;
 #endif
                         real T, ec, e;
                         cd_trunc_fit(r * i2rs, T, ec, e);
@@ -414,7 +394,7 @@ def _module(dtype, spline: bool, trunc: bool, block: int):
         opts = ("--std=c++14", f"-DREAL_IS_DOUBLE={int(np.dtype(dtype) == np.float64)}",
                 f"-DSPLINE={int(bool(spline))}", f"-DTRUNC={int(bool(trunc))}",
                 f"-DBLOCK={block}")
-        _modules[key] = cp.RawModule(code=_SRC, options=opts)
+        _modules[key] = cp.RawModule(code=_SRC, options=opts + include_options())
     return _modules[key]
 
 

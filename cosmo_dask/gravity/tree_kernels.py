@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from ..errors import ParameterError
+from .softening_kernels import plummer_kp, spline_kp
 from .tree_walk import _walk_one, _walk_params
 
 __all__ = ["evaluate_lists", "KERNEL_CODES"]
@@ -51,34 +52,12 @@ _FM = {"reassoc", "contract", "arcp"}  # reductions vectorise; no nnan/ninf assu
 
 # --------------------------------------------------------------------------- pair kernels
 @numba.njit(cache=True, error_model="numpy", inline="always")
-def _spline_kp(r, h):
-    """Gadget-2 spline: (K, P) with a = -m K r_vec, phi = -m P; support h."""
-    if r >= h:
-        inv = 1.0 / r
-        return inv * inv * inv, inv
-    hinv = 1.0 / h
-    u = r * hinv
-    h3 = hinv * hinv * hinv
-    if u < 0.5:
-        k = h3 * (10.666666666667 + u * u * (32.0 * u - 38.4))
-        p = -hinv * (-2.8 + u * u * (5.333333333333 + u * u * (6.4 * u - 9.6)))
-    else:
-        k = h3 * (21.333333333333 - 48.0 * u + 38.4 * u * u - 10.666666666667 * u * u * u
-                  - 0.066666666667 / (u * u * u))
-        p = -hinv * (-3.2 + 0.066666666667 / u
-                     + u * u * (10.666666666667 + u * (-16.0 + u * (9.6 - 2.133333333333 * u))))
-    return k, p
-
-
-@numba.njit(cache=True, error_model="numpy", inline="always")
 def _pair_kp(r2, eps2, h, kern, alpha):
     """(K, P) of one pair at squared distance r2 > 0 (float64 math)."""
     if kern == 0:
-        inv = 1.0 / math.sqrt(r2 + eps2)
-        k = inv * inv * inv
-        p = inv
+        k, p = plummer_kp(r2, eps2)
     else:
-        k, p = _spline_kp(math.sqrt(r2), h)
+        k, p = spline_kp(math.sqrt(r2), h)
     if alpha > 0.0:
         x = math.sqrt(r2) * alpha
         e = math.erfc(x)

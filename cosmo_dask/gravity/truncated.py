@@ -228,8 +228,6 @@ __device__ __forceinline__ float cd_erfc(float x) { return erfcf(x); }
 __device__ __forceinline__ double cd_erfc(double x) { return erfc(x); }
 __device__ __forceinline__ float cd_exp(float x) { return expf(x); }
 __device__ __forceinline__ double cd_exp(double x) { return exp(x); }
-__device__ __forceinline__ float cd_rint(float x) { return rintf(x); }
-__device__ __forceinline__ double cd_rint(double x) { return rint(x); }
 
 template <typename cd_real>
 __device__ __forceinline__ cd_real cd_trunc_T_exact(cd_real x) {

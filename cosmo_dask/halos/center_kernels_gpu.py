@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cuda import include_options
 from ..errors import ParameterError
 from .center_kernels import check_common, check_starts
 
@@ -31,6 +32,8 @@ __all__ = ["segment_potentials_gpu"]
 _BLOCK = 128
 
 _SOURCE = r"""
+#include "periodic.cuh"
+#include "softening.cuh"
 extern "C" __global__ void __launch_bounds__(BLOCK)
 seg_pot_NAME(const REAL* __restrict__ x, const REAL* __restrict__ y,
              const REAL* __restrict__ z, const double* __restrict__ mass,
@@ -75,12 +78,12 @@ seg_pot_NAME(const REAL* __restrict__ x, const REAL* __restrict__ y,
                 REAL dy = sy[k] - yi;
                 REAL dz = sz[k] - zi;
                 if (periodic) {
-                    dx -= box * RINT(dx * inv_box);
-                    dy -= box * RINT(dy * inv_box);
-                    dz -= box * RINT(dz * inv_box);
+                    dx = cd_min_image(dx, box, inv_box);
+                    dy = cd_min_image(dy, box, inv_box);
+                    dz = cd_min_image(dz, box, inv_box);
                 }
                 const REAL s = dx * dx + dy * dy + dz * dz + eps2;
-                const REAL inv = RSQRT(s);
+                const REAL inv = cd_rsqrt(s);
                 // zero separation (eps = 0) and the particle itself contribute 0
                 acc += (s > (REAL)0 && k != self) ? sm[k] * (double)inv : 0.0;
             }
@@ -101,13 +104,14 @@ def _kernel(precision: str):
     key = (precision, cupy.cuda.runtime.getDevice())
     if key not in _KERNELS:
         if precision == "float64":
-            sub = {"REAL": "double", "RINT": "rint", "RSQRT": "rsqrt", "NAME": "f64"}
+            sub = {"REAL": "double", "NAME": "f64"}
         else:
-            sub = {"REAL": "float", "RINT": "rintf", "RSQRT": "rsqrtf", "NAME": "f32"}
+            sub = {"REAL": "float", "NAME": "f32"}
         src = _SOURCE.replace("BLOCK", str(_BLOCK))
         for k, v in sub.items():
             src = src.replace(k, v)
-        _KERNELS[key] = cupy.RawKernel(src, f"seg_pot_{sub['NAME']}")
+        _KERNELS[key] = cupy.RawKernel(src, f"seg_pot_{sub['NAME']}",
+                                       options=include_options())
     return _KERNELS[key]
 
 

@@ -96,6 +96,7 @@ import math
 import numpy as np
 
 from ..backend import host
+from ..cuda import include_options
 from ..errors import ParameterError
 from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, _sub_cells, check_arguments
 
@@ -122,17 +123,16 @@ TYPE_COMBINATIONS = tuple((coord, sort, index)
                           for index in ("int", "long long"))
 
 CUDA_SOURCE = r"""
+#include "periodic.cuh"
 typedef long long i64;
 
 // ------------------------------------------------------------------ cells
 // x taken into [0, L); values at or beyond the ends included (as fof_kernels._wrap).
 __device__ __forceinline__ double wrap_period(double x, double L)
 {
-    if (x < 0.0 || x >= L) {
-        x = x - L * floor(x / L);
-        if (x >= L || x < 0.0) {
-            x = 0.0;
-        }
+    x = cd_wrap_box(x, L);
+    if (x >= L || x < 0.0) {
+        x = 0.0;
     }
     return x;
 }
@@ -1037,7 +1037,8 @@ def _module(device_id: int, coord: str, sort: str, index: str) -> dict:
     import cupy
 
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=cuda_source(coord, sort, index), options=NVRTC_OPTIONS)
+        module = cupy.RawModule(code=cuda_source(coord, sort, index),
+                                options=NVRTC_OPTIONS + include_options())
         return {name: module.get_function(name) for name in _KERNEL_NAMES}
 
 

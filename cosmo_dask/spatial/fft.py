@@ -244,13 +244,8 @@ def _scipy_fft():
 
 #: Every cupy.fft call of the slab tasks runs on this one thread of the process, on a
 #: block whose data starts on a 256-byte boundary, after a device synchronisation on
-#: that thread (CuPy 14.2, CUDA 13, H100 and H200, 2026-11-25/26): slab tasks of the
-#: threaded scheduler calling cuFFT from several threads failed at random with
-#: CUFFT_EXEC_FAILED (a 512^3 IC run in two), a slab that is a view at a 96-byte offset
-#: into a larger array failed every time, and the first transform on this thread after
-#: GPU paints on other threads failed every time (tests/test_paint_gpu.py in order)
-#: unless the thread synchronised the device first; the same block transformed again
-#: succeeded. One GPU runs one transform at a time anyway.
+#: that thread: without these cuFFT failed with CUFFT_EXEC_FAILED (observed failures:
+#: docs/fft.md, Devices; benchmarks/RESULTS.md, GPU tests).
 _GPU_FFT_THREAD: list = []
 _GPU_FFT_START = threading.Lock()
 
