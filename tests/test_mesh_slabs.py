@@ -312,6 +312,26 @@ def test_gpu_memory_check_counts_interlaced_meshes_and_transpose(monkeypatch):
     assert paint.mesh_slabs(2048, np.float32, gpu=False, what="P(k)", meshes=2) >= 1
 
 
+def test_gpu_pm_force_whose_one_slab_pipeline_does_not_fit_is_cut_in_slabs(monkeypatch):
+    """An interlaced 1024^3 float32 PM force held 19 meshes (76 GiB) as one slab on an
+    H200 and ran out of an 80 GB H100's memory: on a GPU of 74 GiB it takes slabs, on
+    one of 131 GiB (an H200) it stays one slab; a P(k) mesh (about 8 meshes in its one
+    slab) stays one slab on the smaller GPU."""
+    import importlib
+
+    from cosmo_dask.gravity.pm import gpu_one_slab_meshes
+
+    paint = importlib.import_module("cosmo_dask.density.paint")
+    monkeypatch.setattr(paint, "worker_count", lambda: 1)
+    pm_meshes = 2 * gpu_one_slab_meshes(3)
+    assert pm_meshes >= 19  # the measured peak
+    for gib, pm_slabs in ((74, 2), (131, 1)):
+        monkeypatch.setattr(paint, "memory_per_worker", lambda gpu, g=gib: (g * 2**30, "GPU"))
+        assert paint.mesh_slabs(1024, np.float32, gpu=True, what="PM",
+                                one_slab_meshes=pm_meshes) == pm_slabs
+        assert paint.mesh_slabs(1024, np.float32, gpu=True, what="P(k)") == 1
+
+
 def _pm_by_passes(monkeypatch, pos, mass, *, meshes_fit: float, chunks=1000, slabs=3, n=12,
                   box=10.0):
     """PM accelerations and potentials (float64, interlaced, a split) with workers holding

@@ -165,7 +165,7 @@ def meshes_fit(n: int, dtype, meshes: float, *, gpu: bool) -> bool:
 
 
 def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
-               meshes: int = 1) -> int:
+               meshes: int = 1, one_slab_meshes: float = SINGLE_SLAB_MESHES) -> int:
     """The number of slabs of an ``n^3`` mesh of ``dtype``, checked against the memory.
 
     ``slabs`` (or the dask config key ``cosmo_dask.mesh_slabs``) when given, else
@@ -180,7 +180,9 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
       workers together (the mesh is spread over them; the transpose's and
       interlacing's transient second copies may spill to disk);
     * a slab task, about :data:`TASK_SLABS` slabs, fits one worker, and a
-      one-slab mesh's pipeline, about :data:`SINGLE_SLAB_MESHES` meshes, too.
+      one-slab mesh's pipeline, about ``one_slab_meshes`` meshes (default
+      :data:`SINGLE_SLAB_MESHES`; the caller's own figure where its pipeline holds
+      more, e.g. an interlaced PM force on a GPU), too.
 
     Raises
     ------
@@ -212,17 +214,17 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
                                  f"got {slabs!r}")
         count = min(int(slabs), n)
     elif gpu and dask.config.get("cosmo_dask.mesh_slabs", None) is None and per_worker:
-        count = 1 if SINGLE_SLAB_MESHES * mesh_bytes <= per_worker else \
+        count = 1 if one_slab_meshes * mesh_bytes <= per_worker else \
             min(n, max(workers, math.ceil(mesh_bytes / GPU_SLAB_BYTES)))
     else:
         count = default_slab_count((n, n, n), dtype)
     if not per_worker:
         return count
-    if count == 1 and SINGLE_SLAB_MESHES * mesh_bytes > per_worker:
+    if count == 1 and one_slab_meshes * mesh_bytes > per_worker:
         if configured:
             raise ParameterError(
                 f"{what}: one slab of a {n}^3 {dtype.name} mesh needs about "
-                f"{_gib(SINGLE_SLAB_MESHES * mesh_bytes)} in one {where}, which has "
+                f"{_gib(one_slab_meshes * mesh_bytes)} in one {where}, which has "
                 f"{_gib(per_worker)}; use more slabs")
         count = default_slab_count((n, n, n), dtype, single_slab=False)
     fewest = math.ceil(TASK_SLABS * mesh_bytes / per_worker)
@@ -262,7 +264,8 @@ def _deposit_block(pieces, lo, hi, *, n, box, scheme, shift, mdtype, mass_scalar
 
 def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: str,
                  shifts=(0.0,), dtype, slabs: int | None = None, split_every: int = 8,
-                 what: str = "paint", exchange=None, after=(), layout_shifts=None):
+                 what: str = "paint", exchange=None, after=(), layout_shifts=None,
+                 gpu_pipeline_meshes: float | None = None):
     """Meshes painted with each of ``shifts``, in slabs, and the particles' exchange.
 
     The one deposit of the mesh path (painting, P(k), PM, TreePM): the particle
@@ -289,6 +292,10 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
         Mesh dtype.
     slabs : int, optional
         Slab count (:func:`mesh_slabs` checks it, or picks it).
+    gpu_pipeline_meshes : float, optional
+        On GPU workers, the meshes the caller's one-slab pipeline holds at once
+        (default :data:`SINGLE_SLAB_MESHES`): a GPU cannot spill, so a mesh whose
+        pipeline would not fit one GPU is split into slabs.
     split_every : int
         Fan-in of the sums of a slab's partial deposits (only used when a slab's
         chunks are painted in several groups).
@@ -312,8 +319,10 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
         gpu = array_module(pos) is not np
         # interlaced meshes follow one another on CPU workers (spilling the first if need
         # be); a GPU cannot spill, so there they count together
+        one_slab = (gpu_pipeline_meshes if gpu and gpu_pipeline_meshes is not None
+                    else SINGLE_SLAB_MESHES)
         count = mesh_slabs(n, dtype, slabs, gpu=gpu, what=what,
-                           meshes=len(shifts) if gpu else 1)
+                           meshes=len(shifts) if gpu else 1, one_slab_meshes=one_slab)
         layout = slab_layout(n, count, box_size, order=SCHEMES[scheme],
                              shifts=shifts if layout_shifts is None else layout_shifts)
         exchange = SlabExchange(pos, mass, layout, name="mesh")

@@ -54,8 +54,8 @@ from ..spatial.slabs import after as slab_after
 from .pm_kernels import gradient_kslab, green_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
-           "force_kmesh", "force_passes", "inside_box", "long_range", "pm_force_meshes",
-           "potential_kmesh"]
+           "force_kmesh", "force_passes", "gpu_one_slab_meshes", "inside_box", "long_range",
+           "pm_force_meshes", "potential_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
@@ -195,6 +195,20 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
             for a in range(4 if potential else 3)]
 
 
+#: meshes a one-slab PM force holds on a GPU per (interlaced) mesh, besides its ``2 c``
+#: component meshes (k-space and real): the mass mesh, its transform, the potential
+#: and cuFFT's work area. An interlaced 1024^3 float32 force of 3 components peaked
+#: at 19 meshes (76.0 GiB of CuPy pool) on an H200 (benchmarks/RESULTS.md); this
+#: gives 20, so that a mesh whose one-slab force would not fit a GPU is cut in slabs
+GPU_ONE_SLAB_BASE_MESHES = 4
+
+
+def gpu_one_slab_meshes(c: int) -> float:
+    """Meshes a one-slab PM force of ``c`` components holds per (interlaced) mesh on a
+    GPU: :data:`GPU_ONE_SLAB_BASE_MESHES` + ``2 c``."""
+    return GPU_ONE_SLAB_BASE_MESHES + 2 * c
+
+
 #: meshes a force pass holds besides its component meshes: the potential's k-space
 #: mesh and the transposes (second copies) of the component meshes in flight
 PASS_EXTRA_MESHES = 2
@@ -255,7 +269,8 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     finish_args = [mass] if mass_array else []
     meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                     shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,
-                                    slabs=slabs, what=what)
+                                    slabs=slabs, what=what,
+                                    gpu_pipeline_meshes=len(shifts) * gpu_one_slab_meshes(c))
     passes = force_passes(n, dtype, c, n_slabs=exchange.layout.n_slabs,
                           gpu=array_module(pos) is not np)
     if passes == "all":  # the one-slab path: one task per chunk reads every mesh
