@@ -26,19 +26,9 @@ constants; the loops over ``n`` are unrolled, those over ``l`` (and ``m`` in
 the coefficient kernel) are not (compile time under a second for 10, 6 instead
 of ~20 s fully unrolled; per-thread arrays then live in L1-cached local memory).
 
-Measured on one NVIDIA H200 (CuPy 14.2; ``benchmarks/bench_expansion.py
---device gpu``, Hernquist sphere, nmax=10, lmax=6, device-resident input, CUDA
-events, median of 20 after two warm-ups): N = 1e6 float64 fit 2.80 ms + forces
-0.74 ms (3.45 ms timed together), float32 2.23 + 0.41 (2.57) ms; N = 1e7
-float64 24.2 + 6.4 (30.5) ms, float32 19.2 + 3.2 (22.3) ms. Through dask (one
-CuPy chunk, ``SCF.fit`` + ``accelerations().compute()``, input checks
-included) 21.7 ms (1e6, float64), 23.7 ms (float32), 63.5 / 58.3 ms at 1e7.
-Accuracy at N = 1e6: float64 forces equal the CPU kernels' to 2.6e-15
-(max relative); float32 forces vs float64: median 3.2e-7, 90th percentile
-7.9e-7, 99th 1.3e-6, max 2.9e-6 relative. The fit dominates: every term is
-warp-reduced per 32 particles (1232 shuffle reductions for 10, 6); holding
-per-thread partial sums over several particles for one ``(l, m)`` at a time
-would trade recomputation of the basis for fewer reductions.
+Speed and float32 accuracy (H200): ``benchmarks/RESULTS.md``, "Expansions". The fit
+dominates: every term is warp-reduced per 32 particles (1232 shuffle reductions for
+10, 6).
 """
 
 from __future__ import annotations

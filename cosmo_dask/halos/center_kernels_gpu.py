@@ -143,11 +143,8 @@ def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G
         Arithmetic of the pair separations. Positions are first taken
         relative to their segment's first particle (minimum image with
         ``box_size``) in float64, then cast; the sum over pairs is accumulated
-        in float64 either way. float32 error against the float64 CPU
-        reference, measured on an H200 for single Plummer and NFW halos of
-        1e4 and 1e5 particles (softening 0 and 0.01 of the scale radius):
-        median 1e-8, largest 1e-6 relative; the MBP was the same row in all
-        cases. float64 agrees to 5e-14 relative.
+        in float64 either way (float32 and float64 errors against the CPU
+        reference: ``benchmarks/RESULTS.md``, "Halos").
 
     Returns
     -------
@@ -162,9 +159,7 @@ def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G
 
     Notes
     -----
-    Measured on one H200 (second call, transfers excluded): one halo of 1e5
-    particles 24 ms (float64) / 15 ms (float32); of 1e6 particles 1.5 s /
-    0.74 s; 20,000 halos of 20-200 particles (2.2e6 in all) 9 ms.
+    Timings on an H200: ``benchmarks/RESULTS.md``, "Halos".
     """
     import cupy
 
