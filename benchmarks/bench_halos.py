@@ -633,7 +633,8 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
 
     from cosmo_dask import Snapshot, open_snapshot
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.fof import absolute_linking_length, fof_labels
+    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.parameters import check_linking_length
     from cosmo_dask.spatial import domain_grid, scatter_to_domains
 
     n_domains, ll, min_members = int(n_domains), float(ll), int(min_members)
@@ -649,7 +650,7 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
         fof(warm, ll, min_members=5)
     snap = open_snapshot(path, device="gpu" if gpu else "cpu")
     # the share: rows every domain holds (owned + ghosts), counted without tracing
-    ghost = absolute_linking_length(snap, ll, False)
+    ghost = check_linking_length(snap, ll, False)
     grid = domain_grid(n_domains, box_size=snap.box_size)
     with dask.config.set(scheduler="sync"):
         parts = dask.compute(*scatter_to_domains(snap.pos, grid, ghost))

@@ -580,7 +580,7 @@ SO_RENAMES = {"R_max": "R_Vmax", "search_radius": "so_search_radius", "r": "r_pr
 
 def _so_deltas(text: str | None) -> tuple[str, ...]:
     """``--so 200c,200m,vir`` as a tuple of deltas; CosmoDaskError for a bad list."""
-    from .halos.spherical_overdensity import DELTAS, check_deltas
+    from .halos.parameters import DELTAS, check_deltas
 
     if text is None:
         return ()
@@ -940,6 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
         THETA_DEFAULT,
         THETA_MAX,
     )
+    from .halos import parameters as hp
 
     parser = argparse.ArgumentParser(
         prog="cosmo-dask",
@@ -1100,19 +1101,23 @@ def build_parser() -> argparse.ArgumentParser:
                   description="Find friends-of-friends halos and write labels + catalog.")
     h.add_argument("snapshot", metavar="SNAP")
     h.add_argument("out", metavar="OUT.zarr")
-    h.add_argument("--linking-length", type=float, default=0.2,
-                   help="in mean interparticle spacings (box units with --absolute)")
+    h.add_argument("--linking-length", type=float, default=hp.LINKING_LENGTH_DEFAULT,
+                   help="in mean interparticle spacings (box units with --absolute; "
+                   f"default {hp.LINKING_LENGTH_DEFAULT:g})")
     h.add_argument("--absolute", action="store_true", help="linking length in box units")
-    h.add_argument("--min-members", type=int, default=20)
-    h.add_argument("--min-friends", type=int, default=1)
-    h.add_argument("--centers", default="mbp,mcp", help="comma list of mbp, mbp_grid, mcp "
-                   "(empty for none)")
+    h.add_argument("--min-members", type=int, default=hp.MIN_MEMBERS_DEFAULT,
+                   help=f"smallest halo kept (>= {hp.MIN_MEMBERS_MIN})")
+    h.add_argument("--min-friends", type=int, default=hp.MIN_FRIENDS_DEFAULT,
+                   help=f"friends a particle needs to link (>= {hp.MIN_FRIENDS_MIN}; 1: "
+                   "classic FOF)")
+    h.add_argument("--centers", default=",".join(hp.CLI_CENTERS_DEFAULT),
+                   help=f"comma list of {', '.join(hp.CENTERS)} (empty for none)")
     h.add_argument("--domains", type=_positive_int, default=None, help="domain count")
-    h.add_argument("--so", metavar="200c,200m,vir", default=None,
-                   help="also spherical-overdensity masses and radii (comma list of 200c, "
-                   "200m, vir), profiles, V_max and NFW concentrations, around the mbp "
-                   "centre (mcp when --centers has mcp but no mbp; mbp is added when "
-                   "--centers has neither), written into the catalog")
+    h.add_argument("--so", metavar=",".join(hp.DELTAS), default=None,
+                   help="also spherical-overdensity masses and radii (comma list of "
+                   f"{', '.join(hp.DELTAS)}), profiles, V_max and NFW concentrations, "
+                   "around the mbp centre (mcp when --centers has mcp but no mbp; mbp is "
+                   "added when --centers has neither), written into the catalog")
     h.add_argument("--plot", metavar="PNG", default=None, help="mass function plot (with "
                    "the Warren and Watson fits when the cosmology is known)")
     _add_theory_options(h)

@@ -8,15 +8,20 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 
-from ..checks import check_subset
-from ..errors import ParameterError
 from ..product_units import product_units
 from ..task_graph import TaskGraph
 from . import catalog as cat
 from .fof import run_fof
+from .parameters import (
+    CENTERS_DEFAULT,
+    LINKING_LENGTH_DEFAULT,
+    MIN_FRIENDS_DEFAULT,
+    MIN_MEMBERS_DEFAULT,
+    POTENTIAL_SOFTENING_LINKS,
+    check_fof,
+)
 from .result import HaloResult
 
-CENTERS = ("mbp", "mbp_grid", "mcp")
 #: the quantity of :func:`~cosmo_dask.product_units.product_units` each catalog
 #: variable is in (its ``units`` attribute)
 VARIABLE_QUANTITIES = {
@@ -27,36 +32,20 @@ VARIABLE_QUANTITIES = {
 }
 
 
-def _check_centers(centers) -> tuple[str, ...]:
-    centers = check_subset(centers, CENTERS, "centers")
-    if "mbp" in centers and "mbp_grid" in centers:
-        raise ParameterError("ask for 'mbp' (exact, grid above grid_threshold) or 'mbp_grid' "
-                             "(grid approximation for every halo), not both")
-    return centers
-
-
-def check_parameters(snap, linking_length: float = 0.2, *, absolute: bool = False,
-                     min_members: int = 20, min_friends: int = 1, centers=("mbp",),
+def check_parameters(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *,
+                     absolute: bool = False, min_members: int = MIN_MEMBERS_DEFAULT,
+                     min_friends: int = MIN_FRIENDS_DEFAULT, centers=CENTERS_DEFAULT,
                      potential_softening: float | None = None, n_domains=None) -> None:
-    """Raise ParameterError for bad :func:`fof` parameters, reading no particle data."""
-    from ..spatial import domain_grid
-    from .fof import absolute_linking_length
-
-    _check_centers(centers)
-    ll = absolute_linking_length(snap, linking_length, absolute)
-    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
-    if potential_softening is not None and not potential_softening >= 0:
-        raise ParameterError(f"potential_softening must be >= 0, got {potential_softening!r}")
-    if n_domains is not None and snap.box_size is not None:
-        ghost = ll if min_friends == 1 else 2 * ll
-        domain_grid(n_domains, box_size=snap.box_size).check_ghost_width(
-            ghost, what="linking length" if min_friends == 1 else "ghost width")
+    """Raise ParameterError for bad :func:`fof` parameters, reading no particle data
+    (:func:`cosmo_dask.halos.parameters.check_fof`)."""
+    check_fof(snap, linking_length, absolute=absolute, min_members=min_members,
+              min_friends=min_friends, centers=centers,
+              potential_softening=potential_softening, n_domains=n_domains)
 
 
-def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_members: int = 20,
-        min_friends: int = 1, centers=("mbp",), potential_softening: float | None = None,
+def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
+        min_members: int = MIN_MEMBERS_DEFAULT, min_friends: int = MIN_FRIENDS_DEFAULT,
+        centers=CENTERS_DEFAULT, potential_softening: float | None = None,
         grid_threshold: int = cat.GRID_THRESHOLD, n_domains=None) -> HaloResult:
     """Friends-of-friends halos of a snapshot, with a halo catalog.
 
@@ -67,7 +56,7 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
         In units of the mean interparticle spacing (default 0.2), or in box
         units with ``absolute=True`` (required for isolated snapshots).
     min_members : int
-        Smallest group kept (>= 2).
+        Smallest group kept (>= 2, default 20).
     min_friends : int
         k > 1: particles with fewer than k friends join no halo (DBSCAN-like).
     centers : tuple of {"mbp", "mbp_grid", "mcp"}
@@ -93,10 +82,9 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
         / length marked "(G = 1)" when the snapshot has no ``G``), counts,
         indices and ids ``"1"``.
     """
-    check_parameters(snap, linking_length, absolute=absolute, min_members=min_members,
-                     min_friends=min_friends, centers=centers,
-                     potential_softening=potential_softening, n_domains=n_domains)
-    centers = _check_centers(centers)
+    _, centers = check_fof(snap, linking_length, absolute=absolute, min_members=min_members,
+                           min_friends=min_friends, centers=centers,
+                           potential_softening=potential_softening, n_domains=n_domains)
     t0 = time.perf_counter()
     graph = run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
                     min_friends=min_friends, n_domains=n_domains, with_members=True)
@@ -104,10 +92,8 @@ def fof(snap, linking_length: float = 0.2, *, absolute: bool = False, min_member
     box = graph.box_size
     n_halos = res.n_halos
     G = snap.G if snap.G is not None else 1.0
-    soft = 0.1 * res.linking_length if potential_softening is None else float(
-        potential_softening)
-    if soft < 0:
-        raise ParameterError(f"potential_softening must be >= 0, got {potential_softening!r}")
+    soft = (POTENTIAL_SOFTENING_LINKS * res.linking_length if potential_softening is None
+            else float(potential_softening))
     members = graph.members
     token = tokenize(res.parameters, [m.key for m in members], centers, soft, box, G,
                      grid_threshold, snap.device)

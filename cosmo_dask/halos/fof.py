@@ -31,11 +31,17 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import array_module, empty_meta, host
-from ..checks import check_positive
-from ..errors import ParameterError, SnapshotError
+from ..errors import SnapshotError
 from ..progress import compute, worker_count, worker_threads
 from ..spatial import DomainPart, chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
 from ..task_graph import TaskGraph
+from .parameters import (
+    LINKING_LENGTH_DEFAULT,
+    MIN_FRIENDS_DEFAULT,
+    MIN_MEMBERS_DEFAULT,
+    box_linking_length,
+    check_fof,
+)
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**21
@@ -289,19 +295,6 @@ def _labels_in_chunk_order(per_domain: list, chunks_of: list, bounds: np.ndarray
 
 
 # ----------------------------------------------------------------------------- API
-def absolute_linking_length(snap, linking_length: float, absolute: bool) -> float:
-    """The linking length in box units (mean interparticle spacing units unless absolute)."""
-    linking_length = check_positive(linking_length, "linking_length")
-    if absolute:
-        return float(linking_length)
-    if snap.box_size is None:
-        raise ParameterError(
-            "linking_length is in units of the mean interparticle spacing box_size/N^(1/3), "
-            "which an isolated snapshot does not have: pass absolute=True with a length"
-        )
-    return float(linking_length) * snap.box_size / max(snap.n_particles, 1) ** (1 / 3)
-
-
 def _default_domains(snap, ghost: float) -> int:
     """A cube number of domains: ~4 per thread (load balance on clustered data), at least
     N / DOMAIN_PARTICLES, at most ``MAX_DOMAIN_CUBE^3`` (512); one for small snapshots."""
@@ -329,19 +322,17 @@ class FOFGraph:
     box_size: float | None
 
 
-def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
-            min_members: int = 20, min_friends: int = 1,
+def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
+            min_members: int = MIN_MEMBERS_DEFAULT, min_friends: int = MIN_FRIENDS_DEFAULT,
             n_domains: int | tuple[int, int, int] | None = None,
             with_members: bool = False) -> FOFGraph:
-    """Build and run the FOF graph (see :func:`fof_labels` for the parameters).
+    """Build and run the FOF graph (see :func:`fof_labels` for the parameters, which the
+    caller has checked with :func:`cosmo_dask.halos.parameters.check_fof`).
 
     With ``with_members`` the per-domain member tables (halo-sorted owned
     members: label, index, ids, friends, pos, vel, mass) are persisted too.
     """
-    ll = absolute_linking_length(snap, linking_length, absolute)
-    for name, value, low in (("min_members", min_members, 2), ("min_friends", min_friends, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    ll = box_linking_length(snap, linking_length, absolute)
     ghost = ll if min_friends == 1 else 2.0 * ll
     params = {"linking_length": ll, "linking_length_input": float(linking_length),
               "absolute": bool(absolute), "min_members": int(min_members),
@@ -411,8 +402,9 @@ def run_fof(snap, linking_length: float = 0.2, *, absolute: bool = False,
     return FOFGraph(result, members_p if with_members else None, snap.box_size)
 
 
-def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
-               min_members: int = 20, min_friends: int = 1,
+def fof_labels(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *,
+               absolute: bool = False, min_members: int = MIN_MEMBERS_DEFAULT,
+               min_friends: int = MIN_FRIENDS_DEFAULT,
                n_domains: int | tuple[int, int, int] | None = None) -> FOFLabels:
     """Friends-of-friends groups of a snapshot, computed domain by domain.
 
@@ -440,5 +432,7 @@ def fof_labels(snap, linking_length: float = 0.2, *, absolute: bool = False,
         Labels stay lazy (backed by persisted per-domain results); the per-halo
         arrays are computed.
     """
+    check_fof(snap, linking_length, absolute=absolute, min_members=min_members,
+              min_friends=min_friends, centers=(), n_domains=n_domains)
     return run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
                    min_friends=min_friends, n_domains=n_domains).result

@@ -79,6 +79,14 @@ from ..product_units import product_units
 from ..task_graph import TaskGraph
 from ..units import factor, gravitational_constant
 from ..validation import wrap_into_box
+from .parameters import (
+    DELTAS,
+    SO_CENTERS,
+    SO_N_BINS_DEFAULT,
+    SO_R_MIN_FACTOR_DEFAULT,
+    check_deltas,
+    check_so_profile,
+)
 
 __all__ = ["spherical_overdensity", "check_deltas", "check_parameters", "bryan_norman_delta",
            "nfw_f", "c_from_vmax_ratio", "DELTAS", "N_FINE", "FINE_RANGE"]
@@ -90,11 +98,6 @@ FINE_RANGE = 1e-4
 MIN_VMAX_PARTICLES = 100
 #: NFW: V_c peaks at x_m r_s; A = f(x_m) / x_m
 NFW_XMAX = 2.162581587
-_CENTERS = {"mbp": "mbp_position", "mcp": "mcp_position", "com": "center_of_mass",
-            "center_of_mass": "center_of_mass", "mbp_position": "mbp_position",
-            "mcp_position": "mcp_position"}
-#: the overdensity definitions :func:`spherical_overdensity` knows
-DELTAS = ("200c", "200m", "vir")
 
 
 def nfw_f(x):
@@ -182,7 +185,7 @@ def _merge(*parts):
 # ------------------------------------------------------------------ inputs
 def _centres(catalog, center):
     if isinstance(catalog, xr.Dataset):
-        name = _CENTERS.get(str(center))
+        name = SO_CENTERS.get(str(center))
         if name is None:
             raise ParameterError(f"spherical_overdensity: unknown center {center!r}; use one of "
                                  "'mbp', 'mcp', 'com'")
@@ -226,28 +229,13 @@ def _densities(snap):
     return RHO_CRIT_1E10 * fm / fl**3, float(G), cosmo, float(a), snap.units
 
 
-def check_deltas(deltas) -> tuple[str, ...]:
-    """The overdensity definitions as a tuple of names, or ParameterError.
-
-    ``deltas`` is one name or a sequence of names out of :data:`DELTAS`
-    (surrounding blanks ignored); it must be non-empty and hold no name twice.
-    """
-    if isinstance(deltas, str):
-        deltas = (deltas,)
-    try:
-        deltas = tuple(str(d).strip() for d in deltas)
-    except TypeError:
-        raise ParameterError("spherical_overdensity: deltas must be a name or a sequence of "
-                             f"names out of {list(DELTAS)}, got {deltas!r}") from None
-    if not deltas:
-        raise ParameterError(f"spherical_overdensity: deltas is empty; use any of {list(DELTAS)}")
-    for d in deltas:
-        if d not in DELTAS:
-            raise ParameterError(f"spherical_overdensity: unknown delta {d!r}; use any of "
-                                 f"{list(DELTAS)}")
-    if len(set(deltas)) != len(deltas):
-        raise ParameterError(f"spherical_overdensity: repeated delta in {list(deltas)}")
-    return deltas
+def _checked(snap, deltas) -> tuple[tuple[str, ...], tuple]:
+    """(the deltas as a tuple, :func:`_densities` of ``snap``), or ParameterError."""
+    deltas = check_deltas(deltas)
+    densities = _densities(snap)
+    if snap.mass is None and snap.particle_mass is None:
+        raise ParameterError("spherical_overdensity: the snapshot has no masses")
+    return deltas, densities
 
 
 def check_parameters(snap, deltas=DELTAS) -> tuple[str, ...]:
@@ -255,16 +243,11 @@ def check_parameters(snap, deltas=DELTAS) -> tuple[str, ...]:
     and ``deltas``, reading no particle data: an unknown, repeated or empty ``deltas``; a
     snapshot without a box (isolated), scale factor, cosmology or masses, or whose units
     do not fix the critical density. Returns the deltas as a tuple."""
-    deltas = check_deltas(deltas)
-    _densities(snap)
-    if snap.mass is None and snap.particle_mass is None:
-        raise ParameterError("spherical_overdensity: the snapshot has no masses")
-    return deltas
+    return _checked(snap, deltas)[0]
 
 
 def _thresholds(deltas, cosmo, a, rho_c0):
-    """Comoving mean-density thresholds of each delta."""
-    deltas = check_deltas(deltas)
+    """Comoving mean-density thresholds of each (checked) delta."""
     rho_crit = rho_c0 * float(cosmo.E(a)) ** 2  # physical
     rho_mean = cosmo.Omega_m * rho_c0 / a**3     # physical
     phys = {"200c": 200.0 * rho_crit, "200m": 200.0 * rho_mean,
@@ -313,8 +296,9 @@ def _nfw_fit(edges, dm, dn, r200):
 
 
 # ------------------------------------------------------------------ main
-def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center="mbp", *,
-                          n_bins=20, r_min_factor=0.01, search_radius=None) -> xr.Dataset:
+def spherical_overdensity(snap, catalog, deltas=DELTAS, center="mbp", *,
+                          n_bins=SO_N_BINS_DEFAULT, r_min_factor=SO_R_MIN_FACTOR_DEFAULT,
+                          search_radius=None) -> xr.Dataset:
     """Spherical-overdensity masses and radii, profiles, V_max and NFW concentrations.
 
     Parameters
@@ -348,16 +332,11 @@ def spherical_overdensity(snap, catalog, deltas=("200c", "200m", "vir"), center=
         Quantities that cannot be measured (threshold not crossed inside the search
         radius) are NaN.
     """
-    deltas = check_parameters(snap, deltas)  # the deltas first, then the snapshot
-    rho_c0, G, cosmo, a, snap_units = _densities(snap)  # noqa: N806
+    # the deltas first, then the snapshot
+    deltas, (rho_c0, G, cosmo, a, snap_units) = _checked(snap, deltas)  # noqa: N806
     deltas, thresholds = _thresholds(deltas, cosmo, a, rho_c0)
     box = float(snap.box_size)
-    n_bins = int(n_bins)
-    if n_bins < 2:
-        raise ParameterError(f"spherical_overdensity: n_bins must be >= 2, got {n_bins}")
-    if not (0 < float(r_min_factor) < 1):
-        raise ParameterError("spherical_overdensity: r_min_factor must be in (0, 1), got "
-                             f"{r_min_factor}")
+    n_bins, r_min_factor = check_so_profile(n_bins, r_min_factor)
     centres = _centres(catalog, center)
     n_halo = centres.shape[0]
     if not np.all(np.isfinite(centres)) or np.any(centres < 0) or np.any(centres > box):

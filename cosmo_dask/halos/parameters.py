@@ -1,0 +1,157 @@
+"""Halo finding's parameters, declared once: the FOF linking length, group sizes and
+centres, the spherical-overdensity definitions, with their defaults, bounds and checks.
+
+:func:`cosmo_dask.halos.fof`, :func:`~cosmo_dask.halos.fof_labels` and
+:func:`~cosmo_dask.halos.spherical_overdensity` check their parameters here, once, before
+any graph is built; the graph code (``halos.fof.run_fof``) and the kernels assume valid
+values. ``cosmo-dask halos`` takes its defaults and choices from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..checks import check_positive, check_subset
+from ..errors import ParameterError
+
+__all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
+           "MIN_FRIENDS_DEFAULT", "MIN_FRIENDS_MIN", "CENTERS", "CENTERS_DEFAULT",
+           "CLI_CENTERS_DEFAULT", "POTENTIAL_SOFTENING_LINKS", "DELTAS", "SO_CENTERS",
+           "SO_N_BINS_DEFAULT", "SO_N_BINS_MIN", "SO_R_MIN_FACTOR_DEFAULT", "check_deltas",
+           "check_so_profile",
+           "box_linking_length", "check_linking_length", "check_count", "check_centers",
+           "check_potential_softening", "check_fof"]
+
+#: the FOF linking length b, in mean interparticle spacings box_size / N^(1/3)
+LINKING_LENGTH_DEFAULT = 0.2
+#: smallest group kept: default and lower bound (a pair is the smallest group)
+MIN_MEMBERS_DEFAULT = 20
+MIN_MEMBERS_MIN = 2
+#: friends a particle needs to carry links (1: classic FOF; k > 1: DBSCAN-like)
+MIN_FRIENDS_DEFAULT = 1
+MIN_FRIENDS_MIN = 1
+#: the halo centres ``fof`` computes: most-bound particle (exact; the grid-Poisson
+#: approximation above ``grid_threshold`` members), the grid approximation for every halo,
+#: most-connected particle
+CENTERS = ("mbp", "mbp_grid", "mcp")
+#: the centres ``fof`` computes by default
+CENTERS_DEFAULT = ("mbp",)
+#: the centres ``cosmo-dask halos`` computes by default (``--centers``)
+CLI_CENTERS_DEFAULT = ("mbp", "mcp")
+#: default Plummer softening of the MBP potentials, in linking lengths
+POTENTIAL_SOFTENING_LINKS = 0.1
+#: the overdensity definitions ``spherical_overdensity`` knows (``cosmo-dask halos --so``)
+DELTAS = ("200c", "200m", "vir")
+#: spherical_overdensity's catalog centres: name -> catalog variable
+SO_CENTERS = {"mbp": "mbp_position", "mcp": "mcp_position", "com": "center_of_mass",
+              "center_of_mass": "center_of_mass", "mbp_position": "mbp_position",
+              "mcp_position": "mcp_position"}
+#: spherical_overdensity's profile: bins, and inner edge in units of R_200c (in (0, 1))
+SO_N_BINS_DEFAULT = 20
+SO_N_BINS_MIN = 2
+SO_R_MIN_FACTOR_DEFAULT = 0.01
+
+
+def box_linking_length(snap, linking_length: float, absolute: bool) -> float:
+    """The (checked) linking length in box units: ``linking_length`` itself when
+    ``absolute``, else times the mean interparticle spacing ``box_size / N^(1/3)``."""
+    if absolute:
+        return float(linking_length)
+    return float(linking_length) * snap.box_size / max(snap.n_particles, 1) ** (1 / 3)
+
+
+def check_linking_length(snap, linking_length: Any, absolute: bool) -> float:
+    """The linking length in box units, or a ParameterError: it must be a finite number
+    > 0, and in mean interparticle spacings only for a periodic snapshot."""
+    linking_length = check_positive(linking_length, "linking_length")
+    if not absolute and snap.box_size is None:
+        raise ParameterError(
+            "linking_length is in units of the mean interparticle spacing box_size/N^(1/3), "
+            "which an isolated snapshot does not have: pass absolute=True with a length"
+        )
+    return box_linking_length(snap, linking_length, absolute)
+
+
+def check_count(value: Any, name: str, low: int) -> int:
+    """An integer (not a bool, not a float) >= ``low``, else a ParameterError naming
+    ``name`` (``min_members``, ``min_friends``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_centers(centers: Any) -> tuple[str, ...]:
+    """The centres as a tuple out of :data:`CENTERS` ('mbp' and 'mbp_grid' exclude each
+    other), else a ParameterError."""
+    centers = check_subset(centers, CENTERS, "centers")
+    if "mbp" in centers and "mbp_grid" in centers:
+        raise ParameterError("ask for 'mbp' (exact, grid above grid_threshold) or 'mbp_grid' "
+                             "(grid approximation for every halo), not both")
+    return centers
+
+
+def check_potential_softening(value: Any) -> float | None:
+    """None (the default, :data:`POTENTIAL_SOFTENING_LINKS` linking lengths) or a number
+    >= 0, else a ParameterError."""
+    if value is not None and not value >= 0:
+        raise ParameterError(f"potential_softening must be >= 0, got {value!r}")
+    return None if value is None else float(value)
+
+
+def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
+              min_members: Any = MIN_MEMBERS_DEFAULT, min_friends: Any = MIN_FRIENDS_DEFAULT,
+              centers: Any = CENTERS_DEFAULT, potential_softening: Any = None,
+              n_domains: Any = None) -> tuple[float, tuple[str, ...]]:
+    """Check every FOF parameter, reading no particle data; returns (the linking length in
+    box units, the centres as a tuple). A ParameterError names the parameter at fault."""
+    from ..spatial import domain_grid
+
+    centers = check_centers(centers)
+    ll = check_linking_length(snap, linking_length, absolute)
+    check_count(min_members, "min_members", MIN_MEMBERS_MIN)
+    check_count(min_friends, "min_friends", MIN_FRIENDS_MIN)
+    check_potential_softening(potential_softening)
+    if n_domains is not None and snap.box_size is not None:
+        ghost = ll if min_friends == 1 else 2 * ll
+        domain_grid(n_domains, box_size=snap.box_size).check_ghost_width(
+            ghost, what="linking length" if min_friends == 1 else "ghost width")
+    return ll, centers
+
+
+def check_deltas(deltas) -> tuple[str, ...]:
+    """The overdensity definitions as a tuple of names, or ParameterError.
+
+    ``deltas`` is one name or a sequence of names out of :data:`DELTAS`
+    (surrounding blanks ignored); it must be non-empty and hold no name twice.
+    """
+    if isinstance(deltas, str):
+        deltas = (deltas,)
+    try:
+        deltas = tuple(str(d).strip() for d in deltas)
+    except TypeError:
+        raise ParameterError("spherical_overdensity: deltas must be a name or a sequence of "
+                             f"names out of {list(DELTAS)}, got {deltas!r}") from None
+    if not deltas:
+        raise ParameterError(f"spherical_overdensity: deltas is empty; use any of {list(DELTAS)}")
+    for d in deltas:
+        if d not in DELTAS:
+            raise ParameterError(f"spherical_overdensity: unknown delta {d!r}; use any of "
+                                 f"{list(DELTAS)}")
+    if len(set(deltas)) != len(deltas):
+        raise ParameterError(f"spherical_overdensity: repeated delta in {list(deltas)}")
+    return deltas
+
+
+def check_so_profile(n_bins: Any, r_min_factor: Any) -> tuple[int, float]:
+    """spherical_overdensity's profile bins (>= :data:`SO_N_BINS_MIN`) and inner edge (in
+    (0, 1) R_200c), else a ParameterError."""
+    n_bins = int(n_bins)
+    if n_bins < SO_N_BINS_MIN:
+        raise ParameterError(f"spherical_overdensity: n_bins must be >= {SO_N_BINS_MIN}, "
+                             f"got {n_bins}")
+    if not (0 < float(r_min_factor) < 1):
+        raise ParameterError("spherical_overdensity: r_min_factor must be in (0, 1), got "
+                             f"{r_min_factor}")
+    return n_bins, float(r_min_factor)
