@@ -10,8 +10,8 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["check_finite", "check_positive", "check_positive_int", "check_seed",
-           "check_subset"]
+__all__ = ["check_finite", "check_integer", "check_positive", "check_positive_int",
+           "check_seed", "check_subset"]
 
 
 def _is_number(value: Any) -> bool:
@@ -25,6 +25,14 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
         raise ParameterError(
             f"{name} must be an integer >= {minimum}, got {value!r}"
         )
+    return int(value)
+
+
+def check_integer(value: Any, name: str, minimum: int) -> int:
+    """An integer (a Python or NumPy int, not a bool, not a float) >= ``minimum``; unlike
+    :func:`check_positive_int`, ``20.0`` is refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 

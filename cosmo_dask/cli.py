@@ -932,6 +932,8 @@ def cmd_demo(args) -> int:
 
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from .analysis import parameters as ap
+    from .density import parameters as dp
     from .gravity.parameters import (
         KERNELS,
         METHODS,
@@ -1149,19 +1151,19 @@ def build_parser() -> argparse.ArgumentParser:
                   "Zarr group. --method ngp|cic|tsc|pcs: mass per cell on a periodic mesh.")
     m.add_argument("snapshot", metavar="SNAP")
     m.add_argument("out", metavar="OUT.zarr")
-    m.add_argument("--method", choices=("ngp", "cic", "tsc", "pcs", "pse"), default="cic")
-    m.add_argument("--n-mesh", type=_positive_int, default=256)
+    m.add_argument("--method", choices=(*dp.SCHEMES, "pse"), default=dp.SCHEME_DEFAULT)
+    m.add_argument("--n-mesh", type=_positive_int, default=dp.CLI_N_MESH_DEFAULT)
     m.add_argument("--box-size", type=float, default=None, help="for isolated snapshots")
-    m.add_argument("--patch-size", type=_positive_int, default=32,
+    m.add_argument("--patch-size", type=_positive_int, default=dp.PATCH_SIZE_DEFAULT,
                    help="pse: cells per leaf patch side (a power of two)")
-    m.add_argument("--strategy", choices=("auto", "gather", "reduce"), default="auto",
+    m.add_argument("--strategy", choices=dp.STRATEGIES, default=dp.STRATEGIES[0],
                    help="pse: scheduling of the leaf deposits")
     m.add_argument("--max-level", type=int, default=None,
-                   help="pse: deepest octree level (default: finest cells = half the "
-                   "Lagrangian spacing)")
+                   help="pse: deepest octree level, at most "
+                   f"{dp.MAX_LEVEL_MAX} (default: finest cells = half the Lagrangian spacing)")
     m.add_argument("--max-tets-per-node", type=float, default=None,
                    help="pse: refine nodes overlapped by more tetrahedra (default patch^3)")
-    m.add_argument("--block", type=_positive_int, default=8,
+    m.add_argument("--block", type=_positive_int, default=dp.BLOCK_DEFAULT,
                    help="pse: Lagrangian sub-block side in cells")
     m.add_argument("--plot", metavar="PNG", default=None, help="log-density slice plot")
     m.add_argument("--overwrite", action="store_true")
@@ -1171,12 +1173,14 @@ def build_parser() -> argparse.ArgumentParser:
                   description="Window-compensated, interlaced P(k) with mode counts and shot "
                   "noise (not subtracted).")
     p.add_argument("snapshot", metavar="SNAP")
-    p.add_argument("--n-mesh", type=_positive_int, default=256)
-    p.add_argument("--scheme", choices=("ngp", "cic", "tsc", "pcs"), default="cic")
+    p.add_argument("--n-mesh", type=_positive_int, default=dp.CLI_N_MESH_DEFAULT)
+    p.add_argument("--scheme", choices=tuple(dp.SCHEMES), default=dp.SCHEME_DEFAULT)
     p.add_argument("--no-interlace", action="store_true")
-    p.add_argument("--los", type=int, choices=(0, 1, 2), default=None,
+    p.add_argument("--los", type=int, choices=tuple(ap.LOS_AXES.values()), default=None,
                    help="line-of-sight axis for multipoles")
-    p.add_argument("--poles", default="0", help="Legendre multipoles, e.g. 0,2,4")
+    p.add_argument("--poles", default=",".join(map(str, ap.POLES_DEFAULT)),
+                   help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))}, "
+                   "e.g. 0,2,4")
     p.add_argument("--out", default=None, help="write the table (.csv or .nc)")
     p.add_argument("--plot", metavar="PNG", default=None, help="P(k) plot (with linear theory "
                    "when the cosmology is known)")

@@ -1,5 +1,15 @@
-"""Analysis of snapshots and meshes: power spectrum and multipoles, linear theory."""
+"""Analysis of snapshots and meshes: power spectrum and multipoles, linear theory.
 
-from .power import linear_power, plot_power_spectrum, power_spectrum
+The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+importing the light ``analysis.parameters`` (as the CLI's parser does) loads no kernels.
+"""
 
-__all__ = ["linear_power", "plot_power_spectrum", "power_spectrum"]
+from ..lazy import lazy_exports
+
+#: public name -> the module defining it
+_PUBLIC = {"linear_power": "power", "plot_power_spectrum": "power",
+           "power_spectrum": "power"}
+
+__all__ = list(_PUBLIC)
+
+lazy_exports(__name__, _PUBLIC)

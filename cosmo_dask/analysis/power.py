@@ -45,62 +45,34 @@ work.
 
 from __future__ import annotations
 
-import math
-
 import dask.array as da
 import numpy as np
 import xarray as xr
 
 from ..backend import array_module, host, resolve_precision
 from ..density.paint import (
-    SCHEMES,
     centred,
-    check_n_mesh,
-    check_scheme,
     interlace_kslab,
     mesh_slabs,
     paint_meshes,
     particles_input,
+)
+from ..density.parameters import (
+    SCHEME_DEFAULT,
+    SCHEMES,
+    check_box_size,
+    check_n_mesh,
+    check_scheme,
+    check_split_every,
 )
 from ..errors import ParameterError
 from ..product_units import product_units
 from ..progress import compute
 from ..spatial.fft import reduce_kslabs, rfftn, slab_chunks
 from ..units import factor
+from .parameters import INTERLACE_DEFAULT, POLES_DEFAULT, check_los_poles
 
 __all__ = ["linear_power", "power_spectrum", "plot_power_spectrum"]
-
-_AXES = {"x": 0, "y": 1, "z": 2}
-
-
-def _check_los(los, poles):
-    poles = tuple(int(p) for p in np.atleast_1d(poles)) if poles is not None else (0,)
-    if not poles or any(p not in (0, 2, 4) for p in poles) or len(set(poles)) != len(poles):
-        raise ParameterError(f"power_spectrum: poles must be distinct values of 0, 2, 4, "
-                             f"got {poles!r}")
-    if los is None:
-        if any(p > 0 for p in poles):
-            raise ParameterError("power_spectrum: multipoles l > 0 need a line of sight: "
-                                 "pass los= (an axis 0/1/2 or 'x'/'y'/'z', or a vector)")
-        return None, poles
-    if isinstance(los, str):
-        if los.lower() not in _AXES:
-            raise ParameterError(f"power_spectrum: los must be 'x', 'y', 'z', an axis "
-                                 f"index or a 3-vector, got {los!r}")
-        los = _AXES[los.lower()]
-    if isinstance(los, (int, np.integer)) and not isinstance(los, bool):
-        if not 0 <= los <= 2:
-            raise ParameterError(f"power_spectrum: los axis must be 0, 1 or 2, got {los}")
-        v = np.zeros(3)
-        v[int(los)] = 1.0
-        return v, poles
-    v = np.asarray(los, dtype=np.float64)
-    norm = float(np.linalg.norm(v)) if v.shape == (3,) else 0.0
-    if v.shape != (3,) or not np.all(np.isfinite(v)) or norm == 0:
-        raise ParameterError(f"power_spectrum: los must be an axis or a non-zero 3-vector, "
-                             f"got {los!r}")
-    return v / norm, poles
-
 
 def _default_edges(n, box):
     kf = 2 * np.pi / box
@@ -178,8 +150,9 @@ def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
     return host(out)
 
 
-def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", interlace=True,
-                   k_bins=None, los=None, poles=(0,), mass=None, precision="float64",
+def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=SCHEME_DEFAULT,
+                   interlace=INTERLACE_DEFAULT, k_bins=None, los=None, poles=POLES_DEFAULT,
+                   mass=None, precision="float64",
                    split_every=None, length_unit=None, slabs=None) -> xr.Dataset:
     """Power spectrum of a periodic particle set or of a mesh, binned in ``|k|``.
 
@@ -260,9 +233,10 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
         length_unit = (snap_or_mesh.units or {}).get("length")
     pu = product_units({"length": length_unit} if length_unit else None)
     length_unit = pu["length"]
-    los_v, poles = _check_los(los, poles)
+    los_v, poles = check_los_poles(los, poles)
     if scheme is not None:
         scheme = check_scheme(scheme, what)
+    split_every = check_split_every(split_every, what)
     dtype = resolve_precision(precision)
     is_mesh = not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3
     if is_mesh:
@@ -275,9 +249,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
             raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
         if box_size is None:
             raise ParameterError(f"{what}: a mesh input needs box_size=")
-        box = float(box_size)
-        if not (math.isfinite(box) and box > 0):
-            raise ParameterError(f"{what}: box_size must be a positive number, got {box_size!r}")
+        box = check_box_size(box_size, what)
         count = mesh_slabs(n, dtype, slabs, gpu=array_module(mesh) is not np, what=what)
         if not isinstance(mesh, da.Array):
             mesh = da.from_array(mesh, chunks=(slab_chunks(n, count), n, n), asarray=False)
@@ -294,12 +266,11 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme="cic", in
             raise ParameterError(f"{what}: n_mesh must be at least 2 for a power spectrum, "
                                  f"got {n}")
         if scheme is None:
-            raise ParameterError(f"{what}: particles need a scheme (ngp, cic, tsc, pcs)")
+            raise ParameterError(f"{what}: particles need a scheme ({', '.join(SCHEMES)})")
         pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
         shifts = (0.0, 0.5) if interlace else (0.0,)
         meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
-                                 dtype=dtype, slabs=slabs, split_every=split_every or 8,
-                                 what=what)
+                                 dtype=dtype, slabs=slabs, split_every=split_every, what=what)
         mesh0, mesh1 = meshes[0], (meshes[1] if interlace else None)
         sums = None if not isinstance(m, da.Array) else (
             m.astype(np.float64).sum(), (m.astype(np.float64) ** 2).sum())

@@ -1,23 +1,20 @@
 """Densities: phase-space-element (PSE) densities on an adaptive octree, the
 tessellation and exact tetrahedron deposits behind them; mesh painting
-(NGP/CIC/TSC/PCS)."""
+(NGP/CIC/TSC/PCS).
 
-from .octree_model import DensityOctree
-from .octree_store import open_density_octree
-from .paint import density_contrast, paint
-from .pse import pse_density
-from .tessellation import block_tetrahedra, lagrangian_blocks, snapshot_tetrahedra
-from .tet_volume import deposit_tets, tet_cube_volume
+The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+importing the light ``density.parameters`` (as the CLI's parser does) loads no kernels.
+"""
 
-__all__ = [
-    "DensityOctree",
-    "block_tetrahedra",
-    "density_contrast",
-    "deposit_tets",
-    "lagrangian_blocks",
-    "open_density_octree",
-    "paint",
-    "pse_density",
-    "snapshot_tetrahedra",
-    "tet_cube_volume",
-]
+from ..lazy import lazy_exports
+
+#: public name -> the module defining it
+_PUBLIC = {"DensityOctree": "octree_model", "block_tetrahedra": "tessellation",
+           "density_contrast": "paint", "deposit_tets": "tet_volume",
+           "lagrangian_blocks": "tessellation", "open_density_octree": "octree_store",
+           "paint": "paint", "pse_density": "pse", "snapshot_tetrahedra": "tessellation",
+           "tet_cube_volume": "tet_volume"}
+
+__all__ = list(_PUBLIC)
+
+lazy_exports(__name__, _PUBLIC)

@@ -42,7 +42,6 @@ from ..backend import array_module, particle_rows, resolve_precision
 from ..errors import ParameterError
 from ..progress import compute, worker_count, worker_threads
 from ..spatial.fft import (
-    check_mesh_size,
     default_slab_count,
     irfftn,
     map_kslabs,
@@ -50,24 +49,18 @@ from ..spatial.fft import (
     smooth_size_below,
 )
 from ..spatial.slabs import SlabExchange, slab_layout
-from .paint_kernels import SCHEMES
+from .parameters import (
+    SCHEME_DEFAULT,
+    SCHEMES,
+    check_box_size,
+    check_n_mesh,
+    check_scheme,
+    check_split_every,
+)
 
 __all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme",
            "centred", "half_cell_phase", "interlace_kslab", "memory_per_worker", "meshes_fit",
            "mesh_slabs", "paint_meshes", "particles_input", "worker_count"]
-
-
-def check_n_mesh(n_mesh, what: str) -> int:
-    """``n_mesh`` checked for the mesh path: :func:`cosmo_dask.spatial.fft.check_mesh_size`
-    (a positive integer up to 4096, prime factors 2, 3, 5, 7)."""
-    return check_mesh_size(n_mesh, what)
-
-
-def check_scheme(scheme, what: str) -> str:
-    if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
-        raise ParameterError(f"{what}: scheme must be one of {', '.join(SCHEMES)}, "
-                             f"got {scheme!r}")
-    return scheme.lower()
 
 
 def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
@@ -91,13 +84,7 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
                              "periodic cube [0, box_size)^3)")
     if mass is None:
         mass = 1.0
-    try:
-        box = float(box)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{what}: box_size must be a positive number, got {box!r}") \
-            from None
-    if not (math.isfinite(box) and box > 0):
-        raise ParameterError(f"{what}: box_size must be a positive number, got {box!r}")
+    box = check_box_size(box, what)
     pos, m, n = particle_rows(pos, mass, what)
     if not isinstance(m, da.Array):
         if not (math.isfinite(m) and m > 0):
@@ -367,7 +354,8 @@ def interlace_kslab(f0, kx, ky, kz, f1, *, cell: float):
 
 
 
-def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interlace=False,
+def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme=SCHEME_DEFAULT,
+          interlace=False,
           shift=0.0, precision="float64", split_every=None, slabs=None) -> da.Array:
     """Paint particles' masses onto a periodic ``n_mesh^3`` mesh (mass per cell).
 
@@ -444,9 +432,7 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     n = check_n_mesh(n_mesh, what)
     scheme = check_scheme(scheme, what)
     dtype = resolve_precision(precision)
-    if split_every is not None and (isinstance(split_every, bool) or not isinstance(
-            split_every, (int, np.integer)) or split_every < 2):
-        raise ParameterError(f"{what}: split_every must be an integer >= 2, got {split_every!r}")
+    split_every = check_split_every(split_every, what)
     try:
         shift = float(shift)
     except (TypeError, ValueError):
@@ -457,7 +443,7 @@ def paint(snap_or_pos, mass=None, *, n_mesh, box_size=None, scheme="cic", interl
     pos, m, box, _ = particles_input(snap_or_pos, mass, box_size, what=what)
     shifts = (shift, shift + 0.5) if interlace else (shift,)
     meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
-                             dtype=dtype, slabs=slabs, split_every=split_every or 8, what=what)
+                             dtype=dtype, slabs=slabs, split_every=split_every, what=what)
     if not interlace:
         return meshes[0]
     k0, k1 = rfftn(meshes[0]), rfftn(meshes[1])

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-SCHEMES = {"ngp": 1, "cic": 2, "tsc": 3, "pcs": 4}
+from .parameters import SCHEMES
 
 
 @numba.njit(cache=True, inline="always")

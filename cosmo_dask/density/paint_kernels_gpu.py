@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from ..cuda import include_options
-from .paint_kernels import SCHEMES
+from .parameters import SCHEMES
 
 _SOURCE = r"""
 #include "periodic.cuh"

@@ -26,11 +26,21 @@ from ..backend import array_module
 from ..errors import ParameterError
 from ..progress import active_client
 from .octree_model import DensityOctree
-from .pse_octree import build_octree, check_octree_params, default_root
+from .parameters import (
+    BLOCK_DEFAULT,
+    MAX_PARTIALS_DEFAULT,
+    PATCH_SIZE_DEFAULT,
+    PSE_SPLIT_EVERY_DEFAULT,
+    STRATEGIES,
+    check_octree_params,
+    check_pse_schedule,
+)
+from .pse_octree import build_octree, default_root
 from .pse_schedule import choose_strategy, gather_graph, leaf_items, reduce_graph
 from .tessellation import _lagrangian, block_columns
 
-STRATEGIES = ("auto", "gather", "reduce")
+__all__ = ["pse_density", "check_parameters", "default_max_level", "column_workers",
+           "STRATEGIES"]
 
 
 def default_max_level(lagrangian_shape, patch_size: int) -> int:
@@ -43,9 +53,8 @@ def default_max_level(lagrangian_shape, patch_size: int) -> int:
     return max(0, math.ceil(math.log2(want))) if want > 1 else 0
 
 
-def _root(root, box_size, blocks):
-    if root is None:
-        return default_root(blocks.lo, blocks.hi, box_size)
+def _root(root):
+    """The root cube ``(lo (3,), side)`` given by the caller, checked."""
     try:
         lo, size = root
         lo = np.asarray(lo, np.float64).reshape(3)
@@ -78,9 +87,28 @@ def column_workers(values):
     return None
 
 
-def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
-                max_tets_per_node: float | None = None, strategy: str = "auto",
-                root=None, block: int = 8, max_partials: int = 16, split_every: int = 4,
+def check_parameters(snap, *, patch_size: int = PATCH_SIZE_DEFAULT,
+                     max_level: int | None = None, max_tets_per_node: float | None = None,
+                     strategy: str = STRATEGIES[0], root=None,
+                     max_partials: int = MAX_PARTIALS_DEFAULT,
+                     split_every: int = PSE_SPLIT_EVERY_DEFAULT) -> tuple:
+    """Check :func:`pse_density`'s parameters (:mod:`cosmo_dask.density.parameters`),
+    reading no particle data (the snapshot's ids and ``lagrangian_shape`` are metadata).
+    Returns ``(lagrangian_shape, box, patch_size, max_level, max_tets_per_node, root)``
+    with the defaults filled in (``root`` None or ``(lo, side)``); ParameterError or
+    SnapshotError otherwise."""
+    shape, box = _lagrangian(snap)
+    p, max_level, max_tets = check_octree_params(
+        patch_size, max_level, max_tets_per_node,
+        default_max_level=lambda patch: default_max_level(shape, patch))
+    check_pse_schedule(strategy, max_partials, split_every)
+    return shape, box, p, max_level, max_tets, None if root is None else _root(root)
+
+
+def pse_density(snap, *, patch_size: int = PATCH_SIZE_DEFAULT, max_level: int | None = None,
+                max_tets_per_node: float | None = None, strategy: str = STRATEGIES[0],
+                root=None, block: int = BLOCK_DEFAULT, max_partials: int = MAX_PARTIALS_DEFAULT,
+                split_every: int = PSE_SPLIT_EVERY_DEFAULT,
                 n_groups: int | None = None) -> DensityOctree:
     """Density from the phase-space sheet: exact tetrahedron deposits on an adaptive octree.
 
@@ -130,20 +158,13 @@ def pse_density(snap, *, patch_size: int = 32, max_level: int | None = None,
         Bad ``patch_size``, ``max_level``, ``max_tets_per_node``, ``strategy``,
         ``root``, ``block``, ``max_partials`` or ``split_every``.
     """
-    shape, box = _lagrangian(snap)
-    p, max_level, max_tets = check_octree_params(
-        patch_size, max_level, max_tets_per_node,
-        default_max_level=lambda patch: default_max_level(shape, patch))
-    if strategy not in STRATEGIES:
-        raise ParameterError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    for name, value, low in (("max_partials", max_partials, 1), ("split_every", split_every, 2)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
-    if root is not None:
-        _root(root, box, None)  # validate before any work
+    shape, box, p, max_level, max_tets, root = check_parameters(
+        snap, patch_size=patch_size, max_level=max_level, max_tets_per_node=max_tets_per_node,
+        strategy=strategy, root=root, max_partials=max_partials, split_every=split_every)
     gpu = array_module(snap.pos) is not np
-    cols = block_columns(snap, block)
-    root_lo, root_size = _root(root, box, cols.blocks)
+    cols = block_columns(snap, block)  # checks block
+    root_lo, root_size = default_root(cols.blocks.lo, cols.blocks.hi, box) if root is None \
+        else root
     layout = build_octree(cols.blocks, root_lo=root_lo, root_size=root_size, box_size=box,
                           max_level=max_level, max_tets_per_node=max_tets)
     workers = column_workers(cols.values)

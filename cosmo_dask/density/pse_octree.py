@@ -27,8 +27,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ParameterError
-
 _CHILD = np.array(list(itertools.product((0, 1), repeat=3)), np.int64)
 _IMAGES = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.int64)
 
@@ -197,30 +195,3 @@ def _assemble(leaves, blk, shift, root_lo, root_size):
     np.cumsum(np.bincount(leaf_of_row, minlength=len(order)), out=ptr[1:])
     return OctreeLayout(level[order], origin[order], est[order], ptr, blk[piece_of_row],
                         shift[piece_of_row], root_lo, root_size)
-
-
-def check_octree_params(patch_size, max_level=None, max_tets_per_node=None, *,
-                        default_max_level=None):
-    """Validated ``(patch_size, max_level, max_tets_per_node)`` (ParameterError otherwise).
-
-    ``max_level=None`` takes ``default_max_level(patch_size)`` (a callable, given by the
-    caller that knows the Lagrangian mesh); ``max_tets_per_node=None`` takes
-    ``patch_size^3``. Each parameter is checked here once.
-    """
-    if (isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer))
-            or patch_size < 1 or patch_size & (patch_size - 1)):
-        raise ParameterError(f"patch_size must be a power of two, got {patch_size!r}")
-    if max_level is None and default_max_level is not None:
-        max_level = default_max_level(int(patch_size))
-    if max_tets_per_node is None:
-        max_tets_per_node = float(patch_size) ** 3
-    if (isinstance(max_level, bool) or not isinstance(max_level, (int, np.integer))
-            or not 0 <= max_level <= 20):
-        raise ParameterError(f"max_level must be an integer in [0, 20], got {max_level!r}")
-    try:
-        mt = float(max_tets_per_node)
-    except (TypeError, ValueError):
-        mt = float("nan")
-    if not mt > 0:
-        raise ParameterError(f"max_tets_per_node must be positive, got {max_tets_per_node!r}")
-    return int(patch_size), int(max_level), mt

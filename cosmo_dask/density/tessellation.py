@@ -61,6 +61,7 @@ from dask.base import tokenize
 from ..backend import array_module, host
 from ..errors import ParameterError, SnapshotError
 from ..task_graph import TaskGraph
+from .parameters import check_block
 
 # corner c of a cell has offset ((c >> 2) & 1, (c >> 1) & 1, c & 1)
 CORNER_OFFSETS = np.array([[(c >> 2) & 1, (c >> 1) & 1, c & 1] for c in range(8)], np.int64)
@@ -123,12 +124,6 @@ def cells_shape(lagrangian_shape, periodic: bool) -> tuple[int, int, int]:
     """Cells per axis: the particle grid in a periodic box, one fewer per axis otherwise."""
     d = 0 if periodic else 1
     return tuple(int(s) - d for s in lagrangian_shape)
-
-
-def _check_block(block) -> int:
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
-        raise ParameterError(f"block must be a positive integer, got {block!r}")
-    return int(block)
 
 
 def id_ordered(snap):
@@ -400,7 +395,7 @@ def block_columns(snap, block: int = 8, *, label: str | None = None) -> BlockCol
     coordinates the tetrahedra get). Cost: one pass over the positions; the
     columns hold ~(1 + 1/block)^2 of them.
     """
-    block = _check_block(block)
+    block = check_block(block)
     shape, box = _lagrangian(snap)
     periodic = box is not None
     ncells = cells_shape(shape, periodic)
@@ -469,7 +464,7 @@ def block_tetrahedra(snap, block_index, block: int = 8):
     mass : ndarray (T,) float64
         Cell mass / 6.
     """
-    block = _check_block(block)
+    block = check_block(block)
     shape, box = _lagrangian(snap)
     periodic = box is not None
     ncells = cells_shape(shape, periodic)

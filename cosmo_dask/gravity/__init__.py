@@ -13,24 +13,15 @@ method modules (``direct``, ``tree_graph``, ``pm``, ``treepm``) are imported
 only when a method is asked for.
 """
 
-import importlib
+from ..lazy import lazy_exports
 
-#: public name -> the module holding it; loaded on first use, so that importing the light
-#: ``gravity.parameters`` (as the CLI's parser does) does not load numba and the kernels
+#: public name -> the module holding it; loaded on first use (:func:`cosmo_dask.lazy.
+#: lazy_exports`), so that importing the light ``gravity.parameters`` (as the CLI's parser
+#: does) does not load numba and the kernels
 _PUBLIC = {"accelerations": "api", "check_parameters": "api", "default_n_mesh": "api",
            "METHODS": "api", "to_zarr": "output", "open_gravity": "output"}
 
 __all__ = ["accelerations", "check_parameters", "default_n_mesh", "to_zarr", "open_gravity",
            "METHODS"]
 
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+lazy_exports(__name__, _PUBLIC)

@@ -1,25 +1,18 @@
-"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions."""
+"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions.
 
-from .api import fof
-from .fof import FOFLabels, fof_labels
-from .mass_function import (
-    mass_function,
-    plot_mass_function,
-    sigma_of_mass,
-    theory_mass_function,
-)
-from .result import HaloResult, open_catalog
-from .spherical_overdensity import spherical_overdensity
+The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+importing the light ``halos.parameters`` (as the CLI's parser does) loads no kernels.
+"""
 
-__all__ = [
-    "fof",
-    "fof_labels",
-    "FOFLabels",
-    "HaloResult",
-    "open_catalog",
-    "mass_function",
-    "plot_mass_function",
-    "sigma_of_mass",
-    "theory_mass_function",
-    "spherical_overdensity",
-]
+from ..lazy import lazy_exports
+
+#: public name -> the module defining it
+_PUBLIC = {"fof": "api", "fof_labels": "fof", "FOFLabels": "fof", "HaloResult": "result",
+           "open_catalog": "result", "mass_function": "mass_function",
+           "plot_mass_function": "mass_function", "sigma_of_mass": "mass_function",
+           "theory_mass_function": "mass_function",
+           "spherical_overdensity": "spherical_overdensity"}
+
+__all__ = list(_PUBLIC)
+
+lazy_exports(__name__, _PUBLIC)

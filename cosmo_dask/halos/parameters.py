@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..checks import check_positive, check_subset
+from ..checks import check_integer, check_positive, check_subset
 from ..errors import ParameterError
 
 __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
@@ -21,7 +19,7 @@ __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
            "CLI_CENTERS_DEFAULT", "POTENTIAL_SOFTENING_LINKS", "DELTAS", "SO_CENTERS",
            "SO_N_BINS_DEFAULT", "SO_N_BINS_MIN", "SO_R_MIN_FACTOR_DEFAULT", "check_deltas",
            "check_so_profile",
-           "box_linking_length", "check_linking_length", "check_count", "check_centers",
+           "box_linking_length", "check_linking_length", "check_centers",
            "check_potential_softening", "check_fof"]
 
 #: the FOF linking length b, in mean interparticle spacings box_size / N^(1/3)
@@ -74,14 +72,6 @@ def check_linking_length(snap, linking_length: Any, absolute: bool) -> float:
     return box_linking_length(snap, linking_length, absolute)
 
 
-def check_count(value: Any, name: str, low: int) -> int:
-    """An integer (not a bool, not a float) >= ``low``, else a ParameterError naming
-    ``name`` (``min_members``, ``min_friends``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def check_centers(centers: Any) -> tuple[str, ...]:
     """The centres as a tuple out of :data:`CENTERS` ('mbp' and 'mbp_grid' exclude each
     other), else a ParameterError."""
@@ -110,8 +100,8 @@ def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: b
 
     centers = check_centers(centers)
     ll = check_linking_length(snap, linking_length, absolute)
-    check_count(min_members, "min_members", MIN_MEMBERS_MIN)
-    check_count(min_friends, "min_friends", MIN_FRIENDS_MIN)
+    check_integer(min_members, "min_members", MIN_MEMBERS_MIN)
+    check_integer(min_friends, "min_friends", MIN_FRIENDS_MIN)
     check_potential_softening(potential_softening)
     if n_domains is not None and snap.box_size is not None:
         ghost = ll if min_friends == 1 else 2 * ll
