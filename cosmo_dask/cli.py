@@ -702,14 +702,16 @@ def cmd_halos(args) -> int:
 
 # --------------------------------------------------------------------------- expand
 def _center_arg(text: str):
-    if text in ("com", "potential_min"):
+    from .expansion.parameters import CENTERS
+
+    if text in CENTERS:
         return text
     try:
         c = [float(v) for v in text.split(",")]
     except ValueError:
         c = []
     if len(c) != 3:
-        raise argparse.ArgumentTypeError(f"expected com, potential_min or x,y,z; got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {', '.join(CENTERS)} or x,y,z; got {text!r}")
     return c
 
 
@@ -934,6 +936,7 @@ def cmd_demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .analysis import parameters as ap
     from .density import parameters as dp
+    from .expansion import parameters as ep
     from .gravity.parameters import (
         KERNELS,
         METHODS,
@@ -1131,14 +1134,18 @@ def build_parser() -> argparse.ArgumentParser:
                   "and write coefficients and/or accelerations to a Zarr store.")
     e.add_argument("snapshot", metavar="SNAP")
     e.add_argument("out", metavar="OUT.zarr")
-    e.add_argument("--method", choices=("scf", "mex"), default="scf")
-    e.add_argument("--nmax", type=int, default=10, help="SCF radial order")
-    e.add_argument("--lmax", type=int, default=6, help="angular order")
-    e.add_argument("--scale-radius", type=float, default=1.0, help="SCF basis scale radius")
-    e.add_argument("--softening", type=float, default=0.0, help="MEX softening length")
-    e.add_argument("--center", type=_center_arg, default="com",
-                   help="com, potential_min or x,y,z (needed for periodic snapshots)")
-    e.add_argument("--precision", choices=("float64", "float32"), default="float64")
+    e.add_argument("--method", choices=ep.METHODS, default=ep.METHODS[0])
+    e.add_argument("--nmax", type=int, default=ep.NMAX_DEFAULT,
+                   help=f"SCF radial order (0 to {ep.NMAX_LIMIT})")
+    e.add_argument("--lmax", type=int, default=ep.LMAX_DEFAULT,
+                   help=f"angular order (0 to {ep.LMAX_LIMIT})")
+    e.add_argument("--scale-radius", type=float, default=ep.SCALE_RADIUS_DEFAULT,
+                   help="SCF basis scale radius")
+    e.add_argument("--softening", type=float, default=ep.SOFTENING_DEFAULT,
+                   help="MEX softening length")
+    e.add_argument("--center", type=_center_arg, default=ep.CENTER_DEFAULT,
+                   help=f"{', '.join(ep.CENTERS)} or x,y,z (needed for periodic snapshots)")
+    e.add_argument("--precision", choices=ep.PRECISIONS, default=ep.PRECISIONS[0])
     e.add_argument("--accelerations", action="store_true",
                    help="SCF: also store accelerations and potentials at the particles "
                    "(MEX always does)")

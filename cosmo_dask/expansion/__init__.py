@@ -1,9 +1,17 @@
-"""Basis-function expansions of isolated systems: SCF and MEX (see docs/expansions.md)."""
+"""Basis-function expansions of isolated systems: SCF and MEX (see docs/expansions.md).
+
+The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+importing the light ``expansion.parameters`` (as the CLI's parser does) loads no kernels.
+"""
 
 from __future__ import annotations
 
-from .mex import MEX
-from .particles import ExpansionInput, expansion_input
-from .scf import SCF, fit_series
+from ..lazy import lazy_exports
 
-__all__ = ["MEX", "ExpansionInput", "expansion_input", "SCF", "fit_series"]
+#: public name -> the module defining it
+_PUBLIC = {"MEX": "mex", "ExpansionInput": "particles", "expansion_input": "particles",
+           "SCF": "scf", "fit_series": "scf"}
+
+__all__ = list(_PUBLIC)
+
+lazy_exports(__name__, _PUBLIC)

@@ -65,12 +65,19 @@ from ..errors import ParameterError
 from ..product_units import input_units
 from ..progress import compute, persist
 from ..task_graph import TaskGraph
+from .parameters import (
+    CENTER_DEFAULT,
+    LMAX_DEFAULT,
+    LMAX_LIMIT,
+    PRECISIONS,
+    SOFTENING_DEFAULT,
+    check_center_name,
+    check_order,
+)
 from .particles import expansion_input
 
 __all__ = ["LMAX_LIMIT", "MEX"]
 
-#: Largest lmax accepted: (lmax+1)^2 = 1089 real terms per sum and particle.
-LMAX_LIMIT = 32
 _SAMPLE_PER_CHUNK = 4096
 #: Default bound on the memory one bucket's task holds for its sums and their scan (see
 #: :func:`_scan_bytes`): the default number of buckets is at least N x that / this.
@@ -297,14 +304,11 @@ class MEX:
     may be NumPy (numba kernels) or CuPy (CUDA kernels); results follow them.
     """
 
-    def __init__(self, lmax: int = 6, *, center="com", softening: float = 0.0,
-                 precision="float64", buckets: int | None = None):
-        if isinstance(lmax, bool) or not isinstance(lmax, (int, np.integer)):
-            raise ParameterError(f"MEX: lmax must be an integer, got {lmax!r}")
-        if not 0 <= int(lmax) <= LMAX_LIMIT:
-            raise ParameterError(
-                f"MEX: lmax must be between 0 and {LMAX_LIMIT}, got {lmax} (the fit keeps "
-                "2 (lmax+1)^2 real cumulative sums per particle: 2178 at lmax=32)")
+    def __init__(self, lmax: int = LMAX_DEFAULT, *, center=CENTER_DEFAULT,
+                 softening: float = SOFTENING_DEFAULT, precision=PRECISIONS[0],
+                 buckets: int | None = None):
+        lmax = check_order(lmax, "lmax", LMAX_LIMIT, "MEX", " (the fit keeps 2 (lmax+1)^2 "
+                           "real cumulative sums per particle: 2178 at lmax=32)")
         try:
             eps = float(softening)
         except (TypeError, ValueError):
@@ -315,9 +319,7 @@ class MEX:
         if buckets is not None and (isinstance(buckets, bool) or
                                     not isinstance(buckets, (int, np.integer)) or buckets < 1):
             raise ParameterError(f"MEX: buckets must be a positive integer, got {buckets!r}")
-        if isinstance(center, str) and center not in ("com", "potential_min"):
-            raise ParameterError(f"MEX: center must be 'com', 'potential_min' or 3 floats, "
-                                 f"got {center!r}")
+        check_center_name(center, "MEX", "3 floats")
         self.lmax = int(lmax)
         self.softening = eps
         self.dtype = resolve_precision(precision)

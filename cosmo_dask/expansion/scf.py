@@ -33,12 +33,21 @@ from ..backend import array_module, as_dask_rows, host, resolve_precision
 from ..errors import ParameterError
 from ..product_units import input_units
 from ..progress import compute
+from .parameters import (
+    CENTER_DEFAULT,
+    LMAX_DEFAULT,
+    LMAX_LIMIT,
+    NMAX_DEFAULT,
+    NMAX_LIMIT,
+    PRECISIONS,
+    SCALE_RADIUS_DEFAULT,
+    check_center_name,
+    check_order,
+)
 from .particles import _shift, expansion_input
 
 __all__ = ["SCF", "fit_series", "NMAX_LIMIT", "LMAX_LIMIT"]
 
-NMAX_LIMIT = 64
-LMAX_LIMIT = 32
 FORMAT = "cosmo_dask.scf"
 #: coefficient attrs ``{name}_units`` and the product_units quantity each is in
 UNIT_ATTRS = {"scale_radius": "length", "center": "length", "mass": "mass",
@@ -46,15 +55,10 @@ UNIT_ATTRS = {"scale_radius": "length", "center": "length", "mass": "mass",
               "acceleration": "acceleration", "density": "density"}
 
 
-def _check_int(name, value, limit):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ParameterError(f"SCF: {name} must be an integer, got {value!r}")
-    if not 0 <= int(value) <= limit:
-        raise ParameterError(
-            f"SCF: {name} must be between 0 and {limit}, got {value}; the limits keep the "
-            "coefficients (2 (nmax+1) (lmax+1)^2 float64, 1.1 MB at nmax=64, lmax=32) and the "
-            "per-particle cost (nmax+1)(lmax+1)(lmax+2)/2 terms bounded")
-    return int(value)
+#: why the orders are bounded (the end of the message of a bad nmax or lmax)
+_ORDER_LIMITS = ("; the limits keep the coefficients (2 (nmax+1) (lmax+1)^2 float64, 1.1 MB "
+                 "at nmax=64, lmax=32) and the per-particle cost (nmax+1)(lmax+1)(lmax+2)/2 "
+                 "terms bounded")
 
 
 def _float32_ok(nmax: int, lmax: int) -> bool:
@@ -127,11 +131,12 @@ class SCF:
     + evaluation passes.
     """
 
-    def __init__(self, nmax: int = 10, lmax: int = 6, *, scale_radius: float = 1.0,
-                 center="com", precision="float64", split_every: int | None = None,
+    def __init__(self, nmax: int = NMAX_DEFAULT, lmax: int = LMAX_DEFAULT, *,
+                 scale_radius: float = SCALE_RADIUS_DEFAULT, center=CENTER_DEFAULT,
+                 precision=PRECISIONS[0], split_every: int | None = None,
                  noise_cut: float | None = None):
-        self.nmax = _check_int("nmax", nmax, NMAX_LIMIT)
-        self.lmax = _check_int("lmax", lmax, LMAX_LIMIT)
+        self.nmax = check_order(nmax, "nmax", NMAX_LIMIT, "SCF", _ORDER_LIMITS)
+        self.lmax = check_order(lmax, "lmax", LMAX_LIMIT, "SCF", _ORDER_LIMITS)
         try:
             rs = float(scale_radius)
         except (TypeError, ValueError):
@@ -146,9 +151,7 @@ class SCF:
                                  f"lmax={self.lmax} could overflow float32 in the Gegenbauer "
                                  "polynomials; use precision='float64' or lower orders")
         if isinstance(center, str):
-            if center not in ("com", "potential_min"):
-                raise ParameterError(f"SCF: center must be 'com', 'potential_min' or (x, y, z), "
-                                     f"got {center!r}")
+            check_center_name(center, "SCF", "(x, y, z)")
         else:
             c = np.asarray(center, dtype=np.float64) if not callable(center) else None
             if c is not None and (c.shape != (3,) or not np.all(np.isfinite(c))):
@@ -418,7 +421,8 @@ def _eval_block(pos, *, S, T, r_s, GM, what):
 
 
 # ---------------------------------------------------------------------- series
-def fit_series(paths, nmax: int = 10, lmax: int = 6, *, scale_radius: float = 1.0,
+def fit_series(paths, nmax: int = NMAX_DEFAULT, lmax: int = LMAX_DEFAULT, *,
+               scale_radius: float = SCALE_RADIUS_DEFAULT,
                center="com", precision="float64", split_every: int | None = None,
                device: str = "cpu", chunks: int | None = None):
     """Fit one SCF per snapshot store; coefficients stacked along ``time``.
