@@ -1145,7 +1145,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MEX softening length")
     e.add_argument("--center", type=_center_arg, default=ep.CENTER_DEFAULT,
                    help=f"{', '.join(ep.CENTERS)} or x,y,z (needed for periodic snapshots)")
-    e.add_argument("--precision", choices=ep.PRECISIONS, default=ep.PRECISIONS[0])
+    e.add_argument("--precision", choices=("float64", "float32"), default=ep.PRECISION_DEFAULT)
     e.add_argument("--accelerations", action="store_true",
                    help="SCF: also store accelerations and potentials at the particles "
                    "(MEX always does)")

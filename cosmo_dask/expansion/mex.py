@@ -69,7 +69,7 @@ from .parameters import (
     CENTER_DEFAULT,
     LMAX_DEFAULT,
     LMAX_LIMIT,
-    PRECISIONS,
+    PRECISION_DEFAULT,
     SOFTENING_DEFAULT,
     check_center_name,
     check_order,
@@ -305,7 +305,7 @@ class MEX:
     """
 
     def __init__(self, lmax: int = LMAX_DEFAULT, *, center=CENTER_DEFAULT,
-                 softening: float = SOFTENING_DEFAULT, precision=PRECISIONS[0],
+                 softening: float = SOFTENING_DEFAULT, precision=PRECISION_DEFAULT,
                  buckets: int | None = None):
         lmax = check_order(lmax, "lmax", LMAX_LIMIT, "MEX", " (the fit keeps 2 (lmax+1)^2 "
                            "real cumulative sums per particle: 2178 at lmax=32)")

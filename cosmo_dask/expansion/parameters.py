@@ -12,7 +12,7 @@ from ..errors import ParameterError
 
 __all__ = ["METHODS", "NMAX_DEFAULT", "LMAX_DEFAULT", "NMAX_LIMIT", "LMAX_LIMIT",
            "SCALE_RADIUS_DEFAULT", "SOFTENING_DEFAULT", "CENTERS", "CENTER_DEFAULT",
-           "PRECISIONS", "check_order", "check_center_name"]
+           "PRECISION_DEFAULT", "check_order", "check_center_name"]
 
 #: the expansions of ``cosmo-dask expand --method``
 METHODS = ("scf", "mex")
@@ -30,8 +30,8 @@ SOFTENING_DEFAULT = 0.0
 #: potential minimum of a low-order SCF fit
 CENTERS = ("com", "potential_min")
 CENTER_DEFAULT = "com"
-#: the working precisions (the first is the default)
-PRECISIONS = ("float64", "float32")
+#: the working precision by default (``backend.resolve_precision`` checks it)
+PRECISION_DEFAULT = "float64"
 
 
 def check_order(value: Any, name: str, limit: int, what: str, why: str = "") -> int:

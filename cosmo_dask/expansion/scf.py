@@ -39,7 +39,7 @@ from .parameters import (
     LMAX_LIMIT,
     NMAX_DEFAULT,
     NMAX_LIMIT,
-    PRECISIONS,
+    PRECISION_DEFAULT,
     SCALE_RADIUS_DEFAULT,
     check_center_name,
     check_order,
@@ -133,7 +133,7 @@ class SCF:
 
     def __init__(self, nmax: int = NMAX_DEFAULT, lmax: int = LMAX_DEFAULT, *,
                  scale_radius: float = SCALE_RADIUS_DEFAULT, center=CENTER_DEFAULT,
-                 precision=PRECISIONS[0], split_every: int | None = None,
+                 precision=PRECISION_DEFAULT, split_every: int | None = None,
                  noise_cut: float | None = None):
         self.nmax = check_order(nmax, "nmax", NMAX_LIMIT, "SCF", _ORDER_LIMITS)
         self.lmax = check_order(lmax, "lmax", LMAX_LIMIT, "SCF", _ORDER_LIMITS)
