@@ -48,8 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from timing import emit  # noqa: E402
 
 from cosmo_dask.gravity.parameters import TREEPM_MAX_GROUP, TREEPM_MAX_LEAF  # noqa: E402
-
-SOFTENING_SPACINGS = 1.0 / 30.0
+from cosmo_dask.simulation.parameters import SOFTENING_SPACINGS  # noqa: E402
 
 
 def state(kind: str, n_side: int, z_init: float, steps: int, cache: str | None):

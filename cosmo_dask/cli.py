@@ -946,6 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
         THETA_MAX,
     )
     from .halos import parameters as hp
+    from .simulation import parameters as sp
 
     parser = argparse.ArgumentParser(
         prog="cosmo-dask",
@@ -1050,25 +1051,28 @@ def build_parser() -> argparse.ArgumentParser:
                    "step: a, z, step and force seconds.")
     sm.add_argument("ics", metavar="ICS.zarr")
     sm.add_argument("out", metavar="OUT", help="simulation store (a directory)")
-    sm.add_argument("--z-final", type=float, default=0.0, help="final redshift (default 0)")
+    sm.add_argument("--z-final", type=float, default=sp.Z_FINAL_DEFAULT,
+                    help=f"final redshift (default {sp.Z_FINAL_DEFAULT:g})")
     sm.add_argument("--steps", dest="n_steps", type=_positive_int, required=True,
                     help="steps from the ICs to --z-final (TreePM: 128 for P(k) converged "
                     "to 1%% up to k = 1 h/Mpc at 1 Mpc/h spacing, see docs/simulation.md)")
-    sm.add_argument("--schedule", choices=("loga", "a"), default=None,
-                    help="steps uniform in log a or in a (default: log a for pm, a for "
-                    "treepm)")
-    sm.add_argument("--method", choices=("pm", "treepm"), default="pm",
-                    help="PM (FastPM kick/drift factors) or TreePM (default pm)")
+    sm.add_argument("--schedule", choices=sp.STEP_KINDS, default=None,
+                    help="steps uniform in log a or in a (default: "
+                    f"{', '.join(f'{v} for {k}' for k, v in sp.DEFAULT_STEPS.items())})")
+    sm.add_argument("--method", choices=sp.METHODS, default=sp.METHOD_DEFAULT,
+                    help="PM (FastPM kick/drift factors) or TreePM (default "
+                    f"{sp.METHOD_DEFAULT})")
     sm.add_argument("--n-mesh", type=_positive_int, default=None,
                     help="PM mesh per side (default: twice the particles per side for pm, "
                     "once for treepm)")
     sm.add_argument("--softening", type=float, default=None,
                     help="TreePM Plummer softening in Mpc/h (default 1/30 of the mean "
                     "interparticle spacing)")
-    sm.add_argument("--theta", type=float, default=0.5, help="TreePM opening angle")
+    sm.add_argument("--theta", type=float, default=THETA_DEFAULT,
+                    help=f"TreePM opening angle, in (0, {THETA_MAX})")
     sm.add_argument("--outputs", type=_redshift_list, default=None, metavar="Z,Z,...",
                     help="output redshifts (--z-final is always one)")
-    sm.add_argument("--analyses", default=None, metavar="power,halos",
+    sm.add_argument("--analyses", default=None, metavar=",".join(sp.ANALYSES),
                     help="P(k) and/or FOF catalogs computed at each output")
     sm.add_argument("--no-particles", action="store_true",
                     help="store only the analyses of each output, not its particles")

@@ -15,8 +15,15 @@ See ``docs/simulation.md``: :mod:`.integrator` (equations, kick/drift factors),
 :mod:`.run` (:func:`run`).
 """
 
-from .run import SimulationInterrupted, SimulationResult, run
-from .store import SimulationStore, open_simulation
+from ..lazy import lazy_exports
+
+#: public name -> the module defining it; loaded on first use
+#: (:func:`cosmo_dask.lazy.lazy_exports`), so that importing the light
+#: ``simulation.parameters`` (as the CLI's parser does) loads no kernels
+_PUBLIC = {"run": "run", "open_simulation": "store", "SimulationResult": "run",
+           "SimulationStore": "store", "SimulationInterrupted": "run"}
 
 __all__ = ["run", "open_simulation", "SimulationResult", "SimulationStore",
            "SimulationInterrupted"]
+
+lazy_exports(__name__, _PUBLIC)

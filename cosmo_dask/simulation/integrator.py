@@ -53,11 +53,9 @@ import numpy as np
 from dask.base import tokenize
 from scipy import integrate
 
-from ..errors import ParameterError
 from ..models.cosmology import Cosmology
 from ..validation import wrap_into_box
-
-FACTORS = ("fastpm", "standard")
+from .parameters import FACTORS_DEFAULT, check_factors
 
 
 def to_momentum(vel, a: float):
@@ -80,11 +78,10 @@ class Factors:
 
     cosmology: Cosmology
     h0: float
-    kind: str = "fastpm"
+    kind: str = FACTORS_DEFAULT
 
     def __post_init__(self):
-        if self.kind not in FACTORS:
-            raise ParameterError(f"factors must be one of {FACTORS}, got {self.kind!r}")
+        check_factors(self.kind)
 
     def hubble(self, a: float) -> float:
         return self.h0 * float(self.cosmology.E(a))

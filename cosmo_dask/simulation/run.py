@@ -19,19 +19,26 @@ import dask.array as da
 import numpy as np
 
 from ..backend import device_of, resolve_precision
-from ..checks import check_finite, check_positive_int, check_subset
+from ..checks import check_finite, check_positive_int
 from ..errors import ParameterError
+from ..gravity.parameters import THETA_DEFAULT, check_theta
 from ..models.cosmology import Cosmology
 from ..progress import active_client, format_seconds, persist
 from ..units import factor
 from . import store as st
 from .integrator import Factors, drift, kick, to_momentum, to_velocity
+from .parameters import (
+    DEFAULT_STEPS,
+    METHOD_DEFAULT,
+    SOFTENING_SPACINGS,
+    Z_FINAL_DEFAULT,
+    check_analyses,
+    check_factors,
+    check_method,
+    check_steps,
+)
 from .schedule import midpoint, step_schedule
 
-METHODS = ("pm", "treepm")
-ANALYSES = ("power", "halos")
-#: default TreePM softening, in units of the mean interparticle spacing
-SOFTENING_SPACINGS = 1.0 / 30.0
 #: tolerance on the particles' mean density against Omega_m rho_crit
 DENSITY_TOL = 1e-2
 
@@ -134,10 +141,6 @@ def _default_n_mesh(n_particles: int, method: str) -> int:
     return min(MAX_N_MESH, 2 * base) if method == "pm" else base
 
 
-def _analysis_names(analyses) -> tuple[str, ...]:
-    return check_subset(analyses, ANALYSES, "analyses")
-
-
 def _output_redshifts(outputs, z_final: float, z_ics: float) -> list[float]:
     try:
         zs = [float(z) for z in np.atleast_1d(np.asarray(outputs, dtype=np.float64))]
@@ -188,8 +191,9 @@ def _snapshot_of(ics, pos, mom, ids, a: float, mass):
 
 
 # ----------------------------------------------------------------------------- run
-def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = "pm",
-        n_mesh: int | None = None, softening: float | None = None, theta: float = 0.5,
+def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
+        method: str = METHOD_DEFAULT, n_mesh: int | None = None,
+        softening: float | None = None, theta: float = THETA_DEFAULT,
         steps=None, outputs=(), out=None, checkpoint_every: int | None = None,
         resume: bool = False, analyses=(), precision=None, overwrite: bool = False,
         write_particles: bool = True, analysis_options: dict | None = None,
@@ -281,8 +285,7 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
     """
     snap = _ics_snapshot(ics)
     cosmo, h0 = _check_ics(snap)
-    if method not in METHODS:
-        raise ParameterError(f"method must be one of {METHODS}, got {method!r}")
+    method = check_method(method)
     a_ics = float(snap.scale_factor)
     z_ics = 1.0 / a_ics - 1.0
     z_final = check_finite(z_final, "z_final")
@@ -292,12 +295,11 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
     a_final = 1.0 / (1.0 + z_final)
     if n_steps is not None:
         n_steps = check_positive_int(n_steps, "n_steps")
-    if steps is None:
-        steps = "loga" if method == "pm" else "a"
+    steps = check_steps(DEFAULT_STEPS[method] if steps is None else steps)
     out_z = _output_redshifts(outputs, z_final, z_ics)
     out_a = [a_ics if abs(z - z_ics) <= 1e-9 * (1 + z_ics) else 1.0 / (1.0 + z) for z in out_z]
     sched = step_schedule(a_ics, a_final, n_steps, steps, out_a)
-    names = _analysis_names(analyses)
+    names = check_analyses(analyses)
     dtype = resolve_precision(precision)
     n = snap.n_particles
     if n_mesh is None:
@@ -305,8 +307,6 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
     n_mesh = check_positive_int(n_mesh, "n_mesh")
     spacing = snap.box_size / n ** (1.0 / 3.0)
     if method == "treepm":
-        from ..gravity.parameters import check_theta
-
         theta = check_theta(theta)
         softening = SOFTENING_SPACINGS * spacing if softening is None else check_finite(
             softening, "softening")
@@ -315,7 +315,7 @@ def run(ics, *, z_final: float = 0.0, n_steps: int | None = None, method: str = 
                                  f"mesh cell ({snap.box_size / n_mesh:g})")
     elif softening not in (None, 0, 0.0):
         raise ParameterError("softening does not apply to method='pm'; use method='treepm'")
-    kind = factors or "fastpm"
+    kind = check_factors(factors)
     fac = Factors(cosmo, h0, kind)
     if checkpoint_every is not None:
         checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")

@@ -22,33 +22,13 @@ import numpy as np
 
 from ..errors import ParameterError
 
-STEP_KINDS = ("loga", "a")
 #: relative distance below which a base schedule point is moved onto an output
 SNAP_TOL = 1e-9
 
 
-def check_steps(steps):
-    """``steps`` as ``"loga"``/``"a"`` or a float64 array (checked for shape and order only)."""
-    if isinstance(steps, str):
-        if steps not in STEP_KINDS:
-            raise ParameterError(f"steps must be 'loga', 'a' or an increasing array of scale "
-                                 f"factors, got {steps!r}")
-        return steps
-    try:
-        arr = np.asarray(steps, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError(f"steps must be 'loga', 'a' or an increasing array of scale "
-                             f"factors, got {steps!r}") from None
-    if arr.ndim != 1 or arr.size < 2 or not np.all(np.isfinite(arr)) or np.any(arr <= 0) \
-            or np.any(np.diff(arr) <= 0):
-        raise ParameterError("steps: an explicit schedule must be a 1-d strictly increasing "
-                             "array of at least 2 positive scale factors")
-    return arr
-
-
 def base_schedule(a_start: float, a_end: float, n_steps: int | None, steps) -> np.ndarray:
-    """The schedule before outputs are inserted (see the module docstring)."""
-    steps = check_steps(steps)
+    """The schedule before outputs are inserted (see the module docstring); ``steps`` as
+    :func:`cosmo_dask.simulation.parameters.check_steps` returns it."""
     if isinstance(steps, np.ndarray):
         if not (math.isclose(steps[0], a_start, rel_tol=1e-10)
                 and math.isclose(steps[-1], a_end, rel_tol=1e-10)):
