@@ -767,12 +767,17 @@ def cmd_expand(args) -> int:
 def cmd_density(args) -> int:
     from .density import paint
     from .density.mesh_store import write_mesh
+    from .density.paint import particles_input
+    from .density.parameters import check_n_mesh
     from .snapshot import open_snapshot
 
     if args.method == "pse":
         return _density_pse(args)
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
-    paint(snap, n_mesh=1, scheme=args.method, box_size=args.box_size)  # checks the input
+    # before a cluster starts: the mesh side, the box and the masses (the mesh's memory is
+    # checked by paint against the workers just started)
+    check_n_mesh(args.n_mesh, "paint")
+    particles_input(snap, None, args.box_size, what="paint")
     box = args.box_size if args.box_size is not None else snap.box_size
     _check_out(args)  # before a cluster starts
     with _cluster(args):
@@ -797,9 +802,12 @@ def _density_pse(args) -> int:
     import numpy as np
 
     from .density import pse_density
+    from .density.pse import check_parameters
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
+                     max_tets_per_node=args.max_tets_per_node, strategy=args.strategy)
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
