@@ -50,20 +50,13 @@ import numpy as np
 import xarray as xr
 
 from ..backend import array_module, host, resolve_precision
+from ..density import parameters as dp
 from ..density.paint import (
     centred,
     interlace_kslab,
     mesh_slabs,
     paint_meshes,
     particles_input,
-)
-from ..density.parameters import (
-    SCHEME_DEFAULT,
-    SCHEMES,
-    check_box_size,
-    check_n_mesh,
-    check_scheme,
-    check_split_every,
 )
 from ..errors import ParameterError
 from ..product_units import product_units
@@ -104,7 +97,7 @@ def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
     """
     xp = array_module(f0)
     h = box / n
-    p = SCHEMES[scheme] if scheme is not None else 0
+    p = dp.SCHEMES[scheme] if scheme is not None else 0
 
     def window2(k):
         return xp.sinc(k * h / (2 * np.pi)) ** (2 * p)  # np.sinc(x) = sin(pi x)/(pi x)
@@ -150,7 +143,7 @@ def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
     return host(out)
 
 
-def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=SCHEME_DEFAULT,
+def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME_DEFAULT,
                    interlace=INTERLACE_DEFAULT, k_bins=None, los=None, poles=POLES_DEFAULT,
                    mass=None, precision="float64",
                    split_every=None, length_unit=None, slabs=None) -> xr.Dataset:
@@ -235,8 +228,8 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=SCHEME_DE
     length_unit = pu["length"]
     los_v, poles = check_los_poles(los, poles)
     if scheme is not None:
-        scheme = check_scheme(scheme, what)
-    split_every = check_split_every(split_every, what)
+        scheme = dp.check_scheme(scheme, what)
+    split_every = dp.check_split_every(split_every, what)
     dtype = resolve_precision(precision)
     is_mesh = not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3
     if is_mesh:
@@ -245,11 +238,11 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=SCHEME_DE
         if len(set(shp)) != 1 or shp[0] < 1:
             raise ParameterError(f"{what}: a mesh must be cubic (n, n, n), got {shp}")
         n = shp[0]
-        if n_mesh is not None and check_n_mesh(n_mesh, what) != n:
+        if n_mesh is not None and dp.check_n_mesh(n_mesh, what) != n:
             raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
         if box_size is None:
             raise ParameterError(f"{what}: a mesh input needs box_size=")
-        box = check_box_size(box_size, what)
+        box = dp.check_box_size(box_size, what)
         count = mesh_slabs(n, dtype, slabs, gpu=array_module(mesh) is not np, what=what)
         if not isinstance(mesh, da.Array):
             mesh = da.from_array(mesh, chunks=(slab_chunks(n, count), n, n), asarray=False)
@@ -261,12 +254,12 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=SCHEME_DE
     else:
         if n_mesh is None:
             raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
-        n = check_n_mesh(n_mesh, what)
+        n = dp.check_n_mesh(n_mesh, what)
         if n < 2:
             raise ParameterError(f"{what}: n_mesh must be at least 2 for a power spectrum, "
                                  f"got {n}")
         if scheme is None:
-            raise ParameterError(f"{what}: particles need a scheme ({', '.join(SCHEMES)})")
+            raise ParameterError(f"{what}: particles need a scheme ({', '.join(dp.SCHEMES)})")
         pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
         shifts = (0.0, 0.5) if interlace else (0.0,)
         meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
