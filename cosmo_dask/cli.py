@@ -945,6 +945,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .analysis import parameters as ap
     from .density import parameters as dp
     from .expansion import parameters as ep
+    from .gravity import parameters as gp
     from .gravity.parameters import (
         KERNELS,
         METHODS,
@@ -1214,13 +1215,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "store in the snapshot's particle order.")
     gr.add_argument("snapshot", metavar="SNAP")
     gr.add_argument("out", metavar="OUT.zarr")
-    gr.add_argument("--method", choices=METHODS, default="tree")
+    gr.add_argument("--method", choices=METHODS, default=METHODS[0])
     gr.add_argument("--theta", type=float, default=THETA_DEFAULT,
                     help=f"tree opening angle, in (0, {THETA_MAX})")
-    gr.add_argument("--softening", type=float, default=0.0,
+    gr.add_argument("--softening", type=float, default=gp.SOFTENING_DEFAULT,
                     help="Plummer-equivalent softening length (snapshot length units)")
     gr.add_argument("--softening-kernel", choices=KERNELS, default=KERNELS[0])
-    gr.add_argument("--precision", choices=("float32", "float64"), default="float32")
+    gr.add_argument("--precision", choices=("float32", "float64"),
+                    default=gp.PRECISION_DEFAULT)
     gr.add_argument("--n-mesh", type=int, default=None,
                     help="pm/treepm mesh cells per side (default: the smallest power of two "
                     ">= N^(1/3), at least 16)")
@@ -1228,8 +1230,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"treepm force-split scale (default {R_SPLIT_CELLS:g} box / n_mesh)")
     gr.add_argument("--r-cut", type=float, default=None,
                     help=f"treepm short-range cutoff (default {R_CUT_SPLITS:g} r_split)")
-    gr.add_argument("--max-leaf", type=int, default=64, help="tree leaf size (particles)")
-    gr.add_argument("--max-group", type=int, default=64, help="tree group size (particles)")
+    gr.add_argument("--max-leaf", type=int, default=gp.MAX_LEAF_DEFAULT,
+                    help="tree leaf size (particles)")
+    gr.add_argument("--max-group", type=int, default=gp.MAX_GROUP_DEFAULT,
+                    help="tree group size (particles)")
     gr.add_argument("--G", dest="G", type=float, default=None,
                     help="gravitational constant (default: the snapshot's G attribute)")
     gr.add_argument("--no-potential", action="store_true", help="accelerations only")

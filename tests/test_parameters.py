@@ -40,7 +40,13 @@ def test_cli_choices_and_defaults_are_the_parameters_modules():
     g = _options("gravity")
     assert tuple(g["method"].choices) == gp.METHODS
     assert tuple(g["softening_kernel"].choices) == gp.KERNELS
+    assert g["method"].default == gp.METHODS[0]
+    assert g["softening_kernel"].default == gp.KERNELS[0]
     assert g["theta"].default == gp.THETA_DEFAULT
+    assert g["softening"].default == gp.SOFTENING_DEFAULT
+    assert g["precision"].default == gp.PRECISION_DEFAULT
+    assert (g["max_leaf"].default, g["max_group"].default) == (gp.MAX_LEAF_DEFAULT,
+                                                              gp.MAX_GROUP_DEFAULT)
 
     h = _options("halos")
     assert h["linking_length"].default == hp.LINKING_LENGTH_DEFAULT
@@ -90,9 +96,16 @@ def test_python_defaults_are_the_parameters_modules():
     from cosmo_dask.analysis import power_spectrum
     from cosmo_dask.density import paint, pse_density
     from cosmo_dask.expansion import MEX, SCF
+    from cosmo_dask.gravity import accelerations, check_parameters
     from cosmo_dask.halos import fof, fof_labels, spherical_overdensity
     from cosmo_dask.simulation import run
 
+    for func in (accelerations, check_parameters):
+        d = _defaults(func)
+        assert (d["method"], d["theta"], d["softening"], d["softening_kernel"]) == (
+            gp.METHODS[0], gp.THETA_DEFAULT, gp.SOFTENING_DEFAULT, gp.KERNELS[0])
+        assert (d["precision"], d["max_leaf"], d["max_group"]) == (
+            gp.PRECISION_DEFAULT, gp.MAX_LEAF_DEFAULT, gp.MAX_GROUP_DEFAULT)
     for func in (fof, fof_labels):
         d = _defaults(func)
         assert (d["linking_length"], d["min_members"], d["min_friends"]) == (

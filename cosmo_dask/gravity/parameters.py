@@ -9,10 +9,18 @@ from typing import Any
 
 from ..errors import ParameterError
 
-#: the methods of ``gravity.accelerations`` (and ``cosmo-dask gravity --method``)
+#: the methods of ``gravity.accelerations`` (and ``cosmo-dask gravity --method``); the
+#: first is the default
 METHODS = ("tree", "direct", "pm", "treepm")
-#: the softening kernels
+#: the softening kernels; the first is the default
 KERNELS = ("plummer", "spline")
+#: the Plummer-equivalent softening length by default (length units)
+SOFTENING_DEFAULT = 0.0
+#: the working precision of ``accelerations`` and ``cosmo-dask gravity`` by default
+PRECISION_DEFAULT = "float32"
+#: the tree's leaves and groups: at most this many particles by default
+MAX_LEAF_DEFAULT = 64
+MAX_GROUP_DEFAULT = 64
 #: the opening angle must lie in (0, THETA_MAX)
 THETA_MAX = 1.5
 #: the default opening angle

@@ -19,7 +19,13 @@ from ..backend import host
 from ..checks import check_positive
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
-from .parameters import THETA_DEFAULT, check_theta, default_r_cut
+from .parameters import (
+    MAX_GROUP_DEFAULT,
+    MAX_LEAF_DEFAULT,
+    THETA_DEFAULT,
+    check_theta,
+    default_r_cut,
+)
 from .tree_kernels import KERNEL_CODES, evaluate_lists
 
 __all__ = ["tree_forces"]
@@ -33,9 +39,9 @@ def _as_numpy(x: Any) -> np.ndarray:
 
 def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = THETA_DEFAULT,  # noqa: N803
                 softening: float = 0.0, softening_kernel: str = "plummer",
-                precision: str = "float64", potential: bool = True, max_leaf: int = 64,
-                max_group: int = 64, quadrupole: bool = True, box_size: float | None = None,
-                rs: float | None = None,
+                precision: str = "float64", potential: bool = True,
+                max_leaf: int = MAX_LEAF_DEFAULT, max_group: int = MAX_GROUP_DEFAULT,
+                quadrupole: bool = True, box_size: float | None = None, rs: float | None = None,
                 r_cut: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Accelerations and potentials by a group Barnes-Hut tree (CPU, numba).
 

@@ -81,7 +81,7 @@ from ..spatial.domains import chunk_pieces, domain_grid, rows_by_chunk, scatter_
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
 from ..task_graph import TaskGraph, task_payload
-from .parameters import THETA_DEFAULT, default_r_cut
+from .parameters import MAX_GROUP_DEFAULT, MAX_LEAF_DEFAULT, THETA_DEFAULT, default_r_cut
 from .tree_kernels import evaluate_lists
 from .tree_walk import interaction_lists, let_subtree
 
@@ -435,7 +435,8 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
                        softening: float = 0.0, softening_kernel: str = "plummer",
                        precision: str = "float64", potential: bool = True,
                        box_size: float | None = None, rs: float | None = None,
-                       r_cut: float | None = None, max_leaf: int = 64, max_group: int = 64,
+                       r_cut: float | None = None, max_leaf: int = MAX_LEAF_DEFAULT,
+                       max_group: int = MAX_GROUP_DEFAULT,
                        n_domains: int | None = None) -> tuple[Any, Any]:
     """Tree accelerations (and potentials) of every particle, as dask arrays.
 
