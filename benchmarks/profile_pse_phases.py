@@ -28,7 +28,8 @@ def main(argv=None):
 
     import cosmo_dask
     from cosmo_dask.density import pse as pse_mod
-    from cosmo_dask.density.pse_octree import build_octree, check_octree_params
+    from cosmo_dask.density.parameters import check_octree_params
+    from cosmo_dask.density.pse_octree import build_octree
     from cosmo_dask.density.pse_schedule import choose_strategy, gather_graph, leaf_items
     from cosmo_dask.density.tessellation import _lagrangian, block_columns
     from cosmo_dask.progress import persist
