@@ -29,7 +29,7 @@ def main(argv=None):
     import cosmo_dask
     from cosmo_dask.density import pse as pse_mod
     from cosmo_dask.density.parameters import check_octree_params
-    from cosmo_dask.density.pse_octree import build_octree
+    from cosmo_dask.density.pse_octree import build_octree, default_root
     from cosmo_dask.density.pse_schedule import choose_strategy, gather_graph, leaf_items
     from cosmo_dask.density.tessellation import _lagrangian, block_columns
     from cosmo_dask.progress import persist
@@ -46,7 +46,7 @@ def main(argv=None):
         cols = block_columns(snap, 8)
         t["columns"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        root_lo, root_size = pse_mod._root(None, box, cols.blocks)
+        root_lo, root_size = default_root(cols.blocks.lo, cols.blocks.hi, box)
         layout = build_octree(cols.blocks, root_lo=root_lo, root_size=root_size, box_size=box,
                               max_level=max_level, max_tets_per_node=max_tets)
         workers = pse_mod.column_workers(cols.values)
