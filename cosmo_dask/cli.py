@@ -806,9 +806,9 @@ def _density_pse(args) -> int:
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    _check_out(args)  # before a cluster starts
     check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
                      max_tets_per_node=args.max_tets_per_node, strategy=args.strategy)
-    _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         octree = pse_density(snap, patch_size=args.patch_size, max_level=args.max_level,
