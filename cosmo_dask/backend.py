@@ -16,11 +16,12 @@ import dask
 import dask.array as da
 import numpy as np
 
+from .checks import PRECISIONS
 from .errors import DeviceError, ParameterError
 
 Device = Literal["cpu", "gpu"]
 
-_PRECISIONS = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+_PRECISIONS = {name: np.dtype(name) for name in PRECISIONS}
 
 
 # --------------------------------------------------------------------------- config

@@ -10,8 +10,12 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["check_finite", "check_integer", "check_positive", "check_positive_int",
+__all__ = ["PRECISIONS", "check_finite", "check_integer", "check_positive", "check_positive_int",
            "check_seed", "check_subset"]
+
+
+#: the working precisions (floating dtypes' names) of every kernel
+PRECISIONS = ("float32", "float64")
 
 
 def _is_number(value: Any) -> bool:

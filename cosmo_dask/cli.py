@@ -35,9 +35,8 @@ from collections.abc import Sequence
 import dask
 
 from . import __version__
+from .checks import PRECISIONS
 from .errors import CosmoDaskError
-
-MODELS = ("plummer", "hernquist", "ferrers", "lattice", "zeldovich", "blobs")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -955,6 +954,7 @@ def build_parser() -> argparse.ArgumentParser:
         THETA_MAX,
     )
     from .halos import parameters as hp
+    from .models import parameters as mp
     from .simulation import parameters as sp
 
     parser = argparse.ArgumentParser(
@@ -976,7 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def _add_generator_outputs(parser):
         """The options of commands that generate a snapshot store: dtype, chunks, overwrite."""
-        parser.add_argument("--precision", choices=("float32", "float64"), default=None)
+        parser.add_argument("--precision", choices=PRECISIONS, default=None)
         parser.add_argument("--chunk-size", type=_positive_int, default=None,
                             help="particles per chunk (default: dask config "
                             "cosmo_dask.chunk_size)")
@@ -993,7 +993,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a synthetic snapshot",
         description="Generate a synthetic snapshot into a Zarr store.",
     )
-    g.add_argument("model", choices=MODELS)
+    g.add_argument("model", choices=mp.MODELS)
     g.add_argument("out", metavar="OUT.zarr")
     g.add_argument("--n", type=_positive_int,
                    help="particles (plummer, hernquist, ferrers, blobs)")
@@ -1002,22 +1002,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--box-size", type=float, help="periodic box side (lattice: box units; zeldovich: Mpc/h)"
     )
     g.add_argument("--redshift", type=float, help="zeldovich: output redshift")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--scale", type=float, default=1.0, help="plummer/hernquist scale radius")
-    g.add_argument("--mass", type=float, default=1.0, help="total mass (isolated models)")
+    g.add_argument("--seed", type=int, default=mp.SEED_DEFAULT)
+    g.add_argument("--scale", type=float, default=mp.SCALE_DEFAULT,
+                   help="plummer/hernquist scale radius")
+    g.add_argument("--mass", type=float, default=mp.MASS_DEFAULT,
+                   help="total mass (isolated models)")
     g.add_argument(
         "--axes",
         type=float,
         nargs=3,
-        default=(1.0, 0.5, 0.25),
+        default=mp.FERRERS_AXES_DEFAULT,
         metavar=("A", "B", "C"),
         help="ferrers semi-axes",
     )
-    g.add_argument("--index", type=int, default=1, help="ferrers index n")
-    g.add_argument("--n-halos", type=_positive_int, default=400,
+    g.add_argument("--index", type=int, default=mp.FERRERS_INDEX_DEFAULT,
+                   help="ferrers index n")
+    g.add_argument("--n-halos", type=_positive_int, default=mp.N_HALOS_DEFAULT,
                    help="blobs: number of Plummer halos")
     g.add_argument(
-        "--amplitude", type=float, default=0.5, help="lattice: offset amplitude in cells"
+        "--amplitude", type=float, default=mp.LATTICE_AMPLITUDE_DEFAULT,
+        help="lattice: offset amplitude in cells"
     )
     _add_generator_outputs(g)
     g.set_defaults(func=cmd_generate)
@@ -1031,8 +1035,8 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--n-side", type=_positive_int, required=True, help="particles per side")
     ic.add_argument("--box-size", type=float, required=True, help="box side in Mpc/h")
     ic.add_argument("--redshift", type=float, required=True, help="starting redshift")
-    ic.add_argument("--order", type=int, choices=(1, 2), default=2,
-                    help="Lagrangian perturbation order (default 2)")
+    ic.add_argument("--order", type=int, choices=mp.LPT_ORDERS, default=mp.LPT_ORDER_DEFAULT,
+                    help=f"Lagrangian perturbation order (default {mp.LPT_ORDER_DEFAULT})")
     ic.add_argument("--power", default=None, metavar="camb|class|FILE",
                     help="linear P(k) at z = 0: 'camb' or 'class' (computed when installed) "
                     "or a two-column table (k in h/Mpc, P in (Mpc/h)^3); default: Eisenstein "
@@ -1040,7 +1044,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--cosmology", type=_cosmology_overrides, default=None,
                     metavar="KEY=VALUE,...", help="cosmological parameters (Omega_m, Omega_b, "
                     "Omega_L, h, sigma8, n_s) on top of the Planck 2018-like defaults")
-    ic.add_argument("--seed", type=int, default=0)
+    ic.add_argument("--seed", type=int, default=mp.SEED_DEFAULT)
     ic.add_argument("--fixed-amplitude", action="store_true",
                     help="every mode's amplitude set to sqrt(P(k)) (random phases kept): "
                     "much less sample variance in P(k) and the mass function")
@@ -1089,7 +1093,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write a checkpoint every K steps (atomically)")
     sm.add_argument("--resume", action="store_true",
                     help="continue the run in OUT from its last checkpoint")
-    sm.add_argument("--precision", choices=("float32", "float64"), default=None)
+    sm.add_argument("--precision", choices=PRECISIONS, default=None)
     sm.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     sm.set_defaults(func=cmd_simulate)
 
@@ -1158,7 +1162,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MEX softening length")
     e.add_argument("--center", type=_center_arg, default=ep.CENTER_DEFAULT,
                    help=f"{', '.join(ep.CENTERS)} or x,y,z (needed for periodic snapshots)")
-    e.add_argument("--precision", choices=("float64", "float32"), default=ep.PRECISION_DEFAULT)
+    e.add_argument("--precision", choices=PRECISIONS, default=ep.PRECISION_DEFAULT)
     e.add_argument("--accelerations", action="store_true",
                    help="SCF: also store accelerations and potentials at the particles "
                    "(MEX always does)")
@@ -1221,7 +1225,7 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--softening", type=float, default=gp.SOFTENING_DEFAULT,
                     help="Plummer-equivalent softening length (snapshot length units)")
     gr.add_argument("--softening-kernel", choices=KERNELS, default=KERNELS[0])
-    gr.add_argument("--precision", choices=("float32", "float64"),
+    gr.add_argument("--precision", choices=PRECISIONS,
                     default=gp.PRECISION_DEFAULT)
     gr.add_argument("--n-mesh", type=int, default=None,
                     help="pm/treepm mesh cells per side (default: the smallest power of two "

@@ -23,12 +23,14 @@ through the distributed FFT, :mod:`~cosmo_dask.models.lpt_fields`), so a given
 seed gives bitwise the same particles for any chunk size. See ``docs/models.md``.
 """
 
-from .clustered import halo_blobs
-from .cosmology import Cosmology
-from .isolated import ferrers, hernquist, plummer
-from .lattice import perturbed_lattice
-from .lpt import lpt_ics
-from .zeldovich import zeldovich
+from ..lazy import lazy_exports
 
-__all__ = ["Cosmology", "plummer", "hernquist", "ferrers", "perturbed_lattice", "zeldovich",
-           "lpt_ics", "halo_blobs"]
+#: public name -> the module defining it (loaded on first use, so that the CLI's parser
+#: reads the light ``models.parameters`` without loading the generators)
+_PUBLIC = {"Cosmology": "cosmology", "plummer": "isolated", "hernquist": "isolated",
+           "ferrers": "isolated", "perturbed_lattice": "lattice", "zeldovich": "zeldovich",
+           "lpt_ics": "lpt", "halo_blobs": "clustered"}
+
+__all__ = list(_PUBLIC)
+
+lazy_exports(__name__, _PUBLIC)

@@ -30,6 +30,7 @@ from ._blocks import (
 )
 from .cosmology import Cosmology
 from .isolated import _PLUMMER_ENVELOPE, _plummer_speed_density, _rejection_sample
+from .parameters import N_HALOS_DEFAULT, SEED_DEFAULT
 from .zeldovich import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
 
 #: Plummer profiles are truncated at this many scale radii
@@ -93,9 +94,10 @@ def _blobs_block(rng, first, size, *, table, box_size, G, dtype):  # noqa: N803
     return wrap_into_box(pos, box_size, dtype), vel.astype(dtype)
 
 
-def halo_blobs(n: int, *, box_size: float, n_halos: int = 400, halo_fraction: float = 0.7,
+def halo_blobs(n: int, *, box_size: float, n_halos: int = N_HALOS_DEFAULT,
+               halo_fraction: float = 0.7,
                slope: float = -1.9, min_members: int = 30, redshift: float = 0.0,
-               cosmology: Cosmology | Mapping[str, Any] | None = None, seed: int = 0,
+               cosmology: Cosmology | Mapping[str, Any] | None = None, seed: int = SEED_DEFAULT,
                precision=None, chunks: int | None = None):
     """A periodic box of Plummer halos with a power-law mass spectrum plus a uniform background.
 

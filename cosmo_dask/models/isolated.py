@@ -26,6 +26,13 @@ from ._blocks import (
     isotropic_directions,
     uniform_open,
 )
+from .parameters import (
+    FERRERS_AXES_DEFAULT,
+    FERRERS_INDEX_DEFAULT,
+    MASS_DEFAULT,
+    SCALE_DEFAULT,
+    SEED_DEFAULT,
+)
 
 NBODY_UNITS = {"length": "N-body length", "velocity": "N-body velocity", "mass": "N-body mass"}
 
@@ -94,7 +101,8 @@ def _plummer_block(rng, first, size, *, scale, mass, G, dtype):  # noqa: N803
     return pos.astype(dtype), vel.astype(dtype)
 
 
-def plummer(n: int, *, scale: float = 1.0, mass: float = 1.0, seed: int = 0, G: float = 1.0,  # noqa: N803
+def plummer(n: int, *, scale: float = SCALE_DEFAULT, mass: float = MASS_DEFAULT,
+            seed: int = SEED_DEFAULT, G: float = 1.0,  # noqa: N803
             precision=None, chunks: int | None = None):
     """Plummer sphere in isotropic equilibrium.
 
@@ -244,7 +252,8 @@ def _hernquist_block(rng, first, size, *, scale, mass, G, dtype):  # noqa: N803
     return pos.astype(dtype), vel.astype(dtype)
 
 
-def hernquist(n: int, *, scale: float = 1.0, mass: float = 1.0, seed: int = 0, G: float = 1.0,  # noqa: N803
+def hernquist(n: int, *, scale: float = SCALE_DEFAULT, mass: float = MASS_DEFAULT,
+              seed: int = SEED_DEFAULT, G: float = 1.0,  # noqa: N803
               precision=None, chunks: int | None = None):
     """Hernquist (1990) sphere sampled from its isotropic distribution function.
 
@@ -305,7 +314,8 @@ def _ferrers_block(rng, first, size, *, axes, index, dtype):
     return (pos.astype(dtype),)
 
 
-def ferrers(n: int, *, axes=(1.0, 0.5, 0.25), index: int = 1, mass: float = 1.0, seed: int = 0,
+def ferrers(n: int, *, axes=FERRERS_AXES_DEFAULT, index: int = FERRERS_INDEX_DEFAULT,
+            mass: float = MASS_DEFAULT, seed: int = SEED_DEFAULT,
             precision=None, chunks: int | None = None):
     """Ferrers ellipsoid: positions only.
 

@@ -10,6 +10,7 @@ from ..backend import resolve_precision
 from ..checks import check_positive, check_positive_int, check_seed
 from ..validation import wrap_into_box
 from ._blocks import generate
+from .parameters import LATTICE_AMPLITUDE_DEFAULT, SEED_DEFAULT
 
 LATTICE_UNITS = {"length": "box units", "velocity": "box units", "mass": "total mass 1"}
 
@@ -32,7 +33,8 @@ def _lattice_block(rng, first, size, *, n_side, box_size, amplitude, dtype):
     return (pos,)
 
 
-def perturbed_lattice(n_side: int, *, box_size: float, amplitude: float = 0.5, seed: int = 0,
+def perturbed_lattice(n_side: int, *, box_size: float, amplitude: float = LATTICE_AMPLITUDE_DEFAULT,
+                      seed: int = SEED_DEFAULT,
                       precision=None, chunks: int | None = None):
     """Cubic lattice of ``n_side^3`` particles with uniform random offsets, in a periodic box.
 

@@ -31,6 +31,7 @@ from ..checks import check_positive, check_positive_int, check_seed
 from ..errors import ParameterError
 from .cosmology import Cosmology
 from .lpt_fields import check_ics_mesh, second_order_displacement
+from .parameters import LPT_ORDER_DEFAULT, LPT_ORDERS, SEED_DEFAULT
 from .zeldovich import check_ics_device, check_redshift, lpt_snapshot
 
 __all__ = ["TabulatedPower", "lpt_ics", "mesh_k_range", "resolve_power_spectrum",
@@ -225,9 +226,9 @@ def resolve_power_spectrum(power_spectrum, cosmology: Cosmology | Mapping[str, A
 
 
 # --------------------------------------------------------------------------- generator
-def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
+def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = LPT_ORDER_DEFAULT,
             power_spectrum=None, cosmology: Cosmology | Mapping[str, Any] | None = None,
-            seed: int = 0, precision=None, chunks: int | None = None,
+            seed: int = SEED_DEFAULT, precision=None, chunks: int | None = None,
             fixed_amplitude: bool = False, paired: bool = False, slabs: int | None = None,
             device: str = "cpu"):
     """Lagrangian-perturbation-theory initial conditions (Zel'dovich or 2LPT) in a
@@ -342,7 +343,7 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = 2,
     n_side = check_ics_mesh(n_side)
     box_size = check_positive(box_size, "box_size")
     redshift = check_redshift(redshift)
-    if isinstance(order, bool) or order not in (1, 2):
+    if isinstance(order, bool) or order not in LPT_ORDERS:
         raise ParameterError(f"order must be 1 (Zel'dovich) or 2 (2LPT), got {order!r}")
     order = int(order)
     cosmo = Cosmology.coerce(cosmology)

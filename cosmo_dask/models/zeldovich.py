@@ -24,6 +24,7 @@ from .lpt_fields import (
     noise_plane,
     particle_slabs,
 )
+from .parameters import SEED_DEFAULT
 
 ZELDOVICH_UNITS = {"length": "Mpc/h", "velocity": "km/s (peculiar)", "mass": "1e10 Msun/h"}
 #: G in (Mpc/h) (km/s)^2 / (1e10 Msun/h), from the unit system (astropy's CODATA G):
@@ -140,7 +141,7 @@ def check_ics_device(device: Any, what: str) -> str:
 
 
 def zeldovich(n_side: int, *, box_size: float, redshift: float,
-              cosmology: Cosmology | Mapping[str, Any] | None = None, seed: int = 0,
+              cosmology: Cosmology | Mapping[str, Any] | None = None, seed: int = SEED_DEFAULT,
               precision=None, chunks: int | None = None, slabs: int | None = None,
               device: str = "cpu"):
     """Zel'dovich-approximation initial conditions in a periodic flat LambdaCDM box.
