@@ -192,3 +192,11 @@ def test_bad_value_same_error_from_api_and_cli(command, argv, api, lattice, tmp_
     assert code == 2
     assert err == f"cosmo-dask: error: {cli_message(message, _command(command))}"
     assert not out.exists()
+
+
+def test_mass_function_models_are_the_multiplicity_functions():
+    """halos.parameters names the fits; mass_function implements exactly those."""
+    from cosmo_dask.halos.mass_function import MULTIPLICITY_FUNCTIONS
+    from cosmo_dask.halos.parameters import MASS_FUNCTION_MODELS
+
+    assert tuple(MULTIPLICITY_FUNCTIONS) == MASS_FUNCTION_MODELS

@@ -39,11 +39,13 @@ import numpy as np
 import xarray as xr
 from scipy import integrate
 
+from ..checks import check_positive
 from ..errors import ParameterError
 from ..models.cosmology import Cosmology, tophat_window
 from ..models.zeldovich import RHO_CRIT_1E10
 from ..product_units import product_units
 from ..units import factor
+from .parameters import MASS_FUNCTION_MODELS
 
 #: units of masses and lengths when neither the catalog nor the caller states them
 MASS_UNITS = "1e10 Msun/h"
@@ -65,13 +67,6 @@ _BLOCK_ELEMENTS = 2**22  # radii x wavenumbers evaluated at once (bounds the mem
 
 
 # --------------------------------------------------------------------------- measured
-def _positive(value: Any, name: str) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or float(value) <= 0:
-        raise ParameterError(f"mass_function: {name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def _catalog_masses(masses: Any) -> np.ndarray:
     if isinstance(masses, xr.Dataset):
         if "mass" not in masses.variables:
@@ -188,13 +183,13 @@ def mass_function(
     pu = product_units({"length": length_unit, "mass": mass_unit})
     m = _catalog_masses(masses)
     if volume is not None:
-        vol = _positive(volume, "volume")
-        box = None if box_size is None else _positive(box_size, "box_size")
+        vol = check_positive(volume, "mass_function: volume")
+        box = None if box_size is None else check_positive(box_size, "mass_function: box_size")
     elif box_size is None:
         raise ParameterError(f"mass_function: give box_size ({length_unit}) or volume "
                              f"({pu['volume']})")
     else:
-        box = _positive(box_size, "box_size")
+        box = check_positive(box_size, "mass_function: box_size")
         vol = box**3
     edges = _bin_edges(bins, m)
     counts, _ = np.histogram(m, bins=edges)
@@ -454,7 +449,7 @@ def multiplicity_watson2013_fof(sigma: Any):
     return (p["A"] * ((p["beta"] / s) ** p["alpha"] + 1.0) * np.exp(-p["gamma"] / s**2))[()]
 
 
-#: multiplicity functions by model name
+#: multiplicity functions by model name (:data:`~cosmo_dask.halos.parameters.MASS_FUNCTION_MODELS`)
 MULTIPLICITY_FUNCTIONS: Mapping[str, Callable[[Any], Any]] = {
     "warren2006": multiplicity_warren2006,
     "watson2013_fof": multiplicity_watson2013_fof,
@@ -464,7 +459,7 @@ MULTIPLICITY_FUNCTIONS: Mapping[str, Callable[[Any], Any]] = {
 def theory_mass_function(
     M: Any,  # noqa: N803 (physics symbol)
     *,
-    model: str = "warren2006",
+    model: str = MASS_FUNCTION_MODELS[0],
     cosmology: Any = None,
     redshift: float = 0.0,
     power_spectrum: Any = None,
@@ -494,11 +489,9 @@ def theory_mass_function(
     numpy.ndarray or float
         ``dn/dlnM`` in (Mpc/h)^-3 (comoving), shaped like ``M``.
     """
-    if model not in MULTIPLICITY_FUNCTIONS:
-        raise ParameterError(
-            f"theory_mass_function: unknown model {model!r}; "
-            f"choose from {sorted(MULTIPLICITY_FUNCTIONS)}"
-        )
+    if model not in MASS_FUNCTION_MODELS:
+        raise ParameterError(f"theory_mass_function: unknown model {model!r}; "
+                             f"choose from {MASS_FUNCTION_MODELS}")
     cosmo = Cosmology.coerce(cosmology)
     m = _check_masses(M, "theory_mass_function")
     growth = _growth(cosmo, redshift, "theory_mass_function")
@@ -523,7 +516,7 @@ def _has_display() -> bool:
 def plot_mass_function(
     ds: xr.Dataset,
     *,
-    fits: tuple[str, ...] | list[str] = ("warren2006", "watson2013_fof"),
+    fits: tuple[str, ...] | list[str] = MASS_FUNCTION_MODELS,
     cosmology: Any = None,
     redshift: float = 0.0,
     ax: Any = None,
@@ -565,11 +558,9 @@ def plot_mass_function(
             f"plot_mass_function: ds lacks {missing}; pass the output of mass_function"
         )
     for fit in fits:
-        if fit not in MULTIPLICITY_FUNCTIONS:
-            raise ParameterError(
-                f"plot_mass_function: unknown fit {fit!r}; "
-                f"choose from {sorted(MULTIPLICITY_FUNCTIONS)}"
-            )
+        if fit not in MASS_FUNCTION_MODELS:
+            raise ParameterError(f"plot_mass_function: unknown fit {fit!r}; "
+                                 f"choose from {MASS_FUNCTION_MODELS}")
     if ax is None:
         if path is not None and not _has_display():
             from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -20,8 +20,11 @@ __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
            "SO_N_BINS_DEFAULT", "SO_N_BINS_MIN", "SO_R_MIN_FACTOR_DEFAULT", "check_deltas",
            "check_so_profile",
            "box_linking_length", "check_linking_length", "check_centers",
-           "check_potential_softening", "check_fof"]
+           "check_potential_softening", "check_fof", "MASS_FUNCTION_MODELS"]
 
+#: the universal mass-function fits (multiplicity functions); the first is the default of
+#: ``theory_mass_function``, all are drawn by ``plot_mass_function``
+MASS_FUNCTION_MODELS = ("warren2006", "watson2013_fof")
 #: the FOF linking length b, in mean interparticle spacings box_size / N^(1/3)
 LINKING_LENGTH_DEFAULT = 0.2
 #: smallest group kept: default and lower bound (a pair is the smallest group)
