@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_paint import reference_paint
-from test_tet_volume import corner_simplex_in_unit_cube, random_tets, tet_volume
+from test_tet_volume import corner_simplex_in_unit_cube, tet_volume, tiled_tets
 
 from cosmo_dask.density import snapshot_tetrahedra
 from cosmo_dask.density import tessellation as tess
@@ -92,14 +92,7 @@ def test_tet_cube_volume_contract_analytic(backend):
 def test_tet_cube_volume_contract_tiling(backend, seed):
     """Cubes tiling space: each tetrahedron's volumes add up to |det| / 6."""
     xp = xp_of(backend)
-    rng = np.random.default_rng(seed)
-    tets = random_tets(rng, 25, scale=rng.uniform(0.3, 3.0))
-    h = rng.uniform(0.05, 0.8)
-    off = rng.uniform(0, h, 3)
-    lo = np.floor((tets.min(axis=(0, 1)) - off) / h) * h + off - h
-    hi = tets.max(axis=(0, 1)) + h
-    axes = [np.arange(lo[d], hi[d], h) for d in range(3)]
-    cubes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+    tets, cubes, h = tiled_tets(seed)
     total = to_host(tet_cube_volume_kernel(xp.asarray(tets), cubes, h)).sum(axis=1)
     np.testing.assert_allclose(total, tet_volume(tets), rtol=1e-12)
 

@@ -95,14 +95,8 @@ def write_density_octree(tree, path: str | os.PathLike, *, overwrite: bool = Fal
 
 def read_density_octree(path: str | os.PathLike) -> dict:
     """The fields of a store written by :meth:`DensityOctree.to_zarr`: the keyword
-    arguments of :class:`~.octree_model.DensityOctree` (patches as lazy dask arrays).
-
-    Raises
-    ------
-    SnapshotError
-        When ``path`` holds no Zarr group, not a density-octree store, an
-        unsupported format version, or a malformed one.
-    """
+    arguments of :class:`~.octree_model.DensityOctree` (patches as lazy dask arrays);
+    raises the ``SnapshotError`` of :func:`~.octree_model.open_density_octree`."""
     p = local_path(path)
     group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
                                       what="density octree store")
