@@ -48,46 +48,6 @@ def test_gpu_pse_unperturbed_lattice_is_uniform():
     assert np.max(np.abs(rho * 27.0 - 1)) <= 1e-12
 
 
-def test_gpu_column_tets_equal_the_array_path():
-    """The one-launch tessellation kernel reproduces the CuPy-array construction bit for bit."""
-    import cupy
-
-    from cosmo_dask.density import tessellation as tess
-    from cosmo_dask.density.tessellation_gpu import column_block_tets_gpu
-
-    rng = np.random.default_rng(3)
-    n = 12
-    snap = zeldovich(n, box_size=20.0, redshift=0.0, precision="float64")
-    mass = rng.uniform(0.5, 2.0, n**3)
-    snap = Snapshot.from_arrays(snap.pos, ids=snap.ids, mass=mass, box_size=20.0,
-                                lagrangian_shape=(n, n, n))
-    for periodic_snap in (snap, Snapshot.from_arrays(
-            np.asarray(snap.pos.compute()), ids=np.arange(n**3), mass=mass,
-            lagrangian_shape=(n, n, n))):
-        pos, m = tess.id_ordered(periodic_snap)
-        shape = (n, n, n)
-        box = periodic_snap.box_size
-        ncz = tess.cells_shape(shape, box is not None)[2]
-        slab = tess._x_slab(pos, shape, 4, 5, box is not None).compute()
-        ms = tess._x_slab(m, shape, 4, 5, box is not None).compute()
-        col = tess._column(slab, ms, shape, 4, 8, box is not None)
-        gcol = (cupy.asarray(col[0]), cupy.asarray(col[1]))
-        bks = [2, 0, 1] if ncz > 8 else [1, 0]
-        shifts = np.array([[0, 0, 0], [20.0, 0, -20.0], [0, 20.0, 0]])[:len(bks)]
-        if box is None:
-            shifts = np.zeros_like(shifts)  # isolated: no images
-        t_ref, m_ref = [], []
-        for bk, sh in zip(bks, shifts, strict=True):
-            corners, cm = tess.block_window(gcol, bk, 4, ncz)
-            ref = corners[0, 0, 0] if box is not None else None
-            t, w = tess.block_tets_from_corners(corners, cm, box, ref)
-            t_ref.append(t + cupy.asarray(sh))
-            m_ref.append(w)
-        t, w = column_block_tets_gpu(gcol, bks, 4, ncz, box, None, shifts)
-        np.testing.assert_array_equal(cupy.asnumpy(t), cupy.asnumpy(cupy.concatenate(t_ref)))
-        np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(cupy.concatenate(m_ref)))
-
-
 @pytest.mark.parametrize("box", [20.0, None])
 def test_gpu_block_bboxes_equal_the_cpu_ones(box):
     """The bounding-box kernel (no tetrahedra made) gives the CPU path's boxes exactly."""

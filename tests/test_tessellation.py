@@ -11,7 +11,7 @@ from cosmo_dask.density import (
     lagrangian_blocks,
     snapshot_tetrahedra,
 )
-from cosmo_dask.density.tessellation import CORNER_OFFSETS, KUHN_TETS, tet_vertex_ids
+from cosmo_dask.density.tessellation_kernels import CORNER_OFFSETS, KUHN_TETS, tet_vertex_ids
 from cosmo_dask.errors import SnapshotError
 from cosmo_dask.models.lattice import perturbed_lattice
 from cosmo_dask.snapshot import Snapshot

@@ -98,8 +98,9 @@ def test_half_cube_by_a_diagonal_plane():
     assert tet_cube_volume(t, [0.5, 0, 0], 1.0)[0] == pytest.approx(0.125, rel=1e-12)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_tiling_of_space_sums_to_tet_volume(seed):
+def tiled_tets(seed):
+    """``(tets, cubes, h)``: random tetrahedra and cubes of side ``h`` tiling space
+    around them (at a random offset)."""
     rng = np.random.default_rng(seed)
     tets = random_tets(rng, 25, scale=rng.uniform(0.3, 3.0))
     h = rng.uniform(0.05, 0.8)
@@ -108,6 +109,12 @@ def test_tiling_of_space_sums_to_tet_volume(seed):
     hi = tets.max(axis=(0, 1)) + h
     axes = [np.arange(lo[d], hi[d], h) for d in range(3)]
     cubes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+    return tets, cubes, h
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tiling_of_space_sums_to_tet_volume(seed):
+    tets, cubes, h = tiled_tets(seed)
     total = tet_cube_volume(tets, cubes, h).sum(axis=1)
     np.testing.assert_allclose(total, tet_volume(tets), rtol=1e-12)
 

@@ -1,4 +1,8 @@
-"""GPU tetrahedron-cube volumes and deposits against the CPU (numba) kernel."""
+"""GPU tetrahedron-cube volumes and deposits against the CPU (numba) kernel: the GPU-only
+options (float32 arithmetic, ``method``), the per-cell clips kept for comparison and the
+lattice kernel's stress cases. The contract itself (analytic volumes, tilings, float32
+upcast, uniform lattice, patches, GPU = CPU through the dispatch) is tested for both
+backends in ``tests/test_kernel_contracts_density.py``."""
 
 from __future__ import annotations
 
@@ -6,46 +10,12 @@ import numpy as np
 import pytest
 
 from cosmo_dask.density import deposit_tets, snapshot_tetrahedra, tet_cube_volume
-from cosmo_dask.models.lattice import perturbed_lattice
 
 pytestmark = pytest.mark.gpu
 
 
 def _cubes(rng, n, lo=-1.0, hi=2.0):
     return rng.uniform(lo, hi, size=(n, 3)), rng.uniform(0.1, 1.5, size=n)
-
-
-def test_gpu_volumes_equal_cpu_float64(rng):
-    import cupy as cp
-
-    tets = rng.uniform(-1, 2, size=(300, 4, 3))
-    lo, h = _cubes(rng, 200)
-    cpu = tet_cube_volume(tets, lo, h)
-    gpu = tet_cube_volume(cp.asarray(tets), lo, h)
-    assert isinstance(gpu, cp.ndarray) and gpu.dtype == np.float64
-    np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=1e-12, atol=1e-15)
-    assert (cpu > 0).mean() > 0.2  # many non-trivial pairs were compared
-
-
-def test_gpu_analytic_cases():
-    import cupy as cp
-
-    t = np.array([[0, 0, 0], [2, 0, 0], [0, 2, 0], [0, 0, 2.0]])
-    assert float(tet_cube_volume(cp.asarray(t), [0, 0, 0], 1.0)[0]) == pytest.approx(5 / 6)
-    flat = cp.asarray(np.array([[0, 0, 0.5], [1, 0, 0.5], [0, 1, 0.5], [0.3, 0.3, 0.5]]))
-    v = tet_cube_volume(flat, [0, 0, 0], 1.0)
-    assert bool(cp.all(v == 0))
-
-
-def test_gpu_float32_input_is_upcast(rng):
-    import cupy as cp
-
-    tets = rng.uniform(0, 2, size=(200, 4, 3)).astype(np.float32)
-    lo, h = _cubes(rng, 50, 0.0, 1.5)
-    gpu = tet_cube_volume(cp.asarray(tets), lo, h)
-    assert gpu.dtype == np.float64
-    np.testing.assert_allclose(cp.asnumpy(gpu), tet_cube_volume(tets, lo, h), rtol=1e-12,
-                               atol=1e-15)
 
 
 def test_gpu_float32_arithmetic_close_to_float64(rng):
@@ -62,7 +32,7 @@ def test_gpu_float32_arithmetic_close_to_float64(rng):
     np.testing.assert_allclose(cp.asnumpy(gpu), ref, rtol=0, atol=1e-5 * ref.max())
 
 
-@pytest.mark.parametrize("method", ["lattice", "auto"])
+@pytest.mark.parametrize("method", ["lattice"])  # "auto": tests/test_kernel_contracts_density.py
 @pytest.mark.parametrize("periodic", [False, True])
 def test_gpu_deposit_equals_cpu(rng, method, periodic):
     import cupy as cp
@@ -101,16 +71,6 @@ def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
     gpu = mod.deposit_tets_clip_gpu(cp.asarray(tets), cp.asarray(mass), *args,
                                     periodic=periodic, method=method)
     np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=1e-12, atol=1e-12 * cpu.max())
-
-
-def test_gpu_deposit_lattice_uniform():
-    import cupy as cp
-
-    snap = perturbed_lattice(6, box_size=3.0, amplitude=0.0, precision="float64")
-    tets, mass = snapshot_tetrahedra(snap)
-    grid = deposit_tets(cp.asarray(tets), cp.asarray(mass), [0, 0, 0], 0.25, (12, 12, 12),
-                        periodic=True)
-    np.testing.assert_allclose(cp.asnumpy(grid), 1.0 / 12**3, rtol=1e-12)
 
 
 def _zeldovich_tets(n=16, box=25.0):
@@ -161,24 +121,6 @@ def test_gpu_lattice_big_tets_chunked(rng):
         # lattice sums cancel ~ eps * (tet section in cells^2): ~3e-13 at 100 cells across
         np.testing.assert_allclose(gpu, cpu, rtol=1e-12, atol=5e-12 * cpu.max())
         assert gpu.sum() == pytest.approx(cpu.sum(), rel=1e-12)
-
-
-def test_gpu_lattice_patches_sum_to_grid(rng):
-    import cupy as cp
-
-    tets = rng.uniform(0.3, 3.7, size=(400, 4, 3))
-    tets = tets[:, :1] + 0.4 * (tets - tets[:, :1])
-    mass = cp.asarray(rng.uniform(1, 2, size=400))
-    d_t = cp.asarray(tets)
-    whole = deposit_tets(d_t, mass, [0, 0, 0], 0.25, (16, 16, 16))
-    parts = cp.zeros((16, 16, 16))
-    for o in np.ndindex(2, 2, 2):
-        lo = np.array(o) * 8
-        patch = deposit_tets(d_t, mass, lo * 0.25, 0.25, (8, 8, 8))
-        parts[lo[0]:lo[0] + 8, lo[1]:lo[1] + 8, lo[2]:lo[2] + 8] = patch
-    np.testing.assert_allclose(cp.asnumpy(parts), cp.asnumpy(whole), rtol=1e-13,
-                               atol=1e-14 * float(whole.max()))
-    assert float(parts.sum()) == pytest.approx(float(mass.sum()), rel=1e-12)
 
 
 def test_gpu_lattice_scalar_mass_and_accumulate(rng):

@@ -10,10 +10,10 @@ from ..lazy import lazy_exports
 
 #: public name -> the module defining it
 _PUBLIC = {"DensityOctree": "octree_model", "block_tetrahedra": "tessellation",
-           "density_contrast": "paint", "deposit_tets": "tet_volume",
-           "lagrangian_blocks": "tessellation", "open_density_octree": "octree_store",
+           "density_contrast": "paint", "deposit_tets": "tetrahedra",
+           "lagrangian_blocks": "tessellation", "open_density_octree": "octree_model",
            "paint": "paint", "pse_density": "pse", "snapshot_tetrahedra": "tessellation",
-           "tet_cube_volume": "tet_volume"}
+           "tet_cube_volume": "tetrahedra"}
 
 __all__ = list(_PUBLIC)
 

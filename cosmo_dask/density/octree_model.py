@@ -17,8 +17,9 @@ None) the root's upper faces belong to the root too. With a periodic
 
 The class holds the model (the tiling, its index and the leaves). Its products live
 beside it: :mod:`.octree_sampling` (``sample``, ``to_uniform``), :mod:`.octree_store`
-(the Zarr store, ``to_zarr`` and :func:`open_density_octree`) and :mod:`.octree_plot`
-(``plot_slice``); the methods of the class call them.
+(the Zarr store behind ``to_zarr`` and :func:`open_density_octree`) and
+:mod:`.octree_plot` (``plot_slice``); the methods of the class call them. Those
+modules never import this one, so the imports go one way (no cycle).
 """
 
 from __future__ import annotations
@@ -353,3 +354,21 @@ class DensityOctree:
 
         return plot_slice(self, axis=axis, position=position, resolution=resolution,
                           leaf_edges=leaf_edges, path=path, ax=ax)
+
+
+def open_density_octree(path: str | os.PathLike) -> DensityOctree:
+    """Open a store written by :meth:`DensityOctree.to_zarr` (patches as lazy dask arrays).
+
+    Raises
+    ------
+    SnapshotError
+        When ``path`` holds no Zarr group, not a density-octree store, an
+        unsupported format version, or a malformed one.
+    """
+    from .octree_store import malformed, read_density_octree
+
+    fields = read_density_octree(path)
+    try:
+        return DensityOctree(**fields)
+    except (KeyError, TypeError, ValueError) as exc:  # ParameterError is a ValueError
+        raise malformed(path, exc) from exc

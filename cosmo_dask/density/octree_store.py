@@ -1,5 +1,7 @@
 """The density octree's Zarr store: :func:`write_density_octree` (behind
-:meth:`DensityOctree.to_zarr`) and :func:`open_density_octree`.
+:meth:`DensityOctree.to_zarr`) and :func:`read_density_octree` (behind
+:func:`~.octree_model.open_density_octree`). This module does not import the model
+(the model's methods import it), so the two form no import cycle.
 
 Store layout
 ------------
@@ -38,7 +40,6 @@ from ..errors import ParameterError, SnapshotError
 from ..product_units import store_units
 from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays
-from .octree_model import DensityOctree
 
 FORMAT = "cosmo_dask.density_octree"
 FORMAT_VERSION = 1
@@ -92,15 +93,10 @@ def write_density_octree(tree, path: str | os.PathLike, *, overwrite: bool = Fal
     return str(local_path(path))
 
 
-def open_density_octree(path: str | os.PathLike) -> DensityOctree:
-    """Open a store written by :meth:`DensityOctree.to_zarr` (patches as lazy dask arrays).
-
-    Raises
-    ------
-    SnapshotError
-        When ``path`` holds no Zarr group, not a density-octree store, an
-        unsupported format version, or a malformed one.
-    """
+def read_density_octree(path: str | os.PathLike) -> dict:
+    """The fields of a store written by :meth:`DensityOctree.to_zarr`: the keyword
+    arguments of :class:`~.octree_model.DensityOctree` (patches as lazy dask arrays);
+    raises the ``SnapshotError`` of :func:`~.octree_model.open_density_octree`."""
     p = local_path(path)
     group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
                                       what="density octree store")
@@ -113,10 +109,15 @@ def open_density_octree(path: str | os.PathLike) -> DensityOctree:
             origin.append(org)
             level.append(np.full(len(org), lev, dtype=np.int64))
             patches.append(da.from_zarr(sub["density"]))
-        tree = DensityOctree(attrs["root_lo"], attrs["root_size"], int(attrs["patch_size"]),
-                             np.concatenate(level), np.concatenate(origin),
-                             da.concatenate(patches, axis=0), box_size=attrs.get("box_size"),
-                             attrs=dict(attrs.get("attrs") or {}), units=attrs.get("units"))
-    except (KeyError, TypeError, ValueError) as exc:  # ParameterError is a ValueError
-        raise SnapshotError(f"{p}: malformed density octree store ({exc})") from exc
-    return tree
+        return dict(root_lo=attrs["root_lo"], root_size=attrs["root_size"],
+                    patch_size=int(attrs["patch_size"]), level=np.concatenate(level),
+                    origin=np.concatenate(origin), patches=da.concatenate(patches, axis=0),
+                    box_size=attrs.get("box_size"), attrs=dict(attrs.get("attrs") or {}),
+                    units=attrs.get("units"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed(p, exc) from exc
+
+
+def malformed(path, exc: Exception) -> SnapshotError:
+    """The error for a store at ``path`` whose content does not make a tree."""
+    return SnapshotError(f"{local_path(path)}: malformed density octree store ({exc})")

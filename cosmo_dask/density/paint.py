@@ -49,6 +49,7 @@ from ..spatial.fft import (
     smooth_size_below,
 )
 from ..spatial.slabs import SlabExchange, slab_layout
+from .dispatch import paint_kernel
 from .parameters import (
     SCHEME_DEFAULT,
     SCHEMES,
@@ -235,15 +236,10 @@ def mesh_slabs(n: int, dtype, slabs: int | None = None, *, gpu: bool, what: str,
 def _deposit_block(pieces, lo, hi, *, n, box, scheme, shift, mdtype, mass_scalar):
     """``mesh-paint``: the slab ``[lo, hi)`` of the pieces' deposits, a fresh array."""
     try:
-        xp = array_module(pieces[0][0])
-        mesh = xp.zeros((hi - lo, n, n), dtype=mdtype)
-        if xp is np:
-            from .paint_kernels import paint_numpy as kernel
-        else:
-            from .paint_kernels_gpu import paint_cupy as kernel
+        mesh = array_module(pieces[0][0]).zeros((hi - lo, n, n), dtype=mdtype)
         for pos, mass, _ in pieces:
-            kernel(pos, mass_scalar if mass is None else mass, n, box, scheme, shift, mdtype,
-                   planes=(lo, hi), out=mesh)
+            paint_kernel(pos, mass_scalar if mass is None else mass, n, box, scheme, shift,
+                         mdtype, planes=(lo, hi), out=mesh)
     except ValueError as exc:
         raise ParameterError(str(exc)) from None
     return mesh

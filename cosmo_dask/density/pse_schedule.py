@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import array_module
 from ..task_graph import TaskGraph
-from .tessellation import column_block_tets
-from .tet_volume import deposit_tets
+from .dispatch import deposit_tets_kernel, rows_tets_kernel
 
 #: tetrahedra gathered before one deposit call (bounds a task's temporary memory)
 DEPOSIT_BATCH = 1 << 20
@@ -49,48 +49,31 @@ DEPOSIT_BATCH = 1 << 20
 def _deposit_items(patch, leaf_lo, h, geom, packed, columns):
     """Deposit the pieces ``packed`` (rows of :func:`_pack`) onto ``patch`` (mass).
 
-    Tetrahedra are built in batches of about ``DEPOSIT_BATCH``: on the GPU one
-    launch builds a whole batch from several columns
-    (:func:`.tessellation_gpu.rows_tets_gpu`), then one deposit call; nothing
-    waits for the GPU.
+    Tetrahedra are built in batches of about ``DEPOSIT_BATCH`` by
+    ``rows_tets_kernel`` (on the GPU one launch builds a whole batch from several
+    columns), then one ``deposit_tets_kernel`` call; both are chosen by the
+    columns' array type, and nothing waits for the GPU.
     """
-    block, ncz, box, pm, gpu = geom
+    block, ncz, box, pm = geom
     p = patch.shape[0]
     rows_per_batch = max(1, DEPOSIT_BATCH // (6 * block**3))
+    rows_tets = rows_tets_kernel.for_chunk(columns[0][0])
     for a in range(0, len(packed), rows_per_batch):
-        rows = packed[a:a + rows_per_batch]
-        if gpu:
-            from .tessellation_gpu import rows_tets_gpu
-
-            tets, mass = rows_tets_gpu(columns, rows, block, ncz, box, pm)
-        else:
-            parts = [column_block_tets(columns[slot], bks, block, ncz, box, pm,
-                                       None if box is None else shifts * box)
-                     for slot, bks, shifts in _unpack(rows)]
-            tets = np.concatenate([t for t, _ in parts])
-            mass = np.concatenate([m for _, m in parts])
-        deposit_tets(tets, mass, leaf_lo, h, (p, p, p), out=patch)
+        tets, mass = rows_tets(columns, packed[a:a + rows_per_batch], block, ncz, box, pm)
+        deposit_tets_kernel(tets, mass, leaf_lo, h, (p, p, p), out=patch)
     return patch
-
-
-def _new_patch(p, gpu):
-    if gpu:
-        import cupy
-
-        return cupy.zeros((p, p, p))
-    return np.zeros((p, p, p))
 
 
 def pse_leaf(leaf_lo, h, p, geom, packed, *columns):
     """Gather task: the density patch (1, p, p, p) of one leaf from all its blocks."""
-    patch = _new_patch(p, geom[4])
+    patch = array_module(columns[0][0]).zeros((p, p, p))
     _deposit_items(patch, leaf_lo, h, geom, packed, columns)
     return (patch / h**3)[None]
 
 
 def pse_partial(leaf_lo, h, p, geom, packed, _token, *columns):
     """Reduce strategy, step 1: one group's partial mass patch of one leaf."""
-    patch = _new_patch(p, geom[4])
+    patch = array_module(columns[0][0]).zeros((p, p, p))
     return _deposit_items(patch, leaf_lo, h, geom, packed, columns)
 
 
@@ -113,8 +96,9 @@ def pse_done(_result):
 
 
 def pse_empty(p, gpu):
-    """The density chunk of a leaf no block overlaps."""
-    return _new_patch(p, gpu)[None]
+    """The density chunk of a leaf no block overlaps. No column is at hand to take the
+    array type from: ``gpu`` says where the result lives (no kernel is chosen)."""
+    return array_module(_patch_meta(gpu)).zeros((1, p, p, p))
 
 
 # --------------------------------------------------------------------------- graph helpers
@@ -155,24 +139,15 @@ def _pack(items):
                             np.concatenate(shifts).astype(np.int64)])
 
 
-def _unpack(packed):
-    """Rows (slot, bk, sx, sy, sz), grouped by slot -> [(slot, bks, image shifts)]."""
-    if not len(packed):
-        return []
-    cut = np.flatnonzero(np.diff(packed[:, 0])) + 1
-    return [(int(r[0, 0]), r[:, 1], r[:, 2:].astype(np.float64))
-            for r in np.split(packed, cut)]
-
-
 def leaf_geometry(layout, p):
     """``(leaf_lo (L, 3), cell size (L,))`` of the leaves."""
     side = layout.root_size / 2.0 ** layout.level
     return layout.root_lo + layout.origin * side[:, None], side / p
 
 
-def _geom(cols, gpu):
+def _geom(cols):
     b = cols.blocks
-    return (b.block, b.cells_shape[2], cols.box_size, cols.particle_mass, bool(gpu))
+    return (b.block, b.cells_shape[2], cols.box_size, cols.particle_mass)
 
 
 def _work_order(layout):
@@ -247,7 +222,7 @@ def _patches(graph, name, n_leaves, p, gpu, label):
 def gather_graph(cols, layout, items_per_leaf, p, workers, token, *, gpu=False):
     """Strategy A (one task per leaf), run: the (L, p, p, p) density patches (persisted)."""
     lo, h = leaf_geometry(layout, p)
-    geom = _geom(cols, gpu)
+    geom = _geom(cols)
     _, priority = _work_order(layout)
     g = TaskGraph(cols.values)
     name = f"pse-leaf-{token}"
@@ -277,7 +252,7 @@ def reduce_graph(cols, layout, items_per_leaf, p, workers, token, *, n_groups, m
                  split_every, gpu=False):
     """Strategy B (partials + sums), run: the (L, p, p, p) density patches (persisted)."""
     lo, h = leaf_geometry(layout, p)
-    geom = _geom(cols, gpu)
+    geom = _geom(cols)
     order, priority = _work_order(layout)
     group, names = column_groups(cols, workers, n_groups)
     sequence = {g: [] for g in range(len(names))}

@@ -1,6 +1,6 @@
 """Tetrahedra of a column's blocks in one CUDA launch (the GPU path of ``column_block_tets``).
 
-The NumPy/CuPy-array version in :mod:`.tessellation` builds a block's
+The NumPy/CuPy-array version in :mod:`.tessellation_kernels` builds a block's
 tetrahedra with about 30 array operations. Called for every (leaf, column)
 pair of a PSE deposit, that is tens of thousands of small kernel launches.
 This kernel does the same arithmetic, in the same order, for all requested
@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from .tessellation import KUHN_TETS
+from .tessellation_kernels import KUHN_TETS
 
 _SOURCE = r"""
 __device__ __forceinline__ double minimage(double d, double box) {
@@ -255,7 +255,7 @@ def rows_tets_gpu(columns, rows, block, ncz, box_size, particle_mass):
     ``rows`` (R, 5) int64 ``(slot, bk, sx, sy, sz)``: block ``bk`` of the CuPy
     column ``columns[slot]`` (``(corners, cell_mass or None)``), translated by
     ``(sx, sy, sz) * box_size``. Output in row order, cells in C order: the
-    same as concatenating :func:`.tessellation.column_block_tets` per row.
+    same as concatenating :func:`.tessellation_kernels.column_block_tets` per row.
     No host synchronisation.
     """
     import cupy
@@ -296,7 +296,7 @@ def column_bboxes_gpu(column, block, ncz, box_size):
 
 
 def column_block_tets_gpu(column, bks, block, ncz, box_size, particle_mass, shifts=None):
-    """GPU twin of :func:`.tessellation.column_block_tets` for one column.
+    """GPU twin of :func:`.tessellation_kernels.column_block_tets` for one column.
 
     ``shifts`` here are translations (whole boxes), as there.
     """

@@ -1,7 +1,7 @@
 """Exact volume of the intersection of tetrahedra with axis-aligned cubes (numba).
 
-Two kernels: :func:`tet_cube_volume` clips each (tetrahedron, cube) pair on its
-own; :func:`deposit_tets` voxelises each tetrahedron onto a regular grid in one
+Two kernels: :func:`tet_cube_volume_cpu` clips each (tetrahedron, cube) pair on its
+own; :func:`deposit_tets_cpu` voxelises each tetrahedron onto a regular grid in one
 pass. Both are exact up to float64 rounding.
 
 Pairwise clip (Kaehler's phase-space-element deposit, ADECO section 6.3)
@@ -66,9 +66,12 @@ Cost: ~5 microseconds per tetrahedron of a z=0 Zel'dovich snapshot on one core;
 throughput, agreement with the per-cell clips and exact-arithmetic checks are in
 ``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the CPU).
 
-Public functions: :func:`tet_cube_volume` (many tetrahedra x many cubes, CPU
-or, for CuPy input, GPU) and :func:`deposit_tets` (mass of tetrahedra onto a
-regular grid, CPU or GPU).
+Entry points: :func:`tet_cube_volume_cpu` (many tetrahedra x many cubes) and
+:func:`deposit_tets_cpu` (mass of tetrahedra onto a regular grid), the CPU kernels
+of the contracts ``tet_cube_volume_kernel`` and ``deposit_tets_kernel``
+(:mod:`.dispatch`; GPU twins in :mod:`.tet_volume_gpu`). The public functions
+:func:`~cosmo_dask.density.tet_cube_volume` and :func:`~cosmo_dask.density.deposit_tets`
+are in :mod:`.tetrahedra`.
 """
 
 from __future__ import annotations
@@ -76,7 +79,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..backend import array_module
 from ..errors import ParameterError
 
 _STACK = 16
@@ -778,7 +780,7 @@ def _deposit_cpu(tets, mass, glo, cs, nx, ny, nz, periodic, grid, cap=_CAP):
     return lost
 
 
-# --------------------------------------------------------------------------- public API
+# --------------------------------------------------------------------------- entry points
 def _as_cubes(cube_lo, cube_size, xp):
     lo = xp.asarray(cube_lo, dtype=xp.float64)
     single = lo.ndim == 1
@@ -808,41 +810,10 @@ def _as_tets(tets, xp):
     return t
 
 
-def tet_cube_volume(tets, cube_lo, cube_size):
-    """Exact volume of the intersection of each tetrahedron with each axis-aligned cube.
-
-    Parameters
-    ----------
-    tets : array_like, (T, 4, 3) or (4, 3)
-        Vertex coordinates, float32 or float64, NumPy or CuPy. Vertex order and
-        orientation do not matter.
-    cube_lo : array_like, (C, 3) or (3,)
-        Lower corners of the cubes.
-    cube_size : float or array_like (C,)
-        Cube sides (> 0); a scalar applies to every cube.
-
-    Returns
-    -------
-    numpy.ndarray or cupy.ndarray
-        (T, C) volumes: every tetrahedron against every cube (outer product).
-        A (3,) ``cube_lo`` drops the cube axis: (T,). A (4, 3) ``tets`` keeps
-        the tet axis (T = 1). NumPy input gives float64 (float32 input is
-        converted to float64 first). CuPy input runs
-        :func:`cosmo_dask.density.tet_volume_gpu.tet_cube_volume_gpu` (float64
-        arithmetic and output there too).
-
-    Notes
-    -----
-    Method and cost: see the module docstring (clip against the six cube planes,
-    depth first; fast paths for disjoint, tet-in-cube and cube-in-tet). Work
-    is O(T * C); the CPU loop is parallel over tetrahedra (numba ``prange``).
-    Degenerate (zero-volume) tetrahedra give 0, never NaN.
-    """
-    xp = array_module(tets)
-    if xp is not np:
-        from .tet_volume_gpu import tet_cube_volume_gpu
-
-        return tet_cube_volume_gpu(tets, cube_lo, cube_size)
+def tet_cube_volume_cpu(tets, cube_lo, cube_size):
+    """CPU kernel of :func:`cosmo_dask.density.tet_cube_volume` (contract
+    ``tet_cube_volume_kernel``): NumPy in, float64 NumPy out, numba ``prange`` over
+    tetrahedra. Arguments, shapes and results as there."""
     t = np.ascontiguousarray(_as_tets(tets, np), dtype=np.float64)
     lo, h, single = _as_cubes(cube_lo, cube_size, np)
     out = np.zeros((t.shape[0], lo.shape[0]))
@@ -851,59 +822,10 @@ def tet_cube_volume(tets, cube_lo, cube_size):
     return out[:, 0] if single else out
 
 
-def deposit_tets(tets, mass, grid_lo, cell_size, shape, *, periodic=False, out=None):
-    """Deposit the mass of tetrahedra onto a regular grid by exact overlap volumes.
-
-    Cell ``(i, j, k)`` is the cube ``grid_lo + (i, j, k) * cell_size + [0, cell_size]^3``.
-    Each tetrahedron adds ``mass * overlap / volume`` to every cell it overlaps
-    (its mass is spread uniformly over its volume).
-
-    Parameters
-    ----------
-    tets : array_like, (T, 4, 3)
-        Vertices (float32 or float64; NumPy, or CuPy for the GPU kernel).
-    mass : array_like, (T,) or float
-        Mass of each tetrahedron.
-    grid_lo : (3,) float
-        Lower corner of cell (0, 0, 0).
-    cell_size : float
-        Cell side (> 0).
-    shape : (int, int, int)
-        Cells per axis.
-    periodic : bool
-        True: cell indices wrap modulo ``shape`` (a periodic box of side
-        ``shape * cell_size`` starting at ``grid_lo``), so tetrahedra unwrapped
-        across the box edge are deposited whole. False: mass falling outside
-        the grid is dropped (a patch of a larger grid).
-    out : ndarray (nx, ny, nz) float64, optional
-        Accumulate into this array (same device as ``tets``) instead of a new one.
-
-    Returns
-    -------
-    ndarray, (nx, ny, nz) float64
-        Mass per cell (NumPy for NumPy input, CuPy for CuPy input).
-
-    Notes
-    -----
-    Coordinates are rescaled to cell units (float64); each tetrahedron is then
-    voxelised by cutting its four faces at the grid planes (see the module
-    docstring; exact overlap volumes, like :func:`tet_cube_volume`). A
-    tetrahedron inside one cell puts all its mass there, a zero-volume one puts
-    its whole mass into the cell holding its vertex centroid, and one whose
-    bounding box misses a non-periodic grid is skipped after a box test. The CPU
-    loop is serial (deterministic sums; parallelism comes from dask tasks over
-    blocks). Cost ~ the cells each tetrahedron's faces reach (a few polygon
-    cuts each), not the cells of its bounding box. Mass is conserved to
-    rounding when every tetrahedron lies in the grid (or ``periodic``): ~1e-15
-    relative per ordinary tetrahedron, up to ~1e-11 for slivers of 1e-5 cell
-    volumes (the rounding of their own volume).
-    """
-    xp = array_module(tets)
-    if xp is not np:
-        from .tet_volume_gpu import deposit_tets_gpu
-
-        return deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, periodic=periodic,
-                                out=out)
+def deposit_tets_cpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, out=None):
+    """CPU kernel of :func:`cosmo_dask.density.deposit_tets` (contract
+    ``deposit_tets_kernel``): NumPy in, float64 NumPy grid out, a serial numba loop
+    (deterministic sums). Arguments and result as there."""
     t = np.ascontiguousarray(_as_tets(tets, np), dtype=np.float64)
     m = np.broadcast_to(np.asarray(mass, dtype=np.float64), (t.shape[0],))
     m = np.ascontiguousarray(m)
