@@ -46,7 +46,6 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.delayed import Delayed
 
 from ..backend import array_module
 from ..errors import ParameterError
@@ -104,7 +103,7 @@ class DomainLayout:
         return tuple(int(b) for b in np.diff(self.bounds))
 
     # ------------------------------------------------------------------ to the domains
-    def exchange(self, **columns: da.Array) -> list[Delayed]:
+    def exchange(self, **columns: da.Array) -> list[Any]:
         """The particles of every domain: owned rows and ghost copies.
 
         Parameters
