@@ -7,11 +7,7 @@
 #   bash benchmarks/device_layout.sh   (repo root, .whl carried)
 #   LAYOUT_TESTS=0                skip the tests (timings only)
 #   LAYOUT_BENCH="--n 4000000 --chunks 16 --domains 8 --repeat 5"   bench_layout.py args
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy; print('cupy', cupy.__version__)"; } 2>&1 | tee "$OUT/env.txt"
 if [ "${LAYOUT_TESTS:-1}" != 0 ]; then
