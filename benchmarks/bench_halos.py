@@ -635,7 +635,7 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     from cosmo_dask.halos import fof
     from cosmo_dask.halos.fof import fof_labels
     from cosmo_dask.halos.parameters import check_linking_length
-    from cosmo_dask.spatial import domain_grid, scatter_to_domains
+    from cosmo_dask.spatial import decompose, domain_grid
 
     n_domains, ll, min_members = int(n_domains), float(ll), int(min_members)
     # compile/load every kernel on a small snapshot first
@@ -653,7 +653,7 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
     ghost = check_linking_length(snap, ll, False)
     grid = domain_grid(n_domains, box_size=snap.box_size)
     with dask.config.set(scheduler="sync"):
-        parts = dask.compute(*scatter_to_domains(snap.pos, grid, ghost))
+        parts = dask.compute(*decompose(snap.pos, grid, ghost_width=ghost).exchange())
     rows = sum(p.index.size for p in parts)
     del parts
     per_row = snap.pos.dtype.itemsize * 3 + snap.ids.dtype.itemsize

@@ -11,7 +11,7 @@ import pytest
 
 import cosmo_dask.gravity.tree_graph as tg
 import cosmo_dask.spatial.domains as sd
-from cosmo_dask.spatial import domain_grid, scatter_to_domains
+from cosmo_dask.spatial import decompose, domain_grid
 
 
 def _kinds(arr) -> dict:
@@ -35,9 +35,9 @@ def test_split_keys_grow_as_sum_not_product(monkeypatch, n_chunks, n_dom):
     box = 10.0
     pos = da.random.default_rng(1).random((n_chunks * 100, 3), chunks=(100, 3)) * box
     grid = domain_grid(n_dom, box_size=box)
-    one = _kinds(scatter_to_domains(pos, grid, 0.1, name="t")[0])
+    one = _kinds(decompose(pos, grid, ghost_width=0.1, name="t").exchange()[0])
     monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
-    two = _kinds(scatter_to_domains(pos, grid, 0.1, name="t")[0])
+    two = _kinds(decompose(pos, grid, ghost_width=0.1, name="t").exchange()[0])
     assert one["t-split"] == _pairs_exact(n_chunks, n_dom)
     cg, dg = len(sd._groups(n_chunks)), len(sd._groups(n_dom))
     # chunks -> groups of domains, then (group of chunks, group of domains) -> domains
@@ -58,9 +58,9 @@ def test_two_stage_split_gives_the_same_domains(monkeypatch, periodic):
     pos, idarr = da.from_array(x, chunks=(230, 3)), da.from_array(ids, chunks=230)
     grid = (domain_grid(27, box_size=box) if periodic
             else domain_grid(27, bounds=(x.min(0), x.max(0))))
-    parts1 = dask.compute(*scatter_to_domains(pos, grid, 0.6, extra={"ids": idarr}))
+    parts1 = dask.compute(*decompose(pos, grid, ghost_width=0.6).exchange(ids=idarr))
     monkeypatch.setattr(sd, "TWO_STAGE_PAIRS", 0)
-    parts2 = dask.compute(*scatter_to_domains(pos, grid, 0.6, extra={"ids": idarr}))
+    parts2 = dask.compute(*decompose(pos, grid, ghost_width=0.6).exchange(ids=idarr))
     owned = np.zeros(3000, int)
     for p1, p2 in zip(parts1, parts2, strict=True):
         assert p1.n_owned == p2.n_owned

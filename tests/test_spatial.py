@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cosmo_dask.errors import ParameterError
-from cosmo_dask.spatial import domain_grid, scatter_to_domains
+from cosmo_dask.spatial import decompose, domain_grid
 from cosmo_dask.spatial.domains import _factor3
 
 
@@ -57,8 +57,8 @@ def test_owned_once_and_ghosts_complete(rng, n_domains, periodic, dtype, gw):
     else:
         grid = domain_grid(n_domains, bounds=(pos.min(0), pos.max(0)))
     ids = da.from_array(np.arange(n) * 7 + 3, chunks=700)
-    parts = dask.compute(*scatter_to_domains(da.from_array(pos, chunks=(700, 3)), grid, gw,
-                                             extra={"ids": ids}))
+    layout = decompose(da.from_array(pos, chunks=(700, 3)), grid, ghost_width=gw)
+    parts = dask.compute(*layout.exchange(ids=ids))
     owners = np.concatenate([p.index[p.owned] for p in parts])
     assert np.array_equal(np.sort(owners), np.arange(n))
     for d, part in enumerate(parts):

@@ -1,7 +1,8 @@
 """Tree gravity as a Dask graph: domains, locally essential trees, group walks.
 
-The particles are split among the domains of the shared decomposition
-(:mod:`cosmo_dask.spatial.domains`, no ghosts). The graph, per domain ``d``:
+The particles are split among the domains of the shared decomposition (a
+:class:`~cosmo_dask.spatial.layout.DomainLayout`, no ghosts). The graph, per domain
+``d``:
 
 ``gravity-tree-d``
     The domain's octree (:func:`~cosmo_dask.spatial.octree.build_octree`) over
@@ -41,9 +42,9 @@ LETs are the only trees that move.
     input chunk (:func:`~cosmo_dask.spatial.domains.rows_by_chunk`).
 ``gravity-acc-c`` / ``gravity-pot-c``
     Accelerations and potentials of input chunk ``c``, from one piece of each
-    domain's rows (the way back, :func:`~cosmo_dask.spatial.domains.chunk_pieces`:
-    in two stages when there are many chunks and domains); never whole domain
-    results.
+    domain's rows (the way back,
+    :meth:`~cosmo_dask.spatial.layout.DomainLayout.gather`: in two stages when
+    there are many chunks and domains); never whole domain results.
 
 With a cutoff (TreePM's short range, ``r_cut``) in a periodic box, a domain
 gets LETs only from the domains whose cells come within ``r_cut`` of its own
@@ -54,8 +55,8 @@ LETs: with a cutoff ``n_domains`` times the neighbours within ``r_cut``,
 without one at most ``n_domains * (n_domains - 1)`` and with block LETs far fewer
 (512 domains: 20,720 for an isolated system, 28,992 in a periodic box, against
 261,632 per pair), at most :data:`MAX_GROUP_TASKS` group tasks and
-the two exchanges (:func:`~cosmo_dask.spatial.domains.scatter_to_domains`,
-:func:`~cosmo_dask.spatial.domains.chunk_pieces`). The default domain count is
+the two exchanges (:meth:`~cosmo_dask.spatial.layout.DomainLayout.exchange`,
+:meth:`~cosmo_dask.spatial.layout.DomainLayout.gather`). The default domain count is
 at most :data:`MAX_DOMAINS`.
 
 A walk through a LET cut for ``d``'s box gives every group inside that box
@@ -77,7 +78,7 @@ from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..progress import compute, worker_count
-from ..spatial.domains import chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
+from ..spatial import decompose, domain_grid, rows_by_chunk
 from ..spatial.octree import build_octree, node_second_moment
 from ..spatial.octree_layout import Octree
 from ..task_graph import TaskGraph, task_payload
@@ -308,25 +309,6 @@ def domain_rows(bounds, *batches) -> list:
     return rows_by_chunk(bounds, index, acc, pot)
 
 
-def chunk_rows(which: int, start: int, stop: int, dtype, gpu: bool, *results):
-    """Task ``gravity-acc``/``gravity-pot``: rows ``[start, stop)`` from the domains'
-    pieces ``(index, acc, pot)`` (each in increasing index)."""
-    first = results[0][which]
-    xp = array_module(first)
-    shape = (stop - start,) + tuple(first.shape[1:])
-    out = xp.zeros(shape, dtype=dtype)
-    for index, *values in results:
-        index = xp.asarray(index)
-        a, b = (int(v) for v in host(xp.searchsorted(index, xp.asarray([start, stop]))))
-        if b > a:
-            out[index[a:b] - start] = xp.asarray(values[which - 1][a:b], dtype=dtype)
-    if gpu and xp is np:
-        import cupy
-
-        out = cupy.asarray(out)
-    return out
-
-
 def default_n_domains(n_particles: int, gpu: bool) -> int:
     """One domain per ``DOMAIN_PARTICLES`` particles on CPU, at most :data:`MAX_DOMAINS`;
     on GPUs one domain per worker of the active client (one without a client)."""
@@ -485,11 +467,12 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         grid = domain_grid(nd, bounds=(host(lo), host(hi)))
     extra = {} if scalar is not None else {"mass": mass}
     token = tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
-    parts = scatter_to_domains(pos, grid, 0.0, name="gravity", extra=extra)
+    layout = decompose(pos, grid, name="gravity")
+    parts = layout.exchange(**extra)
     g = TaskGraph(parts)
     results = []
     n_batches = 1 if gpu else batches_per_domain(n, grid.n_domains)
-    bounds = np.cumsum((0,) + tuple(pos.chunks[0]))
+    bounds = layout.bounds
     trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts)
              for d, p in enumerate(parts)]
     boxes = [g.add((f"gravity-bbox-{token}", d), domain_bbox, t)
@@ -519,6 +502,9 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         batches = [g.add((f"gravity-group-{token}", d, b), domain_forces, t, opts,
                          (b, n_batches), *lets) for b in range(n_batches)]
         results.append(g.add((f"gravity-rows-{token}", d), domain_rows, bounds, *batches))
-    pieces = chunk_pieces(g, results, bounds, f"gravity-piece-{token}")
-    return _output_arrays(g, pos, token, precision, potential, chunk_rows,
-                          lambda c: (gpu, *pieces[c]))
+    dtype, xp = np.dtype(precision), array_module(pos._meta)
+    outputs = [("acc", (3,), xp.empty((0, 0), dtype))]
+    if potential:
+        outputs.append(("pot", (), xp.empty((0,), dtype)))
+    arrays = layout.gather(g, results, outputs, token=token)
+    return arrays[0], (arrays[1] if potential else None)

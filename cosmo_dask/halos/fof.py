@@ -33,7 +33,7 @@ from dask.base import tokenize
 from ..backend import array_module, empty_meta, host
 from ..errors import SnapshotError
 from ..progress import compute, worker_count, worker_threads
-from ..spatial import DomainPart, chunk_pieces, domain_grid, rows_by_chunk, scatter_to_domains
+from ..spatial import DomainLayout, DomainPart, decompose, domain_grid, rows_by_chunk
 from ..task_graph import TaskGraph
 from .parameters import (
     LINKING_LENGTH_DEFAULT,
@@ -271,27 +271,15 @@ def _occupied(pieces: list) -> np.ndarray:
     return np.flatnonzero([index.shape[0] > 0 for index, _ in pieces])
 
 
-def _chunk_labels(start: int, stop: int, *pieces):
-    xp = array_module(pieces[0][0]) if pieces else np
-    out = xp.full(stop - start, -1, dtype=np.int64)
-    for index, labels in pieces:
-        out[index - start] = labels  # pieces hold only this chunk's rows
-    return out
-
-
-def _labels_in_chunk_order(per_domain: list, chunks_of: list, bounds: np.ndarray,
-                           token: str, meta) -> da.Array:
-    """The way back (:func:`~cosmo_dask.spatial.domains.chunk_pieces`): the persisted
-    per-domain label pieces -> labels in snapshot order, chunk ``i`` one ``fof-labels``
-    task reading a piece of each domain holding its rows."""
+def _labels_in_chunk_order(layout: DomainLayout, per_domain: list, chunks_of: list, token: str,
+                           meta) -> da.Array:
+    """The way back (:meth:`~cosmo_dask.spatial.layout.DomainLayout.gather`): the
+    persisted per-domain label pieces -> labels in snapshot order, chunk ``i`` one
+    ``fof-labels`` task reading a piece of each domain holding its rows."""
     g = TaskGraph(per_domain)
-    n_chunks = len(bounds) - 1
-    pieces = chunk_pieces(g, [g.ref(dl) for dl in per_domain], bounds, f"fof-piece-{token}",
-                          chunks_of)
-    name = f"fof-labels-{token}"
-    for i in range(n_chunks):
-        g.add((name, i), _chunk_labels, int(bounds[i]), int(bounds[i + 1]), *pieces[i])
-    return g.array(name, (tuple(int(b) for b in np.diff(bounds)),), meta)
+    (labels,) = layout.gather(g, [g.ref(dl) for dl in per_domain], [("labels", (), meta)],
+                              token=token, chunks_of=chunks_of, fill=-1)
+    return labels
 
 
 # ----------------------------------------------------------------------------- API
@@ -364,9 +352,10 @@ def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: b
         if snap.mass is not None:
             extra["mass"] = snap.mass
     device = snap.device
-    parts = scatter_to_domains(snap.pos, grid, ghost, name="fof", extra=extra)
+    layout = decompose(snap.pos, grid, ghost_width=ghost, name="fof")
+    parts = layout.exchange(**extra)
     periods = grid.kernel_periods
-    bounds = np.cumsum((0,) + snap.pos.chunks[0])
+    bounds = layout.bounds
     pm = snap.particle_mass if snap.particle_mass is not None else 1.0
     # every input of the tasks below (the parts' keys hash positions, ids, vel, mass, grid)
     token = tokenize([p.key for p in parts], periods, ll, min_members, min_friends,
@@ -396,7 +385,7 @@ def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: b
     per_domain_p = persisted[1 + nd:1 + 2 * nd]
     members_p = list(persisted[1 + 2 * nd:])
     (_, _, counts, first), *chunks_of = compute(catalog_p, *occupied_p, label=None)
-    labels = _labels_in_chunk_order(per_domain_p, chunks_of, bounds, token,
+    labels = _labels_in_chunk_order(layout, per_domain_p, chunks_of, token,
                                     empty_meta(snap.pos, 1, np.int64))
     result = FOFLabels(labels, np.asarray(counts), np.asarray(first), ll, params)
     return FOFGraph(result, members_p if with_members else None, snap.box_size)

@@ -1,15 +1,11 @@
-"""Spatial structures shared by every capability: the one domain decomposition
-(with ghost zones) of cosmo_dask. FOF ghosts (linking length), short-range
-gravity ghosts (cutoff) and PSE sub-block gathering all use it."""
+"""Spatial structures shared by every capability: the one domain decomposition of
+cosmo_dask (a :class:`DomainLayout` from :func:`decompose`: particles to domains with
+ghost zones, and results back to chunk order). FOF ghosts (linking length) and tree /
+TreePM gravity domains use it; ``docs/spatial.md`` names the other decompositions
+(mesh slabs, MEX's radial buckets, PSE's Lagrangian columns) and why they stay apart."""
 
-from .domains import (
-                      DomainGrid,
-                      DomainPart,
-                      chunk_pieces,
-                      domain_grid,
-                      rows_by_chunk,
-                      scatter_to_domains,
-)
+from .domains import DomainGrid, DomainPart, domain_grid, rows_by_chunk
+from .layout import DomainLayout, decompose
 
-__all__ = ["DomainGrid", "DomainPart", "chunk_pieces", "domain_grid", "rows_by_chunk",
-           "scatter_to_domains"]
+__all__ = ["DomainGrid", "DomainLayout", "DomainPart", "decompose", "domain_grid",
+           "rows_by_chunk"]

@@ -9,13 +9,16 @@ periodic faces too), at most once per domain. Positions travel as stored
 image (:attr:`DomainGrid.kernel_periods`). Along an axis with a single domain
 in a periodic box no ghosts are made.
 
-The graph: one ``<name>-split`` task per particle chunk (splits it among the
-domains) and one ``<name>-domain`` task per domain (concatenates its pieces),
-so no task ever holds more than one chunk or one domain (plus ghosts).
-
-The way back (:func:`chunk_pieces`): a domain's per-particle results, in increasing
-global index, are cut by snapshot chunk (:func:`rows_by_chunk`), and each output chunk
-reads one piece of each domain holding its rows, never whole domain results.
+This module holds the grid and the task bodies of the decomposition: a chunk's
+split among the domains (:func:`split_chunk`, and its two-stage form), a domain's
+concatenation (:func:`gather_domain`), the cut of a domain's results by chunk
+(:func:`rows_by_chunk`) and the write of an output chunk (:func:`chunk_rows`). The
+graph that runs them, both ways, is the layout of :mod:`cosmo_dask.spatial.layout`
+(:func:`~cosmo_dask.spatial.layout.decompose`): one ``<name>-split`` task per
+particle chunk (splits it among the domains) and one ``<name>-domain`` task per
+domain (concatenates its pieces), so no task ever holds more than one chunk or one
+domain (plus ghosts); on the way back each output chunk reads one piece of each
+domain holding its rows, never whole domain results.
 """
 
 from __future__ import annotations
@@ -26,13 +29,11 @@ import math
 import operator
 from dataclasses import dataclass
 
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
 
 from ..backend import array_module, host
 from ..errors import ParameterError
-from ..task_graph import TaskGraph, task_payload
+from ..task_graph import task_payload
 
 
 @dataclass(frozen=True)
@@ -343,62 +344,6 @@ def rows_by_chunk(bounds, index, *columns) -> list[tuple]:
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
 
 
-def chunk_pieces(g: TaskGraph, per_domain: list, bounds, name: str,
-                 chunks_of: list | None = None) -> list[list]:
-    """The way back to chunk order: for each chunk, references to pieces of its rows.
-
-    Parameters
-    ----------
-    g : TaskGraph
-        The graph the piece tasks are added to.
-    per_domain : list of task references
-        Domain ``d``'s value is a :func:`rows_by_chunk` list (one entry per chunk).
-    bounds : (n_chunks + 1,) int
-        First row of every output chunk, and the total.
-    name : str
-        Kind and token of the piece tasks: keys ``(name, d, i)``.
-    chunks_of : list of sequences of int, optional
-        The chunks each domain holds rows of, when known (a persisted domain stage):
-        pieces are made only for these. Default: every chunk of every domain. Above
-        :data:`TWO_STAGE_PAIRS` pairs, two stages (domains and chunks in groups of
-        about their square roots) when they make fewer keys.
-
-    Returns
-    -------
-    list of lists
-        Chunk ``i``'s pieces ``(index, *columns)``, each in increasing index, with
-        only chunk ``i``'s rows.
-    """
-    n_chunks, n_dom = len(bounds) - 1, len(per_domain)
-    pieces: list[list] = [[] for _ in range(n_chunks)]
-    pairs = n_chunks * n_dom if chunks_of is None else sum(len(c) for c in chunks_of)
-    cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
-    two_stage = n_dom + n_dom * cg + dg * cg + dg * n_chunks  # keys of the two stages
-    if pairs <= TWO_STAGE_PAIRS or pairs <= two_stage:
-        for d, ref in enumerate(per_domain):
-            chunks = range(n_chunks) if chunks_of is None else \
-                np.asarray(chunks_of[d], dtype=np.int64).tolist()
-            for i in chunks:
-                pieces[i].append(g.add((name, d, i), operator.getitem, ref, i))
-        for i in range(n_chunks):  # a chunk no domain holds rows of (0 rows): an empty
-            if not pieces[i] and n_dom:  # piece, of the domains' array type
-                pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i))
-        return pieces
-    cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
-    # stage 1: each domain's pieces in groups of chunks
-    split = [g.add_split((f"{name}-out", d), _slices, ref, tuple(cgroups), n=len(cgroups))
-             for d, ref in enumerate(per_domain)]
-    # stage 2: a group of domains, a group of chunks -> one piece per chunk
-    for s, (a, b) in enumerate(dgroups):
-        for j, (c0, c1) in enumerate(cgroups):
-            out = g.add_split((f"{name}-merge", s, j), _merge_rows, *[split[d][j]
-                                                                     for d in range(a, b)],
-                              n=c1 - c0)
-            for q, i in enumerate(range(c0, c1)):
-                pieces[i].append(out[q])
-    return pieces
-
-
 def _slices(items: list, groups: tuple[tuple[int, int], ...]) -> list:
     return [items[a:b] for a, b in groups]
 
@@ -419,59 +364,19 @@ def _merge_rows(*lists) -> list:
     return out
 
 
-def scatter_to_domains(pos: da.Array, grid: DomainGrid, ghost_width: float,
-                       name: str = "domains", extra: dict | None = None) -> list:
-    """Delayed :class:`DomainPart` objects, one per domain of ``grid``.
+def chunk_rows(column: int, start: int, stop: int, dtype, gpu: bool, fill, *pieces):
+    """Task ``<name>-<output>`` of the way back: rows ``[start, stop)`` of output
+    ``column`` (1 = the first column after the index) from the domains' pieces
+    ``(index, *columns)`` of this chunk (:func:`rows_by_chunk`, each holding only this
+    chunk's rows), cast to ``dtype``; rows no piece holds get ``fill``. NumPy or CuPy
+    following the pieces; on the GPU (``gpu``) when they are NumPy."""
+    first = pieces[0][column]
+    xp = array_module(first)
+    out = xp.full((stop - start,) + tuple(first.shape[1:]), fill, dtype=dtype)
+    for index, *values in pieces:
+        out[xp.asarray(index) - start] = xp.asarray(values[column - 1], dtype=dtype)
+    if gpu and xp is np:
+        import cupy
 
-    ``extra`` maps names to other per-particle dask arrays (ids, masses, ...)
-    to carry along, chunked like ``pos`` along axis 0.
-
-    Graph size: ``n_chunks`` split tasks, ``n_chunks * n_domains`` piece keys
-    (``(<name>-split-<token>, chunk, domain)``: a domain task fetches its pieces,
-    not whole splits) and ``n_domains`` domain tasks. Above :data:`TWO_STAGE_PAIRS`
-    pairs the split goes in two stages: each chunk is cut into groups of about
-    ``sqrt(n_domains)`` domains, and a ``<name>-regroup`` task per (group of about
-    ``sqrt(n_chunks)`` chunks, group of domains) cuts those into domains, so that
-    there are about ``n_chunks sqrt(n_domains) + n_domains sqrt(n_chunks)`` keys and
-    every task still holds about one chunk; the domains are the same, bit for bit.
-    """
-    if ghost_width < 0 or not math.isfinite(ghost_width):
-        raise ParameterError(f"ghost_width must be finite and >= 0, got {ghost_width!r}")
-    grid.check_ghost_width(ghost_width)
-    extra = dict(extra or {})
-    names = tuple(extra)
-    for key, arr in extra.items():
-        if arr.chunks[0] != pos.chunks[0]:
-            extra[key] = arr.rechunk((pos.chunks[0],) + arr.chunks[1:])
-    # the two-stage split's keys hold other values than the one-stage split's: in the token
-    two_stage = len(pos.chunks[0]) * grid.n_domains > TWO_STAGE_PAIRS
-    token = tokenize(pos, grid, ghost_width, names, *extra.values(), two_stage)
-    if len(pos.chunks[1]) != 1:
-        pos = pos.rechunk({1: -1})
-    starts = np.cumsum((0,) + pos.chunks[0][:-1])
-    n_dom = grid.n_domains
-    g = TaskGraph([pos, *extra.values()])
-    # tuple keys: the split tasks and their pieces are one layer, the domains another
-    extra_chunk = [[g.chunk(e, i, *(0,) * (e.ndim - 1)) for e in extra.values()]
-                   for i in range(len(starts))]
-    if not two_stage:
-        pieces = [g.add_split((f"{name}-split-{token}", i), split_chunk, g.chunk(pos, i, 0),
-                              int(s), grid, ghost_width, *extra_chunk[i], n=n_dom)
-                  for i, s in enumerate(starts)]
-        of_domain = [[p[d] for p in pieces] for d in range(n_dom)]
-    else:  # two stages: chunks -> groups of domains; groups of chunks -> domains
-        cgroups, dgroups = _groups(len(starts)), _groups(n_dom)
-        split = [g.add_split((f"{name}-split-{token}", i), split_chunk_grouped,
-                             g.chunk(pos, i, 0), int(s), grid, ghost_width, tuple(dgroups),
-                             *extra_chunk[i], n=len(dgroups))
-                 for i, s in enumerate(starts)]
-        of_domain = [[] for _ in range(n_dom)]
-        for j, (c0, c1) in enumerate(cgroups):
-            for k, (a, b) in enumerate(dgroups):
-                out = g.add_split((f"{name}-regroup-{token}", j, k), regroup,
-                                  *[split[i][k] for i in range(c0, c1)], n=b - a)
-                for q, d in enumerate(range(a, b)):
-                    of_domain[d].append(out[q])
-    domains = [g.add((f"{name}-domain-{token}", d), gather_domain, d, names,
-                     *of_domain[d]).key for d in range(n_dom)]
-    return [g.delayed(key) for key in domains]
+        out = cupy.asarray(out)
+    return out

@@ -33,7 +33,7 @@ Interpolate (:meth:`SlabExchange.interpolate`)
     values in the chunk's row order.
 
 Two stages (above :data:`~cosmo_dask.spatial.domains.TWO_STAGE_PAIRS` (chunk, slab)
-pairs, as :func:`~cosmo_dask.spatial.domains.scatter_to_domains`)
+pairs, as :meth:`~cosmo_dask.spatial.layout.DomainLayout.exchange`)
     Chunks and slabs go in about ``sqrt(C)`` and ``sqrt(S)`` groups of consecutive
     ones (as the domains' two-stage split). Each ``mesh-split`` task cuts its
     chunk into one list of pieces per group of slabs (rows global: the chunk's first
