@@ -188,3 +188,21 @@ def test_bad_input():
         build_octree(np.zeros((5, 3)), np.ones(4))
     with pytest.raises(ParameterError, match="root_size"):
         morton_keys(np.zeros((5, 3)), np.zeros(3), -1.0)
+
+
+def test_cell_keys_are_the_morton_keys_of_cells():
+    """spatial.morton.cell_keys (PSE's octree nodes) and morton_keys (particles) share one
+    bit order: the keys of cell centres are the cells' keys, and key_cell inverts them."""
+    from cosmo_dask.spatial.morton import MORTON_BITS, cell_keys, key_cell, morton_keys
+
+    rng = np.random.default_rng(5)
+    cells = rng.integers(0, 2**MORTON_BITS, size=(2000, 3))
+    keys = cell_keys(cells)
+    np.testing.assert_array_equal(key_cell(keys, MORTON_BITS), cells)
+    np.testing.assert_array_equal(morton_keys((cells + 0.5) / 2**MORTON_BITS, np.zeros(3), 1.0),
+                                  keys)
+    # depth first: a parent's eight children follow each other in key order
+    coarse = cells >> (MORTON_BITS - 3)
+    order = np.argsort(keys)
+    parent = (coarse[order] // 2) @ np.array([64, 8, 1])
+    assert np.count_nonzero(np.diff(parent) != 0) == len(np.unique(parent)) - 1

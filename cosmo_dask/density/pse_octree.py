@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..spatial.morton import cell_keys
+
 _CHILD = np.array(list(itertools.product((0, 1), repeat=3)), np.int64)
 _IMAGES = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.int64)
 
@@ -161,12 +163,7 @@ def build_octree(blocks, *, root_lo, root_size, box_size, max_level: int,
 
 def _morton(level, origin, max_level):
     """Morton keys of nodes at their finest-level corner (depth-first order)."""
-    o = origin << (max_level - level)[:, None]
-    key = np.zeros(len(o), np.int64)
-    for bit in range(max_level):
-        for ax in range(3):
-            key |= ((o[:, ax] >> bit) & 1) << (3 * bit + 2 - ax)
-    return key
+    return cell_keys(origin << (max_level - level)[:, None])
 
 
 def _assemble(leaves, blk, shift, root_lo, root_size):

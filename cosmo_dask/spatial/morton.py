@@ -24,7 +24,8 @@ from ..backend import array_module
 from ..errors import ParameterError
 from .octree_layout import MORTON_BITS
 
-__all__ = ["MORTON_BITS", "morton_keys", "sort_by_key", "wrap_positions", "key_cell"]
+__all__ = ["MORTON_BITS", "morton_keys", "sort_by_key", "wrap_positions", "key_cell",
+           "cell_keys"]
 
 _NCELL = 1 << MORTON_BITS
 
@@ -63,6 +64,17 @@ def _keys_kernel(pos, lo0, lo1, lo2, size, box, periodic):
             elif c > top:
                 c = top
             key |= _spread(np.uint64(c)) << np.uint64(2 - a)
+        out[p] = key
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def _cell_keys_kernel(cells):
+    out = np.empty(cells.shape[0], dtype=np.uint64)
+    for p in range(cells.shape[0]):
+        key = np.uint64(0)
+        for a in range(3):
+            key |= _spread(np.uint64(cells[p, a])) << np.uint64(2 - a)
         out[p] = key
     return out
 
@@ -134,6 +146,15 @@ def wrap_positions(pos: Any, root_lo: Any, box_size: float) -> Any:
     u = u - box_size * xp.floor(u / box_size)
     u = xp.where(u >= box_size, 0.0, u)
     return u + lo
+
+
+def cell_keys(cells: Any) -> np.ndarray:
+    """Morton keys (uint64) of integer cell coordinates ``(N, 3)``, each in
+    ``[0, 2**MORTON_BITS)``: the bit order of :func:`morton_keys` (the inverse of
+    :func:`key_cell` at level ``MORTON_BITS``); the keys of one level's cells order them
+    depth first (NumPy)."""
+    cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 3)
+    return _cell_keys_kernel(cells)
 
 
 def key_cell(keys: Any, level: int) -> Any:
