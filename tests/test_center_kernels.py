@@ -419,22 +419,7 @@ def test_gpu_module_imports_without_cupy():
     assert callable(center_kernels_gpu.segment_potentials_gpu)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("periodic", [False, True])
-@pytest.mark.parametrize("eps", [0.0, 0.03])
-def test_gpu_segment_potentials_float64(rng, periodic, eps):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.halos.center_kernels_gpu import segment_potentials_gpu
-
-    pos, mass, starts, box = _gpu_case(rng)
-    box = box if periodic else None
-    if periodic:
-        pos = np.mod(pos, box)
-    ref = segment_potentials(pos, mass, starts, box_size=box, softening=eps)
-    got = segment_potentials_gpu(cupy.asarray(pos), cupy.asarray(mass), cupy.asarray(starts),
-                                 box_size=box, softening=eps)
-    assert isinstance(got, cupy.ndarray) and got.dtype == cupy.float64
-    np.testing.assert_allclose(cupy.asnumpy(got), ref, rtol=1e-10, atol=0)
+# the float64 GPU kernel against the CPU kernel: tests/test_kernel_contracts_halos.py
 
 
 @pytest.mark.gpu

@@ -1381,7 +1381,7 @@ def group_rows_gpu(root, cls, ids, crossing, min_members: int) -> np.ndarray:
     numpy.ndarray
         (rows, 3) int64, in no particular order; a class can have several rows (local
         groups merged across domains): the catalog sums counts and takes the smallest
-        id per class, as for :func:`cosmo_dask.halos.fof_kernels.class_rows`.
+        id per class, as for :func:`cosmo_dask.halos.fof_kernels.group_rows`.
     """
     import cupy
 
