@@ -187,11 +187,11 @@ def _mbp_reference(pos, mass, starts, **kw):
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.01])
-def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
-    # halos above the size where octree bounds prune (Plummer / NFW, clumps, a cored
-    # Plummer whose centre is flat), small ones, an empty one; in a periodic box, two
-    # of them straddling faces, one spread over the whole box (no pruning there)
+def mbp_case(rng):
+    """Halos above the size where octree bounds prune (Plummer / NFW, clumps, a cored
+    Plummer whose centre is flat), small ones, an empty one (segment 5); in a periodic box,
+    two of them straddling faces (1 and 3), one spread over the whole box (6, no pruning
+    there): ``(box, unwrapped positions, wrapped positions, masses, starts, sizes)``."""
     box = 60.0
     halos = [model_halo(rng, "plummer", 5000, clump=True) + 30.0,
              model_halo(rng, "nfw", 7000, clump=False) + np.array([0.3, 59.8, 30.0]),
@@ -206,6 +206,12 @@ def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
     unwrapped = np.concatenate(halos)
     pos = np.mod(unwrapped, box)
     mass = rng.uniform(0.5, 1.5, len(pos))
+    return box, unwrapped, pos, mass, starts, sizes
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.01])
+def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
+    box, unwrapped, pos, mass, starts, sizes = mbp_case(rng)
     rows, pot = segment_mbp(pos, mass, starts, box_size=box, softening=eps, G=1.7)
     want_rows, want_pot = _mbp_reference(pos, mass, starts, box_size=box, softening=eps, G=1.7)
     np.testing.assert_array_equal(rows, want_rows)

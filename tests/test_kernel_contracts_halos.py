@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fof_reference import kdtree_pairs
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from test_center_kernels import _gpu_case, brute_potentials, model_halo
+from fof_reference import reference
+from test_center_kernels import _gpu_case, brute_potentials, mbp_case
 
 from cosmo_dask.backend import host
 from cosmo_dask.halos import dispatch
-from cosmo_dask.halos.fof_kernels import canonical_labels
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
@@ -31,18 +28,6 @@ def _chunk_type(xp, *arrays):
 
 
 # ---------------------------------------------------------------- fof_local
-def _fof_reference(pos, periods, ll, min_friends):
-    """Canonical labels and friend counts from cKDTree pairs and scipy components."""
-    m = len(pos)
-    pairs = kdtree_pairs(pos, periods, ll)
-    friends = np.bincount(pairs.ravel(), minlength=m)
-    if min_friends > 1:
-        core = friends >= min_friends
-        pairs = pairs[core[pairs[:, 0]] & core[pairs[:, 1]]]
-    g = coo_matrix((np.ones(len(pairs), np.int8), (pairs[:, 0], pairs[:, 1])), shape=(m, m))
-    return canonical_labels(connected_components(g, directed=False)[1]), friends
-
-
 @pytest.mark.parametrize("periods", [(3.0, 3.0, 3.0), (3.0, 0.0, 3.0)])
 @pytest.mark.parametrize("min_friends", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -53,7 +38,7 @@ def test_fof_local(xp, rng, periods, min_friends, dtype):
                           rng.normal(scale=0.03, size=(1000, 3)) + [0.02, 1.0, 2.99]])
     pos = np.mod(pos, L).astype(dtype)  # the open axis keeps a few coordinates at 0
     ll = 0.04
-    want_root, want_friends = _fof_reference(pos.astype(np.float64), periods, ll, min_friends)
+    want_root, want_friends = reference(pos.astype(np.float64), periods, ll, min_friends)
     for counts in (True, False):
         root, friends = dispatch.fof_local(xp.asarray(pos), periods, ll, min_friends,
                                            count_friends=counts)
@@ -123,26 +108,21 @@ def test_segment_potentials(xp, rng, periodic, eps):
 @pytest.mark.parametrize("eps", [0.0, 0.01])
 def test_segment_mbp(xp, rng, eps):
     """Each segment's most bound member and its potential: the argmin of the float64
-    double sum (halos big enough for the CPU kernel's octree pruning, small ones, an
-    empty one, one straddling the periodic faces)."""
-    box = 60.0
-    halos = [model_halo(rng, "plummer", 5000, clump=True) + 30.0,
-             model_halo(rng, "nfw", 4000, clump=False) + np.array([0.3, 59.8, 30.0]),
-             rng.normal(size=(40, 3)) + 45.0,
-             np.empty((0, 3)),
-             rng.normal(size=(1, 3)) + 5.0]
-    sizes = [len(h) for h in halos]
-    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    unwrapped = np.concatenate(halos)
-    pos = np.mod(unwrapped, box)
-    mass = rng.uniform(0.5, 1.5, len(pos))
+    double sum (tests/test_center_kernels.mbp_case: halos big enough for the CPU kernel's
+    octree pruning, small ones, an empty one, some straddling the periodic faces)."""
+    box, unwrapped, pos, mass, starts, sizes = mbp_case(rng)
     rows, pot = dispatch.segment_mbp(xp.asarray(pos), xp.asarray(mass), xp.asarray(starts),
                                      box_size=box, softening=eps, G=1.7)
     assert isinstance(rows, np.ndarray) and isinstance(pot, np.ndarray)  # on the host
     assert rows.dtype == np.int64 and pot.dtype == np.float64
-    assert rows[3] == -1 and np.isnan(pot[3])
-    ref = brute_potentials(unwrapped, mass, starts, eps=eps, G=1.7)
-    for s in (0, 1, 2, 4):
+    assert rows[5] == -1 and np.isnan(pot[5])
+    ref = brute_potentials(unwrapped, mass, starts[:7], eps=eps, G=1.7)
+    for s in (0, 1, 3, 4):
         a, b = starts[s], starts[s + 1]
         assert rows[s] == a + int(np.argmin(ref[a:b]))
         assert pot[s] == pytest.approx(ref[a:b].min(), rel=1e-11)
+    assert rows[7] == starts[7] and pot[7] == 0.0  # a single member: nothing binds it
+    ref_box = brute_potentials(pos[starts[6]:starts[7]], mass[starts[6]:starts[7]],
+                               np.array([0, sizes[6]]), eps=eps, box=box, G=1.7)
+    assert rows[6] == starts[6] + int(np.argmin(ref_box))
+    assert pot[6] == pytest.approx(ref_box.min(), rel=1e-11)
