@@ -103,12 +103,16 @@ def product_units(units: Mapping[str, str] | None = None, *, g_one: bool = False
 def input_units(snap_or_pos, G: float | None = None) -> dict[str, str]:  # noqa: N803
     """:func:`product_units` of an analysis input: a Snapshot's ``units`` (or the
     labels for raw arrays), with ``g_one`` when neither ``G`` nor the snapshot's
-    ``G`` is given (the analyses then use G = 1)."""
-    from .snapshot import Snapshot
+    ``G`` is given (the analyses then use G = 1).
 
-    if isinstance(snap_or_pos, Snapshot):
-        return product_units(snap_or_pos.units, g_one=G is None and snap_or_pos.G is None)
-    return product_units(None, g_one=G is None)
+    A snapshot is read through its ``units`` (a mapping, or None) and ``G``
+    attributes, which raw arrays (NumPy, CuPy, dask) do not have: this module is
+    below :mod:`cosmo_dask.snapshot` (which uses it) and does not import it back.
+    """
+    units = getattr(snap_or_pos, "units", None)
+    snap_g = getattr(snap_or_pos, "G", None)
+    return product_units(units if isinstance(units, Mapping) else None,
+                         g_one=G is None and snap_g is None)
 
 
 def _compose(base: Mapping[str, str], powers: tuple[int, int, int]) -> str:

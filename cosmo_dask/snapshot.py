@@ -44,6 +44,7 @@ from .backend import (
 from .chunk_manifest import check_chunks, checksum_problems
 from .display import array_row, html_table, signif, with_unit
 from .errors import ParameterError, SnapshotError
+from .product_units import product_units
 from .validation import (
     ARRAY_SCHEMA,
     FIELDS_GROUP,
@@ -620,8 +621,6 @@ class Snapshot:
         each with its ``units`` attribute (the snapshot's units; ``"1"`` for ids and
         types; labels when the snapshot states none). Extra ``fields`` are left out."""
         import xarray as xr
-
-        from .product_units import product_units
 
         pu = product_units(self.units)
         quantity = {"pos": "length", "vel": "velocity", "mass": "mass"}

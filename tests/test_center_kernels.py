@@ -187,11 +187,11 @@ def _mbp_reference(pos, mass, starts, **kw):
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.01])
-def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
-    # halos above the size where octree bounds prune (Plummer / NFW, clumps, a cored
-    # Plummer whose centre is flat), small ones, an empty one; in a periodic box, two
-    # of them straddling faces, one spread over the whole box (no pruning there)
+def mbp_case(rng):
+    """Halos above the size where octree bounds prune (Plummer / NFW, clumps, a cored
+    Plummer whose centre is flat), small ones, an empty one (segment 5); in a periodic box,
+    two of them straddling faces (1 and 3), one spread over the whole box (6, no pruning
+    there): ``(box, unwrapped positions, wrapped positions, masses, starts, sizes)``."""
     box = 60.0
     halos = [model_halo(rng, "plummer", 5000, clump=True) + 30.0,
              model_halo(rng, "nfw", 7000, clump=False) + np.array([0.3, 59.8, 30.0]),
@@ -206,20 +206,18 @@ def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
     unwrapped = np.concatenate(halos)
     pos = np.mod(unwrapped, box)
     mass = rng.uniform(0.5, 1.5, len(pos))
+    return box, unwrapped, pos, mass, starts, sizes
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.01])
+def test_segment_mbp_is_the_argmin_of_every_potential(rng, eps):
+    box, _, pos, mass, starts, _ = mbp_case(rng)
     rows, pot = segment_mbp(pos, mass, starts, box_size=box, softening=eps, G=1.7)
     want_rows, want_pot = _mbp_reference(pos, mass, starts, box_size=box, softening=eps, G=1.7)
     np.testing.assert_array_equal(rows, want_rows)
     np.testing.assert_array_equal(pot, want_pot)  # the same potentials, bit for bit
     assert rows[5] == -1 and np.isnan(pot[5])
-    # and against the float64 double sum (the box-wide halo takes minimum images)
-    ref = brute_potentials(unwrapped, mass, starts[:7], eps=eps, G=1.7)
-    for s in (0, 1, 3, 4):
-        a, b = starts[s], starts[s + 1]
-        assert rows[s] == a + int(np.argmin(ref[a:b]))
-        assert pot[s] == pytest.approx(ref[a:b].min(), rel=1e-11)
-    ref_box = brute_potentials(pos[starts[6]:starts[7]], mass[starts[6]:starts[7]],
-                               np.array([0, sizes[6]]), eps=eps, box=box, G=1.7)
-    assert rows[6] == starts[6] + int(np.argmin(ref_box))
+    # against the float64 double sum, on every backend: test_kernel_contracts_halos.py
 
 
 def test_segment_mbp_open_boundaries_and_fallbacks(rng):
@@ -419,22 +417,7 @@ def test_gpu_module_imports_without_cupy():
     assert callable(center_kernels_gpu.segment_potentials_gpu)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("periodic", [False, True])
-@pytest.mark.parametrize("eps", [0.0, 0.03])
-def test_gpu_segment_potentials_float64(rng, periodic, eps):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.halos.center_kernels_gpu import segment_potentials_gpu
-
-    pos, mass, starts, box = _gpu_case(rng)
-    box = box if periodic else None
-    if periodic:
-        pos = np.mod(pos, box)
-    ref = segment_potentials(pos, mass, starts, box_size=box, softening=eps)
-    got = segment_potentials_gpu(cupy.asarray(pos), cupy.asarray(mass), cupy.asarray(starts),
-                                 box_size=box, softening=eps)
-    assert isinstance(got, cupy.ndarray) and got.dtype == cupy.float64
-    np.testing.assert_allclose(cupy.asnumpy(got), ref, rtol=1e-10, atol=0)
+# the float64 GPU kernel against the CPU kernel: tests/test_kernel_contracts_halos.py
 
 
 @pytest.mark.gpu

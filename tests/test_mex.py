@@ -356,7 +356,7 @@ def test_bad_input():
 def test_potential_min_center_or_clear_error(rng):
     x, m = blob(rng, 300)
     try:
-        from cosmo_dask.expansion.centers import potential_min_center  # noqa: F401
+        from cosmo_dask.expansion.scf import potential_min_center  # noqa: F401
     except ImportError:
         with pytest.raises(NotImplementedError, match="potential_min"):
             MEX(center="potential_min").fit(x, m)

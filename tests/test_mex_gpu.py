@@ -19,29 +19,7 @@ def cp():
     return pytest.importorskip("cupy")
 
 
-@pytest.mark.parametrize("lmax", [0, 3, 6, 10])
-def test_kernels_equal_cpu(cp, rng, lmax):
-    from cosmo_dask.expansion import mex_kernels_gpu as gpu
-
-    x, m = blob(rng, 3000)
-    x[0] = 0.0
-    order = np.argsort((x * x).sum(1), kind="stable")
-    xs, ms = x[order], m[order]
-    for eps2 in (0.0, 0.01):
-        Qc, Pc = cpu.terms_scan(xs, ms, lmax, eps2)
-        Qg, Pg = gpu.terms_scan(cp.asarray(xs), cp.asarray(ms), lmax, eps2)
-        scale = np.abs(Qc).max(axis=0) + 1e-300
-        assert np.max(np.abs(Qg.get() - Qc) / scale) < 1e-12
-        scale = np.abs(Pc).max(axis=0) + 1e-300
-        assert np.max(np.abs(Pg.get() - Pc) / scale) < 1e-12
-        iq = np.arange(len(xs))
-        ac, pc = cpu.evaluate(xs, Qc, Pc, iq, iq + 1, lmax, eps2)
-        ag, pg = gpu.evaluate(cp.asarray(xs), cp.asarray(Qc), cp.asarray(Pc), cp.asarray(iq),
-                              cp.asarray(iq + 1), lmax, eps2)
-        keep = np.linalg.norm(ac, axis=1) > 0
-        assert rel_err(ag.get()[keep], ac[keep]).max() < 1e-12
-        assert rel_err(pg.get(), pc).max() < 1e-12
-        assert np.all(np.isfinite(ag.get()))
+# the float64 CUDA kernels against the numba kernels: tests/test_kernel_contracts_expansion.py
 
 
 def test_float32_kernels(cp, rng):

@@ -11,7 +11,7 @@ from scipy.special import eval_gegenbauer, gammaln, lpmv
 
 from cosmo_dask import ParameterError, Snapshot
 from cosmo_dask.expansion import SCF, fit_series
-from cosmo_dask.expansion.centers import potential_min_center
+from cosmo_dask.expansion.scf import potential_min_center
 from cosmo_dask.models import hernquist
 
 SQ4PI = math.sqrt(4 * math.pi)

@@ -8,48 +8,11 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-def _cloud(rng, n):
-    x = rng.normal(size=(n, 3)) * np.array([1.0, 0.7, 0.5]) + np.array([0.2, -0.1, 0.05])
-    x[: n // 4] *= 3.0
-    return x, rng.uniform(0.5, 1.5, n)
-
-
 def _rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
-@pytest.mark.parametrize("nmax, lmax", [(10, 6), (3, 0), (0, 2), (20, 10)])
-def test_gpu_kernels_match_cpu_float64(rng, nmax, lmax):
-    import cupy
-
-    from cosmo_dask.expansion.scf_kernels import scf_coefficient_sums, scf_evaluate, unpack_sums
-    from cosmo_dask.expansion.scf_kernels_gpu import scf_coefficient_sums_gpu, scf_evaluate_gpu
-
-    x, m = _cloud(rng, 50_000)
-    cpu = scf_coefficient_sums(x, m, nmax, lmax, 0.9)
-    gpu = cupy.asnumpy(scf_coefficient_sums_gpu(cupy.asarray(x), cupy.asarray(m), nmax, lmax,
-                                                0.9))
-    sums, msum, count = unpack_sums(cpu, nmax, lmax)
-    gsums, gmsum, gcount = unpack_sums(gpu, nmax, lmax)
-    assert gcount == count and abs(gmsum / msum - 1) < 1e-13
-    for row in range(4):
-        assert _rel(gsums[row], sums[row]) < 1e-12 if np.any(sums[row]) else True
-    S, T = sums[0] / msum, sums[1] / msum
-    y = np.concatenate([x[:5000], [[0, 0, 0], [0, 0, 1.0], [0, 0, -2.0]]])
-    for what in ("acceleration", "potential", "density"):
-        yy = y if what != "density" else y[np.linalg.norm(y, axis=1) > 0]
-        ref = scf_evaluate(yy, S, T, 0.9, 2.5, what)
-        got = cupy.asnumpy(scf_evaluate_gpu(cupy.asarray(yy), S, T, 0.9, 2.5, what))
-        assert np.all(np.isfinite(got))
-        if what == "acceleration":
-            scale = np.linalg.norm(ref, axis=1)
-            err = np.linalg.norm(got - ref, axis=1)
-        else:
-            scale = np.abs(ref)
-            err = np.abs(got - ref)
-        zero = scale == 0  # lmax = 0 at r = 0: the monopole force there is 0 by convention
-        assert np.all(err[zero] == 0), what
-        assert np.max(err[~zero] / scale[~zero]) < 1e-11, what
+# the float64 CUDA kernels against the numba kernels: tests/test_kernel_contracts_expansion.py
 
 
 def test_gpu_float32_error_and_dask_path(rng):
@@ -86,7 +49,7 @@ def test_gpu_potential_min_center(rng):
     import cupy
     import dask.array as da
 
-    from cosmo_dask.expansion.centers import potential_min_center
+    from cosmo_dask.expansion.scf import potential_min_center
     from cosmo_dask.models import hernquist
 
     host = hernquist(20_000, seed=1).pos.compute() + np.array([3.0, -2.0, 1.0])

@@ -65,6 +65,7 @@ from ..errors import ParameterError
 from ..product_units import input_units
 from ..progress import compute, persist
 from ..task_graph import TaskGraph
+from .dispatch import mex_evaluate, mex_terms_scan
 from .parameters import (
     CENTER_DEFAULT,
     LMAX_DEFAULT,
@@ -89,14 +90,6 @@ def _scan_bytes(lmax: int) -> int:
     and their running sums (3 x 8 bytes, GPU) plus ``Q`` and ``P`` (2 x 8 at most), for
     each of the ``(lmax+1)^2`` terms."""
     return 40 * (lmax + 1) ** 2
-
-
-def _kernels(xp):
-    if xp is np:
-        from . import mex_kernels as k
-    else:
-        from . import mex_kernels_gpu as k
-    return k
 
 
 def _pow2(x: float) -> float:
@@ -168,8 +161,7 @@ def _scan(pos, m, params, qoff=None, poff=None):
     plus the other buckets' totals (``qoff`` earlier, ``poff`` later) when given."""
     lmax, eps2, inv_a, inv_m = params[:4]
     xp = array_module(pos)
-    Q, P = _kernels(xp).terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m),
-                                   lmax, eps2)
+    Q, P = mex_terms_scan(pos * pos.dtype.type(inv_a), m * m.dtype.type(inv_m), lmax, eps2)
     if qoff is not None:
         Q += xp.asarray(qoff.astype(Q.dtype))
         P += xp.asarray(poff.astype(P.dtype))
@@ -203,8 +195,7 @@ def _eval_self(pos, m, qoff, poff, params):
     xp = array_module(pos)
     n = pos.shape[0]
     iq = xp.arange(n, dtype=np.int64)
-    acc, phi = _kernels(xp).evaluate(pos * pos.dtype.type(inv_a), Q, P, iq, iq + 1,
-                                     lmax, eps2)
+    acc, phi = mex_evaluate(pos * pos.dtype.type(inv_a), Q, P, iq, iq + 1, lmax, eps2)
     del Q, P
     return xp.concatenate([acc * acc.dtype.type(acc_scale),
                            (phi * phi.dtype.type(phi_scale))[:, None]], axis=1)
@@ -251,8 +242,7 @@ def _eval_points(piece, r_sorted, sums, params):
     xp = array_module(Q)
     pos = xp.asarray(pos)
     n_in = xp.searchsorted(r_sorted, xp.asarray(r), side="right").astype(np.int64)
-    acc, phi = _kernels(xp).evaluate(pos * pos.dtype.type(inv_a), Q, P, n_in, n_in,
-                                     lmax, eps2)
+    acc, phi = mex_evaluate(pos * pos.dtype.type(inv_a), Q, P, n_in, n_in, lmax, eps2)
     vals = xp.concatenate([acc * acc.dtype.type(acc_scale),
                            (phi * phi.dtype.type(phi_scale))[:, None]], axis=1)
     return where, vals
@@ -271,7 +261,7 @@ class MEX:
         ``m >= 0``); ``lmax = 32`` is 2178 numbers (17 kB in float64) per particle.
     center : "com", "potential_min" or 3 floats
         Expansion centre: the centre of mass, the potential minimum (from
-        :func:`cosmo_dask.expansion.centers.potential_min_center`), or a point.
+        :func:`cosmo_dask.expansion.scf.potential_min_center`), or a point.
     softening : float
         ``eps >= 0``: the irregular radial functions ``r^-(2l+1)`` become
         ``(r^2 + eps^2)^-(l+1/2)`` (Plummer-like, the White 1983 form); the
@@ -350,13 +340,8 @@ class MEX:
 
         center = self.center
         if isinstance(center, str) and center == "potential_min":
-            try:
-                from .centers import potential_min_center
-            except ImportError as e:
-                raise NotImplementedError(
-                    "MEX: center='potential_min' needs "
-                    "cosmo_dask.expansion.centers.potential_min_center, which is not "
-                    "available yet; pass center='com' or an explicit point") from e
+            from .scf import potential_min_center
+
             g_find = G
             if g_find is None and isinstance(snap_or_pos, Snapshot):
                 g_find = snap_or_pos.G

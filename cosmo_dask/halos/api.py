@@ -8,6 +8,7 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 
+from ..backend import empty_meta
 from ..product_units import product_units
 from ..task_graph import TaskGraph
 from . import catalog as cat
@@ -136,15 +137,15 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
         data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])
     elif "mbp" in centers or "mbp_grid" in centers:
         mode = "grid" if "mbp_grid" in centers else "auto"
-        device = snap.device
+        like = empty_meta(snap.pos, 1, np.float64)  # the exact MBPs go where the chunks are
         n_members = res.n_members
         n_batches = max(1, len(members))
         local = [g.add((f"halo-mbp-local-{token}", d), cat.mbp_local, r, n_members, box, soft,
-                       G, grid_threshold, mode, device) for d, r in enumerate(refs)]
+                       G, grid_threshold, mode, like) for d, r in enumerate(refs)]
         exports = [g.add_split((f"halo-mbp-export-{token}", d), cat.mbp_export, r, n_members,
                                n_batches, n=n_batches) for d, r in enumerate(refs)]
         batches = [g.add((f"halo-mbp-batch-{token}", b), cat.mbp_batch, box, soft, G,
-                         grid_threshold, mode, device, *[e[b] for e in exports])
+                         grid_threshold, mode, like, *[e[b] for e in exports])
                    for b in range(n_batches)]
         (mbp,) = g.compute([g.add(f"halo-mbp-reduce-{token}", cat.reduce_mbp, n_halos, *local,
                                   *batches).key], label="most-bound particles")

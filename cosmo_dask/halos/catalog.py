@@ -12,17 +12,23 @@ halos; the reductions see one small row per (domain, halo) pair.
 * ``r_max``: a second pass, the largest member distance from the centre of mass;
 * most-bound particle (MBP): halos whose members all sit in one domain are
   done there (``halo-mbp-local``); the others are gathered by halo into
-  ``halo-mbp-batch`` tasks. The exact MBP comes from
-  :func:`center_kernels.segment_mbp` on CPU (exact potentials only for the
-  members that octree bounds cannot rule out; the same answer as every
-  potential) and from every potential, :func:`center_kernels_gpu.segment_potentials_gpu`,
-  on GPU; halos above ``grid_threshold`` members use the grid-Poisson
-  approximation :func:`center_kernels.grid_mbp`.
+  ``halo-mbp-batch`` tasks. The exact MBP comes from the
+  :data:`~cosmo_dask.halos.dispatch.segment_mbp` contract, chosen by the
+  snapshot's chunk type (``like``, a zero-size array of it): on CPU
+  :func:`center_kernels.segment_mbp` (exact potentials only for the members that
+  octree bounds cannot rule out; the same answer as every potential), on GPU
+  :func:`center_kernels_gpu.segment_mbp_gpu` (every potential, on the GPU);
+  halos above ``grid_threshold`` members use the grid-Poisson approximation
+  :func:`center_kernels.grid_mbp` (on the host).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..backend import array_module, host
+from . import dispatch as kernels
+from .center_kernels import grid_mbp, member_potentials
 
 #: default member count above which "mbp" uses the grid-Poisson approximation
 GRID_THRESHOLD = 20000
@@ -127,10 +133,9 @@ def reduce_rmax(n_halos: int, *parts) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- MBP
-def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, device):
-    """(halo, particle index, position, exact potential) of each halo's most-bound member."""
-    from .center_kernels import grid_mbp, member_potentials, segment_mbp, segmented_argmin
-
+def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, like):
+    """(halo, particle index, position, exact potential) of each halo's most-bound member;
+    the exact MBPs computed where chunks like ``like`` (a zero-size array) live."""
     order = np.argsort(lab, kind="stable")
     lab, index, pos, mass = lab[order], index[order], pos[order], mass[order]
     halos, starts = _segments(lab)
@@ -145,21 +150,12 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, de
     if exact.size:
         sel = np.flatnonzero(np.repeat(~use_grid, sizes))
         sub_starts = np.r_[0, np.cumsum(sizes[exact])].astype(np.int64)
-        if device == "gpu":
-            import cupy
-
-            from .center_kernels_gpu import segment_potentials_gpu
-
-            pot = segment_potentials_gpu(cupy.asarray(pos[sel]), cupy.asarray(mass[sel]),
-                                         cupy.asarray(sub_starts), box_size=box,
-                                         softening=softening, G=G).get()
-            best = segmented_argmin(pot, sub_starts)
-            pot = pot[best]
-        else:  # the same rows and potentials, without every member's potential
-            best, pot = segment_mbp(pos[sel], mass[sel], sub_starts, box_size=box,
-                                    softening=softening, G=G)
-        rows[exact] = sel[best]
-        pot_best[exact] = pot
+        xp = array_module(like)
+        best, pot = kernels.segment_mbp(xp.asarray(pos[sel]), xp.asarray(mass[sel]),
+                                        xp.asarray(sub_starts), box_size=box,
+                                        softening=softening, G=G)
+        rows[exact] = sel[host(best)]
+        pot_best[exact] = host(pot)
     for s in np.flatnonzero(use_grid):
         a, b = starts[s], starts[s + 1]
         r = grid_mbp(pos[a:b], mass[a:b], box_size=box, softening=softening, G=G)
@@ -170,8 +166,9 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, de
 
 
 def mbp_local(members: dict, n_members: np.ndarray, box, softening, G, grid_threshold, mode,
-              device) -> tuple:
-    """MBP of the halos whose members all live in this domain."""
+              like) -> tuple:
+    """MBP of the halos whose members all live in this domain (exact MBPs computed where
+    chunks like ``like``, a zero-size NumPy or CuPy array, live)."""
     lab = members["label"]
     halos, starts = _segments(lab)
     whole = np.zeros(lab.size, bool)
@@ -179,7 +176,7 @@ def mbp_local(members: dict, n_members: np.ndarray, box, softening, G, grid_thre
         complete = np.diff(starts) == n_members[halos]
         whole = np.repeat(complete, np.diff(starts))
     return _mbp_rows(lab[whole], members["index"][whole], members["pos"][whole],
-                     members["mass"][whole], box, softening, G, grid_threshold, mode, device)
+                     members["mass"][whole], box, softening, G, grid_threshold, mode, like)
 
 
 def mbp_export(members: dict, n_members: np.ndarray, n_batches: int) -> list:
@@ -196,10 +193,10 @@ def mbp_export(members: dict, n_members: np.ndarray, n_batches: int) -> list:
             for b in range(n_batches)]
 
 
-def mbp_batch(box, softening, G, grid_threshold, mode, device, *pieces) -> tuple:
-    """MBP of the gathered split halos of one batch."""
+def mbp_batch(box, softening, G, grid_threshold, mode, like, *pieces) -> tuple:
+    """MBP of the gathered split halos of one batch (``like`` as for :func:`mbp_local`)."""
     cat = [np.concatenate([p[k] for p in pieces]) for k in range(4)]
-    return _mbp_rows(*cat, box, softening, G, grid_threshold, mode, device)
+    return _mbp_rows(*cat, box, softening, G, grid_threshold, mode, like)
 
 
 def reduce_mbp(n_halos: int, *rows) -> dict:

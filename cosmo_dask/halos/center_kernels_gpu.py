@@ -3,7 +3,9 @@
 :func:`segment_potentials_gpu` is the GPU twin of
 :func:`cosmo_dask.halos.center_kernels.segment_potentials`: the exact
 potential of every particle due to the other members of its segment
-(particles sorted by halo, segment ``s`` = rows ``starts[s]:starts[s+1]``).
+(particles sorted by halo, segment ``s`` = rows ``starts[s]:starts[s+1]``);
+:func:`segment_mbp_gpu`, the twin of :func:`~cosmo_dask.halos.center_kernels.segment_mbp`,
+takes each segment's argmin of those potentials.
 
 Layout: the work is a precomputed list of ``(segment, i-tile)`` items, one
 CUDA block of ``_BLOCK`` threads per item, so a big halo is spread over many
@@ -22,11 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import host
 from ..cuda import include_options
 from ..errors import ParameterError
-from .center_kernels import check_common, check_starts
+from .center_kernels import check_common, check_starts, segmented_argmin
 
-__all__ = ["segment_potentials_gpu"]
+__all__ = ["segment_mbp_gpu", "segment_potentials_gpu"]
 
 # Threads per block = particles per i-tile = j particles per shared-memory chunk.
 _BLOCK = 128
@@ -215,3 +218,21 @@ def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G
          np.float64(G), out),
     )
     return out
+
+
+def segment_mbp_gpu(pos, mass, starts, *, box_size=None, softening=0.0,
+                    G=1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Most bound particle of every segment and its potential, from every member's exact
+    potential on the GPU (:func:`segment_potentials_gpu`, float64).
+
+    The GPU twin of :func:`cosmo_dask.halos.center_kernels.segment_mbp`: same arguments
+    (``pos`` and ``mass`` CuPy arrays), same answer (the argmin of the exact potentials,
+    ties to the first row), returned like it on the host: ``rows`` int64 ``(h,)`` (-1
+    for an empty segment) and ``potentials`` float64 ``(h,)`` (NaN for an empty
+    segment). The per-member potentials are copied to the host (8 bytes a member) for
+    the segmented argmin.
+    """
+    pot = host(segment_potentials_gpu(pos, mass, starts, box_size=box_size,
+                                      softening=softening, G=G))
+    best = segmented_argmin(pot, host(starts))
+    return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)

@@ -35,6 +35,7 @@ from ..errors import SnapshotError
 from ..progress import compute, worker_count, worker_threads
 from ..spatial import DomainLayout, DomainPart, decompose, domain_grid, rows_by_chunk
 from ..task_graph import TaskGraph
+from . import dispatch as kernels
 from .parameters import (
     LINKING_LENGTH_DEFAULT,
     MIN_FRIENDS_DEFAULT,
@@ -91,22 +92,11 @@ class FOFLabels:
 # cross-domain tables (_merge, _count output, _catalog) are small and on the host.
 def _local(part: DomainPart, periods, ll: float, min_friends: int,
            with_members: bool = False) -> dict:
-    xp = array_module(part.pos)
     # friend counts are read only by the members tables (the catalog's MCP)
-    if xp is not np:
-        from .fof_kernels_gpu import fof_local_gpu
-
-        root, friends = fof_local_gpu(part.pos, periods, ll, min_friends,
+    root, friends = kernels.fof_local(part.pos, periods, ll, min_friends,
                                       count_friends=with_members)
-    else:
-        from .fof_kernels import fof_local
-
-        root, friends = fof_local(part.pos, periods, ll, min_friends,
-                                  count_friends=with_members)
     rep = part.index[root]
     n_own = part.n_owned  # owned rows come first, ghosts after
-    # GPU: the owned rows' local groups, so that fof-count needs no sort (group_rows_gpu)
-    gpu = {} if xp is np else {"root": root[:n_own]}
     ids = part.extra.get("ids", part.index)
     extra = {k: v[:n_own] for k, v in (("vel", part.extra.get("vel")),
                                        ("mass", part.extra.get("mass"))) if v is not None}
@@ -122,7 +112,8 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
         "ghost_rep": host(rep[n_own:]),
         "export_index": host(part.index[part.exported]),
         "export_rep": host(rep[part.exported]),
-        **gpu,
+        # the owned rows' local groups, so that fof-count needs no sort (group_rows)
+        "root": root[:n_own],
     }
 
 
@@ -179,17 +170,12 @@ def _classes(local: dict, merged):
 
 def _count(local: dict, merged, min_members: int) -> np.ndarray:
     """Rows (class, local count, smallest id) worth reporting from one domain (host):
-    classes with at least ``min_members`` members here, or crossing a domain face."""
+    local groups with at least ``min_members`` members here, or crossing a domain face
+    (a class split into several local groups here has a row for each; the catalog sums)."""
     cls, crossing = _classes(local, merged)
     if cls.size == 0:
         return np.empty((0, 3), np.int64)
-    if array_module(cls) is np:
-        from .fof_kernels import class_rows
-
-        return class_rows(cls, local["ids"], crossing, min_members)
-    from .fof_kernels_gpu import group_rows_gpu
-
-    return group_rows_gpu(local["root"], cls, local["ids"], crossing, min_members)
+    return kernels.group_rows(local["root"], cls, local["ids"], crossing, min_members)
 
 
 def _catalog(min_members: int, *tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -81,7 +81,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["canonical_labels", "check_arguments", "fof_local"]
+__all__ = ["canonical_labels", "check_arguments", "fof_local", "group_rows"]
 
 # Cells are made this much (relatively) larger than the linking length, so that
 # rounding in the cell index can never separate a pair at distance <= ll by two
@@ -1227,3 +1227,66 @@ def class_rows(cls, ids, crossing, min_members: int) -> np.ndarray:
     ``min_members`` members or a ``crossing`` member, sorted by class (int64, host)."""
     order = np.argsort(cls)
     return _class_rows(cls, order, np.asarray(ids, dtype=np.int64), crossing, int(min_members))
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_rows(root, cls, ids, crossing, min_members):
+    """Counts and smallest ids per local group (indexed by its root row), then the rows of
+    the groups kept, in root order; no sort."""
+    n = root.shape[0]
+    count = np.zeros(n, dtype=np.int64)
+    low = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    for r in range(n):
+        g = root[r]
+        count[g] += 1
+        if ids[r] < low[g]:
+            low[g] = ids[r]
+    kept = 0
+    for g in range(n):
+        if count[g] >= min_members or (count[g] > 0 and crossing[g]):
+            kept += 1
+    out = np.empty((kept, 3), dtype=np.int64)
+    k = 0
+    for g in range(n):
+        if count[g] >= min_members or (count[g] > 0 and crossing[g]):
+            out[k, 0] = cls[g]
+            out[k, 1] = count[g]
+            out[k, 2] = low[g]
+            k += 1
+    return out
+
+
+def group_rows(root, cls, ids, crossing, min_members: int) -> np.ndarray:
+    """Rows ``(class, count, smallest id)`` of one domain's local groups that have at least
+    ``min_members`` members here or cross a domain face (int64), without sorting the
+    particles; the CPU twin of
+    :func:`cosmo_dask.halos.fof_kernels_gpu.group_rows_gpu` (same rows, same order).
+
+    Parameters
+    ----------
+    root : numpy.ndarray
+        (n,) local group of each owned row: the index of the group's smallest row
+        (``root[r] == r`` for that row), as :func:`fof_local` returns for the owned rows,
+        which come first.
+    cls, crossing : numpy.ndarray
+        (n,) class (int64) of each row and whether it crosses a domain face; both are the
+        same for all rows of a local group.
+    ids : numpy.ndarray
+        (n,) particle ids (int64).
+    min_members : int
+        Groups with fewer rows here are kept only when they cross a face.
+
+    Returns
+    -------
+    numpy.ndarray
+        (rows, 3) int64 in increasing root order; a class can have several rows (local
+        groups merged across domains): the catalog sums counts and takes the smallest id
+        per class, as for :func:`class_rows`.
+    """
+    root = np.ascontiguousarray(root, dtype=np.int64)
+    n = root.shape[0]
+    if n and (root.min() < 0 or root.max() >= n):
+        raise ParameterError(f"root must index the {n} rows given (owned rows first)")
+    return _group_rows(root, np.ascontiguousarray(cls, dtype=np.int64),
+                       np.ascontiguousarray(ids, dtype=np.int64),
+                       np.ascontiguousarray(crossing, dtype=np.bool_), int(min_members))

@@ -1360,28 +1360,9 @@ def group_rows(xp, kernels, root, cls, ids, crossing, min_members: int) -> np.nd
 def group_rows_gpu(root, cls, ids, crossing, min_members: int) -> np.ndarray:
     """Rows ``(class, count, smallest id)`` of one domain's local groups that have at least
     ``min_members`` members here or cross a domain face (int64, on the host), without
-    sorting the particles.
-
-    Parameters
-    ----------
-    root : cupy.ndarray
-        (n,) local group of each owned row: the index of the group's smallest row
-        (``root[r] == r`` for that row), as ``fof_local_gpu`` returns for the owned
-        rows, which come first.
-    cls, crossing : cupy.ndarray
-        (n,) class (int64) of each row and whether it crosses a domain face; both are
-        the same for all rows of a local group.
-    ids : cupy.ndarray
-        (n,) particle ids (int64).
-    min_members : int
-        Groups with fewer rows here are kept only when they cross a face.
-
-    Returns
-    -------
-    numpy.ndarray
-        (rows, 3) int64, in no particular order; a class can have several rows (local
-        groups merged across domains): the catalog sums counts and takes the smallest
-        id per class, as for :func:`cosmo_dask.halos.fof_kernels.class_rows`.
+    sorting the particles: the GPU twin of :func:`cosmo_dask.halos.fof_kernels.group_rows`
+    (see there for the arguments, here CuPy arrays; the same rows in the same order), the
+    counts and smallest ids reduced with atomics.
     """
     import cupy
 
