@@ -6,11 +6,12 @@ the chunk's type per kernel call. For each contract this times ``contract(chunk,
 ``implementation(chunk, ...)`` on the same small chunk (so that the lookup is not lost in
 the kernel's own time), alternating, and prints one JSON line per contract: the medians,
 their ratio and the mean time of the lookup alone (seconds). ``--device gpu`` uses CuPy
-chunks (the GPU kernels, the device synchronised after every call); then the
-multi-domain GPU tree graph (every task through a contract) is also timed, for the
-record.
+chunks (the GPU kernels, the device synchronised after every call). Then the tree graph
+(every tree task through a contract) is timed on 1 and 4 domains; ``--graph-only`` times
+only that, so that the same line can be had from the code before the contracts (run with
+that code first on ``PYTHONPATH``).
 
-    python benchmarks/bench_dispatch.py [--device cpu|gpu] [--repeat 2001]
+    python benchmarks/bench_dispatch.py [--device cpu|gpu] [--repeat 2001] [--graph-only]
 
 On a CPU set NUMBA_NUM_THREADS=1: parallel numba kernels on tiny chunks otherwise time
 the wake-up of their thread pool, not the call.
@@ -77,6 +78,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--repeat", type=int, default=2001)
+    ap.add_argument("--graph-only", action="store_true")
+    ap.add_argument("--n", type=int, default=None,
+                    help="tree graph particles (default 2^20 on a GPU, 2^16 on a CPU)")
     args = ap.parse_args(argv)
     env = {"bench": "dispatch", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
     if args.device == "gpu":
@@ -92,7 +96,10 @@ def main(argv=None) -> None:
 
         def sync():
             pass
-    for name, contract, a, kw in cases(xp):
+    import cosmo_dask
+
+    env["cosmo_dask"] = os.path.dirname(cosmo_dask.__file__)
+    for name, contract, a, kw in ([] if args.graph_only else cases(xp)):
         impl = contract.for_chunk(a[0])
         t_contract, t_direct = _pair_medians(lambda c=contract, a=a, kw=kw: c(*a, **kw),
                                              lambda f=impl, a=a, kw=kw: f(*a, **kw),
@@ -100,31 +107,35 @@ def main(argv=None) -> None:
         emit(env, workload=f"contract_{name}", chunk_rows=int(a[0].shape[0]),
              contract_s=t_contract, direct_s=t_direct, ratio=t_contract / t_direct,
              lookup_s=_lookup_seconds(contract, a[0]))
-    if args.device == "gpu":
-        _tree_graph(env)
+    n = args.n or (1 << 20 if args.device == "gpu" else 1 << 16)
+    _tree_graph(env, xp, n, sync)
 
 
-def _tree_graph(env) -> None:
-    """The tree graph on CuPy chunks, 1 and 4 GPU domains (tasks through the contracts)."""
-    import cupy
+def _tree_graph(env, xp, n: int, sync) -> None:
+    """The tree graph on ``xp`` chunks, 1 and 4 domains (synchronous scheduler)."""
     import dask
     import dask.array as da
-    from timing import gpu_seconds
 
     from cosmo_dask.gravity.tree_graph import tree_accelerations
 
     rng = np.random.default_rng(1)
-    n = 1 << 20
-    pos = da.from_array(cupy.asarray(rng.random((n, 3))), chunks=(n // 4, 3), asarray=False)
+    pos = da.from_array(xp.asarray(rng.random((n, 3))), chunks=(n // 4, 3), asarray=False)
     for nd in (1, 4):
         def run(nd=nd):
             with dask.config.set(scheduler="synchronous"):
                 return tree_accelerations(pos, 1.0 / n, G=1.0, theta=0.5, n_domains=nd,
                                           precision="float32", potential=False)[0].compute()
 
-        t, times, _ = gpu_seconds(run, 5)
-        emit(env, workload="tree_graph_cupy", n=n, n_domains=nd, seconds=t,
-             all=[round(v, 4) for v in times])
+        run()
+        times = []
+        for _ in range(5):
+            sync()
+            t = time.perf_counter()
+            run()
+            sync()
+            times.append(time.perf_counter() - t)
+        emit(env, workload="tree_graph", n=n, n_domains=nd,
+             seconds=statistics.median(times), all=[round(v, 4) for v in times])
 
 
 if __name__ == "__main__":
