@@ -296,3 +296,16 @@ def test_numpy_and_cupy_only():
     with pytest.raises(DeviceError, match="gravity.p2p_block: no kernel for chunks of type "
                                           "builtins.list; it takes NumPy or CuPy arrays"):
         kernels.p2p_block([[0.0, 0.0, 0.0]], [[1.0, 0.0, 0.0]], 1.0)
+
+
+@pytest.mark.parametrize("name", kernels.__all__)
+def test_one_signature(name):
+    """The GPU kernel takes the CPU kernel's parameters, by name and in order (the GPU
+    modules import without CuPy); only launch keywords may follow."""
+    import inspect
+
+    contract = getattr(kernels, name)
+    cpu = list(inspect.signature(contract.cpu_implementation()).parameters)
+    gpu = list(inspect.signature(contract.gpu_implementation()).parameters)
+    assert gpu[:len(cpu)] == cpu
+    assert set(gpu[len(cpu):]) <= {"threads", "per_thread", "splits", "unroll"}

@@ -109,3 +109,14 @@ def test_build_octree(backend):
     np.testing.assert_array_equal(t["start"][g[1:]], (t["start"] + t["count"])[g[:-1]])
     assert t["start"][g[0]] == 0 and (t["start"] + t["count"])[g[-1]] == n
     assert np.all(t["count"][g] <= 40)
+
+
+@pytest.mark.parametrize("name", kernels.__all__)
+def test_one_signature(name):
+    """The GPU kernel takes the CPU kernel's parameters, by name and in order."""
+    import inspect
+
+    contract = getattr(kernels, name)
+    cpu = inspect.signature(contract.cpu_implementation()).parameters
+    gpu = inspect.signature(contract.gpu_implementation()).parameters
+    assert list(gpu) == list(cpu)
