@@ -59,7 +59,7 @@ def plummer_sphere(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 def bench_gpu(env, args):
     import cupy
 
-    from cosmo_dask.gravity.p2p_kernels_gpu import p2p_block_gpu
+    from cosmo_dask.gravity.dispatch import p2p_block  # p2p_block_gpu on CuPy arrays
 
     env = dict(env, device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
     for logn in (18, 20):
@@ -73,8 +73,8 @@ def bench_gpu(env, args):
                     continue
 
                 def call(prec=prec, pot=pot, xd=xd, md=md):
-                    return p2p_block_gpu(xd, xd, md, softening=1e-3, precision=prec,
-                                         potential=pot, exclude="index")
+                    return p2p_block(xd, xd, md, softening=1e-3, precision=prec,
+                                     potential=pot, exclude="index")
 
                 rep = args.repeat if prec == "float32" or logn == 18 else 3
                 t = gpu_median(cupy, call, rep)
@@ -105,7 +105,7 @@ def bench_gpu(env, args):
                             (threads, per) == (128, 4) else (8,):
                         def call(prec=prec, threads=threads, per=per, unroll=unroll, xd=xd,
                                  md=md):
-                            return p2p_block_gpu(xd, xd, md, softening=1e-3, precision=prec,
+                            return p2p_block(xd, xd, md, softening=1e-3, precision=prec,
                                                  potential=True, exclude="index",
                                                  threads=threads, per_thread=per,
                                                  unroll=unroll)
@@ -125,9 +125,9 @@ def bench_gpu(env, args):
         base = None
         for level in (None, 0, 1, 2, 3, 4):
             def call(prec=prec, level=level):
-                return p2p_block_gpu(xd, xd, md, softening=1e-4, precision=prec,
-                                     potential=False, box_size=1.0, rs=0.25, r_cut=1.2,
-                                     table_level=level, exclude="index")
+                return p2p_block(xd, xd, md, softening=1e-4, precision=prec,
+                                 potential=False, box_size=1.0, rs=0.25, r_cut=1.2,
+                                 table_level=level, exclude="index")
             t = gpu_median(cupy, call, args.repeat)
             base = t if level is None else base
             emit(env, workload="truncated_gpu", n=n, precision=prec, potential=False,

@@ -61,6 +61,7 @@ def main(argv=None):
     import cupy
 
     import cosmo_dask.gravity.tree_let_gpu as tlg
+    from cosmo_dask.gravity.dispatch import domain_let
     from cosmo_dask.gravity.parameters import (
         R_SPLIT_CELLS,
         TREEPM_MAX_GROUP,
@@ -98,7 +99,7 @@ def main(argv=None):
         return out
 
     lets = []
-    original_let = tlg.gpu_let
+    original_let = domain_let.gpu_implementation()
 
     def sized_let(*a, **k):
         out = original_let(*a, **k)
@@ -120,12 +121,14 @@ def main(argv=None):
         cb = TaskTimes(cupy)
         walks.clear()
         lets.clear()
-        tlg.walk_forces, tlg.gpu_let = timed_walk, sized_let
+        tlg.walk_forces = timed_walk  # looked up by gpu_domain_forces at each call
+        domain_let.register(cupy.ndarray, sized_let)  # the LET contract's GPU kernel
         try:
             with cb, dask.config.set(scheduler="sync"):
                 run()
         finally:
-            tlg.walk_forces, tlg.gpu_let = original, original_let
+            tlg.walk_forces = original
+            domain_let.register(cupy.ndarray, original_let)
         tasks = sorted(cb.total.items(), key=lambda kv: -kv[1])
         print(json.dumps({
             "what": "tree", "domains": nd, "seconds": float(np.median(times)), "all": times,

@@ -75,7 +75,7 @@ def test_independent_of_chunking_and_workers(sphere, client):
 
 
 def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
-    from cosmo_dask.gravity.tree_graph import group_batch
+    from cosmo_dask.gravity.tree_cpu import group_batch
     from cosmo_dask.spatial.octree import build_octree
 
     x, m = sphere

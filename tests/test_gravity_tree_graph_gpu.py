@@ -35,11 +35,14 @@ def test_gpu_chunks_against_direct(n_domains):
 
 @pytest.fixture
 def gpu_only_walk(monkeypatch):
-    """Fail any CPU tree walk or host tree build; count the GPU domain evaluations."""
-    from cosmo_dask.gravity import tree_graph, tree_let_gpu
+    """Fail any CPU tree walk or host tree build; count the GPU domain evaluations (the
+    GPU kernels of the contracts ``domain_forces`` and ``domain_let``, wrapped)."""
+    cupy = pytest.importorskip("cupy")
+    from cosmo_dask.gravity import dispatch, tree_cpu
 
     calls = {"forces": 0, "lets": 0}
-    forces, let = tree_let_gpu.gpu_domain_forces, tree_let_gpu.gpu_let
+    forces = dispatch.domain_forces.gpu_implementation()
+    let = dispatch.domain_let.gpu_implementation()
 
     def count_forces(*args, **kw):
         calls["forces"] += 1
@@ -55,11 +58,13 @@ def gpu_only_walk(monkeypatch):
     def no_host(*args, **kw):
         raise AssertionError("a CPU tree kernel ran on CuPy chunks")
 
-    monkeypatch.setattr(tree_let_gpu, "gpu_domain_forces", count_forces)
-    monkeypatch.setattr(tree_let_gpu, "gpu_let", count_let)
-    monkeypatch.setattr(tree_graph, "build_octree", no_host)
-    monkeypatch.setattr(tree_graph, "interaction_lists", no_host)
-    return calls
+    dispatch.domain_forces.register(cupy.ndarray, count_forces)
+    dispatch.domain_let.register(cupy.ndarray, count_let)
+    monkeypatch.setattr(tree_cpu, "build_octree", no_host)
+    monkeypatch.setattr(tree_cpu, "interaction_lists", no_host)
+    yield calls
+    dispatch.domain_forces.register(cupy.ndarray, forces)
+    dispatch.domain_let.register(cupy.ndarray, let)
 
 
 def test_eight_gpu_domains_equal_one_gpu_domain(gpu_only_walk):
@@ -126,18 +131,18 @@ def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree_gpu import kernel_settings
     from cosmo_dask.gravity.tree_let_gpu import gpu_domain_tree, gpu_let
 
     rng = np.random.default_rng(4)
     n, box = 50_000, 10.0
     pos = cupy.asarray(rng.random((n, 3)) * box)
     mass = cupy.full(n, 1.0 / n)
-    dt = gpu_domain_tree(pos, mass, cupy.arange(n), max_leaf=32, max_group=32, box_size=box)
+    opts = {"G": 1.0, "theta": 0.5, "softening": 0.0, "softening_kernel": "plummer",
+            "precision": "float64", "box_size": box, "rs": 0.3, "r_cut": 1.35,
+            "max_leaf": 32, "max_group": 32}
+    dt = gpu_domain_tree(pos, mass, cupy.arange(n), opts)
     assert sizeof(dt) > dt.pos64.nbytes + dt.tree.pos.nbytes + dt.index.nbytes
-    settings = kernel_settings(G=1.0, theta=0.5, softening=0.0, softening_kernel="plummer",
-                               precision="float64", box_size=box, rs=0.3, r_cut=1.35)
-    let = gpu_let(dt, np.array([0.0, 0.0, 0.0]), np.array([2.0, 10.0, 10.0]), settings)
+    let = gpu_let(dt, np.array([0.0, 0.0, 0.0]), np.array([2.0, 10.0, 10.0]), opts)
     assert let is not None and sizeof(let) >= let.pos.nbytes + let.lo.nbytes
     for obj in (dt, let):
         header, frames = serialize(obj, serializers=("cuda",))

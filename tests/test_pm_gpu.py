@@ -1,4 +1,5 @@
-"""GPU PM kernels (CuPy) against the CPU kernels; PM and TreePM graphs on CuPy chunks."""
+"""PM and TreePM graphs on CuPy chunks (the GPU PM kernels against the CPU ones and their
+references: tests/test_kernel_contracts_gravity.py)."""
 
 from __future__ import annotations
 
@@ -8,52 +9,6 @@ import numpy as np
 import pytest
 
 from cosmo_dask.gravity.pm import pm_accelerations
-from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy, green_kslab
-from cosmo_dask.spatial.fft import kslab_wavenumbers
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rs", [0.0, 0.05])
-def test_green_slab_matches_cpu(rs):
-    """The CUDA Green's function on a k-space slab (rows 5..11 of a 24^3 mesh) against
-    the numba one, complex128 and complex64."""
-    cupy = pytest.importorskip("cupy")
-    rng = np.random.default_rng(0)
-    shape, box = (24, 24, 24), 2.0
-    fk = (rng.standard_normal((24, 7, 13)) + 1j * rng.standard_normal((24, 7, 13)))
-    k = kslab_wavenumbers(shape, box, slice(5, 12))
-    kg = kslab_wavenumbers(shape, box, slice(5, 12), xp=cupy)
-    kw = dict(cell=box / 24, rs=rs, scale=-4 * np.pi * 1.5 / (box / 24) ** 3)
-    cpu = green_kslab(fk, *k, **kw)
-    gpu = green_kslab(cupy.asarray(fk), *kg, **kw)
-    assert isinstance(gpu, cupy.ndarray)
-    assert np.abs(gpu.get() - cpu).max() <= 1e-14 * np.abs(cpu).max()
-    g32 = green_kslab(cupy.asarray(fk.astype(np.complex64)), *kg, **kw)
-    assert g32.dtype == np.complex64
-    assert np.abs(g32.get() - cpu).max() <= 1e-6 * np.abs(cpu).max()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shift", [0.0, 0.5])
-def test_interpolation_matches_cpu(shift):
-    """Whole meshes and one slab (planes 3..9 of 16) of up to four meshes."""
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.pm_kernels_gpu import cic_interpolate_cupy
-
-    rng = np.random.default_rng(1)
-    meshes = rng.random((4, 16, 16, 16))
-    pos = rng.random((5000, 3)) * 3.0
-    cpu = cic_interpolate_numpy(pos, meshes, 3.0, shift)
-    gpu = cic_interpolate_cupy(cupy.asarray(pos), cupy.asarray(meshes), 3.0, shift).get()
-    np.testing.assert_allclose(gpu, cpu, rtol=1e-13, atol=1e-15)
-    gpu32 = cic_interpolate_cupy(cupy.asarray(pos, dtype=np.float32),
-                                 cupy.asarray(meshes, dtype=np.float32), 3.0, shift).get()
-    assert np.abs(gpu32 - cpu).max() <= 1e-5
-    slab = meshes[:3, 3:10]
-    cpu_s = cic_interpolate_numpy(pos, slab, 3.0, shift, x_lo=3)
-    gpu_s = cic_interpolate_cupy(cupy.asarray(pos), [cupy.asarray(m) for m in slab], 3.0,
-                                 shift, x_lo=3).get()
-    np.testing.assert_allclose(gpu_s, cpu_s, rtol=1e-13, atol=1e-15)
 
 
 @pytest.mark.gpu

@@ -178,7 +178,7 @@ def test_task_payloads_count_their_bytes_and_travel_field_by_field():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree_graph import DomainTree
+    from cosmo_dask.gravity.tree_cpu import DomainTree
     from cosmo_dask.spatial import DomainPart
     from cosmo_dask.spatial.octree import build_octree
 

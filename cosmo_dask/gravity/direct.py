@@ -2,13 +2,14 @@
 
 Graph: with the particle rows in ``B`` chunks, one ``gravity-direct`` task per
 (target chunk ``i``, source chunk ``j``) pair computes the pull of chunk ``j``
-on chunk ``i`` (:func:`cosmo_dask.gravity.p2p_kernels.p2p_block` on NumPy
-chunks, :func:`cosmo_dask.gravity.p2p_kernels_gpu.p2p_block_gpu` on CuPy
-chunks); the ``B`` partial results of target chunk ``i`` are summed by a
-fixed tree (fan-in 8, ``gravity-direct-sum`` tasks), so the summation order,
-and with it the result, does not depend on scheduling. ``B**2`` pair tasks:
-choose chunks so that ``B`` stays below a few hundred (a pair of 2**20-row
-chunks is ~1e12 interactions: about 1 s on one H200, hours on a CPU core).
+on chunk ``i`` (the contract :data:`cosmo_dask.gravity.dispatch.p2p_block`:
+:func:`~cosmo_dask.gravity.p2p_kernels.p2p_block` on NumPy chunks,
+:func:`~cosmo_dask.gravity.p2p_kernels_gpu.p2p_block_gpu` on CuPy chunks); the
+``B`` partial results of target chunk ``i`` are summed by a fixed tree (fan-in 8,
+``gravity-direct-sum`` tasks), so the summation order, and with it the result, does
+not depend on scheduling. ``B**2`` pair tasks: choose chunks so that ``B`` stays
+below a few hundred (a pair of 2**20-row chunks is ~1e12 interactions: about 1 s on
+one H200, hours on a CPU core).
 
 Self pairs are excluded by index in the diagonal blocks; zero separations
 with zero softening (coincident distinct particles) contribute nothing.
@@ -24,7 +25,8 @@ from dask.base import tokenize
 from ..backend import array_module, resolve_precision
 from ..errors import ParameterError
 from ..task_graph import TaskGraph
-from .p2p_kernels import check_kernel_params, p2p_block
+from .dispatch import p2p_block
+from .p2p_kernels import check_kernel_params
 
 __all__ = ["direct_accelerations"]
 
@@ -37,12 +39,7 @@ def _is_cupy(x) -> bool:
 
 def _pair_task(tpos, spos, smass, same: bool, params: dict):
     """Partial (acc, pot) of one target chunk due to one source chunk."""
-    exclude = "index" if same else "none"
-    if _is_cupy(tpos):
-        from .p2p_kernels_gpu import p2p_block_gpu
-
-        return p2p_block_gpu(tpos, spos, smass, exclude=exclude, **params)
-    return p2p_block(tpos, spos, smass, exclude=exclude, **params)
+    return p2p_block(tpos, spos, smass, exclude="index" if same else "none", **params)
 
 
 def _sum_parts(*parts):

@@ -15,8 +15,9 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    deconvolution, per k-space slab), per component ``gravity-pm-grad`` (the
    spectral or 4-point gradient) and the inverse transform back to real slabs
    (:func:`~cosmo_dask.spatial.fft.irfftn`), and the potential's inverse
-   transform; kernels in :mod:`~cosmo_dask.gravity.pm_kernels` (numba) or
-   :mod:`~cosmo_dask.gravity.pm_kernels_gpu` (CUDA) by the slab's type.
+   transform; kernels through the contracts of :mod:`~cosmo_dask.gravity.dispatch`
+   (:mod:`~cosmo_dask.gravity.pm_kernels`, numba, or
+   :mod:`~cosmo_dask.gravity.pm_kernels_gpu`, CUDA, by the slab's type).
 4. ``gravity-pm-interp-slab``: one task per (mesh, slab, chunk) CIC-interpolates
    the slab's force (and potential) components at the chunk's particles that
    reach it; ``gravity-pm-interp``: one task per chunk adds the slabs' parts,
@@ -51,7 +52,8 @@ from ..density.paint import check_n_mesh as check_mesh_size
 from ..errors import ParameterError
 from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
 from ..spatial.slabs import after as slab_after
-from .pm_kernels import gradient_kslab, green_kslab
+from .dispatch import cic_interpolate, green_kslab
+from .pm_kernels import gradient_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
            "force_kmesh", "force_passes", "gpu_one_slab_meshes", "inside_box", "long_range",
@@ -125,11 +127,7 @@ def _interp_piece(piece, lo, hi, *slabs, box, shift):
     """``gravity-pm-interp-slab``: the slab's part of the CIC interpolation of ``slabs``
     at one piece's particles: ``(rows, (m, c) float64)``."""
     pos, _, rows = piece
-    if array_module(pos) is np:
-        from .pm_kernels import cic_interpolate_numpy as interp
-    else:
-        from .pm_kernels_gpu import cic_interpolate_cupy as interp
-    return rows, interp(pos, slabs, box, shift, x_lo=lo)
+    return rows, cic_interpolate(pos, slabs, box, shift, x_lo=lo)
 
 
 def _finish(vals, mass=None, *, c, n_meshes, self_coef, mass_scalar, out_dtype):
@@ -160,7 +158,7 @@ def potential_kmesh(mass_mesh: da.Array, *, G: float, box_size: float,
 
     ``rfftn`` of the mesh less its mean (:func:`cosmo_dask.density.paint.centred`:
     more accurate in float32; the ``k = 0`` mode is dropped anyway) times the
-    Green's function (:func:`~cosmo_dask.gravity.pm_kernels.green_kslab`,
+    Green's function (the contract :data:`~cosmo_dask.gravity.dispatch.green_kslab`,
     ``scale = -4 pi G / H^3``): ``gravity-pm-green`` tasks.
     """
     n = int(mass_mesh.shape[0])

@@ -76,8 +76,8 @@ import numpy as np
 from ..backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
-__all__ = ["green_factors", "green_kslab", "green_slab", "derivative_factor",
-           "gradient_kslab", "cic_interpolate", "cic_interpolate_numpy"]
+__all__ = ["green_factors", "green_axes", "green_kslab", "green_slab", "derivative_factor",
+           "gradient_kslab", "cic_interpolate_nb", "cic_interpolate_numpy"]
 
 
 def green_factors(k, cell: float, rs: float):
@@ -115,27 +115,29 @@ def green_slab(fk, out, k2x, k2y, k2z, gx, gy, gz, scale):
                     out[i, j, lz] = fk[i, j, lz] * (scale * gij * gz[lz] / k2)
 
 
+def green_axes(kx, ky, kz, cell: float, rs: float):
+    """The per-axis pieces of the Green's function of a k-space slab, in ``kx``'s module:
+    ``(k2x, k2y, k2z, gx, gy, gz)``, the squared wavenumbers (1 / length^2) and the
+    :func:`green_factors` along the slab's three axes, float64 and 1-d (shared by the
+    CPU and GPU kernels)."""
+    axes = [k.ravel().astype(np.float64) for k in (kx, ky, kz)]
+    return tuple(k * k for k in axes) + tuple(green_factors(k, cell, rs) for k in axes)
+
+
 def green_kslab(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
     """The potential's k-space slab: ``fk`` times the PM Green's function (a new array).
 
     ``phi_k = scale exp(-k^2 rs^2) / (k^2 W(k)^2) M_k`` with the CIC window
     ``W = prod_a sinc^2(k_a H / 2)`` (divided out only with a split, ``rs > 0``),
     ``phi_0 = 0``; ``scale = -4 pi G / H^3`` turns a mesh of mass per cell into
-    the potential. ``kx, ky, kz``: the slab's wavenumbers (float64, from
-    :func:`~cosmo_dask.spatial.fft.map_kslabs`). NumPy (numba) or CuPy
-    (:func:`cosmo_dask.gravity.pm_kernels_gpu.green_slab_cupy`) by ``fk``'s type.
+    the potential. ``kx, ky, kz``: the slab's wavenumbers (1 / length, float64, from
+    :func:`~cosmo_dask.spatial.fft.map_kslabs`); ``cell = H`` and ``rs`` in length units.
+    The CPU kernel (numba) of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`
+    (GPU twin: :func:`cosmo_dask.gravity.pm_kernels_gpu.green_kslab_cupy`).
     """
-    xp = array_module(fk)
-    axes = [k.ravel().astype(np.float64) for k in (kx, ky, kz)]
-    k2 = [k * k for k in axes]
-    g = [green_factors(k, cell, rs) for k in axes]
-    if xp is np:
-        out = np.empty_like(fk)
-        green_slab(fk, out, *k2, *g, float(scale))
-        return out
-    from .pm_kernels_gpu import green_slab_cupy
-
-    return green_slab_cupy(fk, *k2, *g, float(scale))
+    out = np.empty_like(fk)
+    green_slab(fk, out, *green_axes(kx, ky, kz, cell, rs), float(scale))
+    return out
 
 
 def derivative_factor(k, cell: float, kind: str):
@@ -168,7 +170,7 @@ def gradient_kslab(phi, kx, ky, kz, *, axis: int, cell: float, kind: str):
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def cic_interpolate(pos, meshes, n, box_size, shift, out, x_lo, nx):
+def cic_interpolate_nb(pos, meshes, n, box_size, shift, out, x_lo, nx):
     """CIC-interpolate ``c`` mesh slabs: ``out[p, q] = sum_g W(x_p - g) mesh_q[g]``.
 
     The transpose of the CIC deposit of :func:`cosmo_dask.density.paint_kernels.paint_chunk`
@@ -229,7 +231,9 @@ def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0,
 
     ``meshes`` is a sequence of ``c`` slabs ``(nx, n, n)`` of one dtype (or one
     ``(c, nx, n, n)`` array) holding planes ``x_lo .. x_lo + nx - 1`` of ``n^3``
-    meshes (default: whole meshes).
+    meshes (default: whole meshes). The CPU kernel of the contract
+    :data:`cosmo_dask.gravity.dispatch.cic_interpolate` (GPU twin:
+    :func:`cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_cupy`).
     """
     pos = np.ascontiguousarray(pos)
     slabs = tuple(np.ascontiguousarray(m) for m in meshes)
@@ -237,6 +241,6 @@ def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0,
     flat = tuple(m.reshape(-1) for m in slabs)
     out = np.empty((pos.shape[0], len(flat)), dtype=np.float64)
     if pos.shape[0]:
-        cic_interpolate(pos, flat, int(n), float(box_size), float(shift), out, int(x_lo),
-                        int(nx))
+        cic_interpolate_nb(pos, flat, int(n), float(box_size), float(shift), out, int(x_lo),
+                           int(nx))
     return out

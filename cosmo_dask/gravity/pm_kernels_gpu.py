@@ -18,8 +18,9 @@ import functools
 import numpy as np
 
 from ..cuda import include_options
+from .pm_kernels import green_axes
 
-__all__ = ["green_slab_cupy", "cic_interpolate_cupy"]
+__all__ = ["green_kslab_cupy", "cic_interpolate_cupy"]
 
 _SOURCE = r"""
 #include "periodic.cuh"
@@ -105,11 +106,14 @@ def _module(real_t: str, pos_t: str, mesh_t: str, device_id: int):
     return cupy.RawModule(code=src, options=("-std=c++14",) + include_options())
 
 
-def green_slab_cupy(fk, k2x, k2y, k2z, gx, gy, gz, scale: float):
-    """:func:`cosmo_dask.gravity.pm_kernels.green_slab` on a CuPy k-space slab: a new
-    array ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), complex64 or complex128."""
+def green_kslab_cupy(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
+    """:func:`cosmo_dask.gravity.pm_kernels.green_kslab` on a CuPy k-space slab (the GPU
+    kernel of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`): a new array
+    ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), complex64 or complex128, from the same
+    float64 per-axis factors (:func:`~cosmo_dask.gravity.pm_kernels.green_axes`)."""
     import cupy
 
+    k2x, k2y, k2z, gx, gy, gz = green_axes(kx, ky, kz, cell, rs)
     fk = cupy.ascontiguousarray(fk)
     out = cupy.empty_like(fk)
     real_t = "float32" if fk.dtype == np.complex64 else "float64"
@@ -126,7 +130,8 @@ def green_slab_cupy(fk, k2x, k2y, k2z, gx, gy, gz, scale: float):
 
 
 def cic_interpolate_cupy(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0):
-    """CIC interpolation at CuPy ``pos`` (m, 3) of CuPy mesh slabs: (m, c) float64.
+    """CIC interpolation at CuPy ``pos`` (m, 3) of CuPy mesh slabs: (m, c) float64 (the
+    GPU kernel of the contract :data:`cosmo_dask.gravity.dispatch.cic_interpolate`).
 
     ``meshes``: up to four ``(nx, n, n)`` slabs of one dtype (or one ``(c, nx, n, n)``
     array) holding planes ``x_lo .. x_lo + nx - 1`` (default: whole meshes).

@@ -1,16 +1,25 @@
 """Barnes-Hut tree forces on the CPU (numba): build, group walks, list evaluation.
 
-One octree over all particles (:func:`cosmo_dask.spatial.octree.build_octree`);
-one walk per group of ``<= max_group`` particles against it
-(:func:`cosmo_dask.gravity.tree_walk.interaction_lists` semantics), fused with the
-evaluation of its lists in :func:`cosmo_dask.gravity.tree_kernels.evaluate_lists`
-(M2P monopole + quadrupole, P2P over leaves): the lists never reach memory.
-In-memory NumPy arrays; the Dask graph version (per-domain tasks, LETs) is
-:mod:`cosmo_dask.gravity.tree_graph`.
+:func:`tree_forces`: one octree over all particles
+(:func:`cosmo_dask.spatial.octree.build_octree`); one walk per group of ``<= max_group``
+particles against it (:func:`cosmo_dask.gravity.tree_walk.interaction_lists` semantics),
+fused with the evaluation of its lists in
+:func:`cosmo_dask.gravity.tree_kernels.evaluate_lists` (M2P monopole + quadrupole, P2P
+over leaves): the lists never reach memory. In-memory NumPy arrays.
+
+:func:`domain_tree`, :func:`domain_let`, :func:`domain_forces`: the CPU kernels of the
+multi-domain tree graph (:mod:`cosmo_dask.gravity.tree_graph`): a domain's octree, the
+locally essential tree (LET) of a source tree for a target box, and a batch of a
+domain's group walks against its own tree and the LETs received.
+
+All are the CPU kernels of contracts of :mod:`cosmo_dask.gravity.dispatch` (GPU twins:
+:mod:`~cosmo_dask.gravity.tree_gpu`, :mod:`~cosmo_dask.gravity.tree_let_gpu`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +28,8 @@ from ..backend import host
 from ..checks import check_positive
 from ..errors import ParameterError
 from ..spatial.octree import build_octree, node_second_moment
+from ..spatial.octree_layout import Octree
+from ..task_graph import task_payload
 from .parameters import (
     MAX_GROUP_DEFAULT,
     MAX_LEAF_DEFAULT,
@@ -27,8 +38,10 @@ from .parameters import (
     default_r_cut,
 )
 from .tree_kernels import KERNEL_CODES, evaluate_lists
+from .tree_walk import interaction_lists, let_subtree
 
-__all__ = ["tree_forces"]
+__all__ = ["DomainTree", "domain_forces", "domain_let", "domain_tree", "group_batch",
+           "tree_forces"]
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -137,3 +150,106 @@ def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = THETA_DEF
         pot = np.empty(n, dtype=out_dtype)
         pot[tree.order] = pot_s
     return acc, pot
+
+
+# --------------------------------------------------------------------------- domain trees
+@task_payload
+@dataclass
+class DomainTree:
+    """One domain's tree: the octree, each node's ``sum m |x - com|^2`` (M2P with
+    softening or the truncated kernel) and the global index of every particle
+    (input order of the tree, increasing)."""
+
+    tree: Octree
+    trace: np.ndarray
+    index: np.ndarray
+
+
+def domain_tree(pos, mass, index, opts: Mapping[str, Any]) -> DomainTree:
+    """The octree of one domain's own particles, with node second moments when the
+    kernel needs them (softening or the truncated kernel).
+
+    Parameters
+    ----------
+    pos : (n, 3) numpy.ndarray
+        Positions (length units).
+    mass : (n,) numpy.ndarray or float
+        Masses (mass units), or one mass for every particle.
+    index : (n,) numpy.ndarray
+        The particles' global indices, increasing.
+    opts : mapping
+        The tree options of :func:`~cosmo_dask.gravity.tree_graph.tree_accelerations`
+        (``max_leaf``, ``max_group``, ``box_size``, ``softening``, ``rs`` used here).
+    """
+    pos = host(pos).astype(np.float64, copy=False)
+    m = mass if np.ndim(mass) == 0 else host(mass).astype(np.float64)
+    tree = build_octree(pos, m, max_leaf=opts["max_leaf"], max_group=opts["max_group"],
+                        box_size=opts["box_size"])
+    need_trace = opts["softening"] > 0 or opts["rs"] is not None
+    trace = node_second_moment(tree) if need_trace and tree.n_nodes else np.zeros(tree.n_nodes)
+    return DomainTree(tree, trace, host(index))
+
+
+def domain_let(dt: DomainTree, box_lo, box_hi, opts: Mapping[str, Any]):
+    """The part of ``dt``'s tree a walk from inside the box ``[box_lo, box_hi]`` (host
+    (3,) arrays, length units) may use: ``(let Octree, its nodes' traces)``, or None for an
+    empty tree (:func:`~cosmo_dask.gravity.tree_walk.let_subtree`)."""
+    if dt.tree.n_particles == 0:
+        return None
+    let, node_index = let_subtree(dt.tree, box_lo, box_hi, opts["theta"],
+                                  box_size=opts["box_size"], r_cut=opts["r_cut"], rs=opts["rs"])
+    return let, dt.trace[node_index]
+
+
+def group_batch(tree: Octree, b: int, n_batches: int) -> tuple[int, int]:
+    """Groups ``[g0, g1)`` of batch ``b`` of ``n_batches``: consecutive runs of
+    ``tree.groups`` with about equal particle counts (a group is never split, so
+    a batch may be empty)."""
+    n_groups = len(tree.groups)
+    if n_groups == 0 or tree.n_particles == 0:  # an empty domain: no batch has work
+        return 0, 0
+    ends = np.cumsum(tree.count[tree.groups])
+    targets = ends[-1] * np.arange(1, n_batches) / n_batches
+    cuts = np.concatenate([[0], np.searchsorted(ends, targets, side="left") + 1, [n_groups]])
+    cuts = np.maximum.accumulate(cuts.clip(0, n_groups))
+    return int(cuts[b]), int(cuts[b + 1])
+
+
+def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
+    glo, ghi = tree.lo[groups], tree.hi[groups]
+    lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
+                              r_cut=opts["r_cut"], rs=opts["rs"])
+    return evaluate_lists(tree.pos[rows[0]:rows[1]], tree.start[groups] - rows[0],
+                          tree.count[groups], 0.5 * (glo + ghi),
+                          lists, source, trace, G=opts["G"], softening=opts["softening"],
+                          softening_kernel=opts["softening_kernel"],
+                          precision=opts["precision"], quadrupole=True,
+                          box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def domain_forces(dt: DomainTree, lets: Sequence, batch: tuple[int, int],
+                  opts: Mapping[str, Any]):
+    """Batch ``batch = (b, n_batches)`` of a domain's groups (:func:`group_batch`) against
+    the domain's tree and the LETs (:func:`domain_let` results; None entries skipped).
+
+    Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` of the batch's particles,
+    in increasing (global) index; accelerations in length / time^2, potentials in
+    length^2 / time^2.
+    """
+    tree = dt.tree
+    g0, g1 = group_batch(tree, *batch)
+    groups = tree.groups[g0:g1]
+    if len(groups) == 0:
+        return dt.index[:0], np.zeros((0, 3)), np.zeros(0)
+    rows = (int(tree.start[groups[0]]), int(tree.start[groups[-1]] + tree.count[groups[-1]]))
+    acc, pot = _evaluate(tree, groups, rows, tree, dt.trace, opts)
+    for item in lets:
+        if item is None:
+            continue
+        let, trace = item
+        a, p = _evaluate(tree, groups, rows, let, trace, opts)
+        acc += a
+        pot += p
+    index = dt.index[tree.order[rows[0]:rows[1]]]
+    order = np.argsort(index, kind="stable")
+    return index[order], acc[order], pot[order]

@@ -28,8 +28,8 @@ The particles are split among the domains of the shared decomposition (a
     (the same :func:`~cosmo_dask.gravity.tree_walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree_kernels.evaluate_lists`), summed in domain
     order. On a GPU worker with a single domain (the default with one worker) the
-    graph is one task, :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu` on all
-    the chunks concatenated (no scatter: the GPU tree sorts the particles itself and
+    graph is one task, the GPU tree (:func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu`)
+    on all the chunks concatenated (no scatter: the GPU tree sorts the particles itself and
     returns the input order), and one slice of it per output chunk.
 
 On CuPy chunks with several domains (by default one per worker of the active
@@ -70,7 +70,6 @@ bit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -79,12 +78,9 @@ from dask.base import tokenize
 from ..backend import array_module, host
 from ..progress import compute, worker_count
 from ..spatial import decompose, domain_grid, rows_by_chunk
-from ..spatial.octree import build_octree, node_second_moment
-from ..spatial.octree_layout import Octree
-from ..task_graph import TaskGraph, task_payload
+from ..task_graph import TaskGraph
+from . import dispatch as kernels
 from .parameters import MAX_GROUP_DEFAULT, MAX_LEAF_DEFAULT, THETA_DEFAULT, default_r_cut
-from .tree_kernels import evaluate_lists
-from .tree_walk import interaction_lists, let_subtree
 
 #: particles per domain the default ``n_domains`` aims at (CPU)
 DOMAIN_PARTICLES = 1 << 21
@@ -101,54 +97,12 @@ MAX_DOMAINS = 512
 MAX_GROUP_TASKS = 1 << 11
 
 
-@task_payload
-@dataclass
-class DomainTree:
-    """One domain's tree: the octree, each node's ``sum m |x - com|^2`` (M2P with
-    softening or the truncated kernel) and the global index of every particle
-    (input order of the tree, increasing)."""
-
-    tree: Octree
-    trace: np.ndarray
-    index: np.ndarray
-
-
-def _owned(part, mass):
-    n = part.n_owned
-    pos = host(part.pos[:n]).astype(np.float64, copy=False)
-    m = mass if mass is not None else host(part.extra["mass"][:n]).astype(np.float64)
-    return pos, m, host(part.index[:n])
-
-
-def _gpu(part) -> bool:
-    return array_module(part.pos) is not np
-
-
-def _kernel_settings(opts):
-    from .tree_gpu import kernel_settings
-
-    return kernel_settings(G=opts["G"], theta=opts["theta"], softening=opts["softening"],
-                           softening_kernel=opts["softening_kernel"],
-                           precision=opts["precision"], box_size=opts["box_size"],
-                           rs=opts["rs"], r_cut=opts["r_cut"])
-
-
 def domain_tree(part, mass, opts):
-    """Task ``gravity-tree``: the octree of a domain's own particles (on the GPU for CuPy
-    particles: :func:`~cosmo_dask.gravity.tree_let_gpu.gpu_domain_tree`)."""
-    if _gpu(part):
-        from .tree_let_gpu import gpu_domain_tree
-
-        n = part.n_owned
-        m = mass if mass is not None else part.extra["mass"][:n]
-        return gpu_domain_tree(part.pos[:n], m, part.index[:n], max_leaf=opts["max_leaf"],
-                               max_group=opts["max_group"], box_size=opts["box_size"])
-    pos, m, index = _owned(part, mass)
-    tree = build_octree(pos, m, max_leaf=opts["max_leaf"], max_group=opts["max_group"],
-                        box_size=opts["box_size"])
-    need_trace = opts["softening"] > 0 or opts["rs"] is not None
-    trace = node_second_moment(tree) if need_trace and tree.n_nodes else np.zeros(tree.n_nodes)
-    return DomainTree(tree, trace, index)
+    """Task ``gravity-tree``: the octree of a domain's own particles (the contract
+    :data:`~cosmo_dask.gravity.dispatch.domain_tree`: on the GPU for CuPy particles)."""
+    n = part.n_owned
+    m = mass if mass is not None else part.extra["mass"][:n]
+    return kernels.domain_tree(part.pos[:n], m, part.index[:n], opts)
 
 
 def domain_bbox(dt):
@@ -159,31 +113,12 @@ def domain_bbox(dt):
 
 
 def domain_let(dt, bbox, opts):
-    """Task ``gravity-let``: the part of a source tree a target box needs (or None); cut
-    on the GPU for a GPU tree (:func:`~cosmo_dask.gravity.tree_let_gpu.gpu_let`)."""
-    if bbox is None or dt.tree is None or dt.tree.n_particles == 0:
+    """Task ``gravity-let``: the part of a source tree a target box needs (or None); the
+    contract :data:`~cosmo_dask.gravity.dispatch.domain_let` (cut on the GPU for a GPU
+    tree)."""
+    if bbox is None:
         return None
-    if not isinstance(dt, DomainTree):
-        from .tree_let_gpu import gpu_let
-
-        return gpu_let(dt, bbox[0], bbox[1], _kernel_settings(opts))
-    let, node_index = let_subtree(dt.tree, bbox[0], bbox[1], opts["theta"],
-                                  box_size=opts["box_size"], r_cut=opts["r_cut"], rs=opts["rs"])
-    return let, dt.trace[node_index]
-
-
-def group_batch(tree: Octree, b: int, n_batches: int) -> tuple[int, int]:
-    """Groups ``[g0, g1)`` of batch ``b`` of ``n_batches``: consecutive runs of
-    ``tree.groups`` with about equal particle counts (a group is never split, so
-    a batch may be empty)."""
-    n_groups = len(tree.groups)
-    if n_groups == 0 or tree.n_particles == 0:  # an empty domain: no batch has work
-        return 0, 0
-    ends = np.cumsum(tree.count[tree.groups])
-    targets = ends[-1] * np.arange(1, n_batches) / n_batches
-    cuts = np.concatenate([[0], np.searchsorted(ends, targets, side="left") + 1, [n_groups]])
-    cuts = np.maximum.accumulate(cuts.clip(0, n_groups))
-    return int(cuts[b]), int(cuts[b + 1])
+    return kernels.domain_let.for_chunk(dt.index)(dt, bbox[0], bbox[1], opts)
 
 
 def batches_per_domain(n_particles: int, n_domains: int) -> int:
@@ -194,83 +129,53 @@ def batches_per_domain(n_particles: int, n_domains: int) -> int:
     return max(1, min(per, MAX_GROUP_TASKS // max(1, n_domains)))
 
 
-def _evaluate(tree: Octree, groups, rows, source: Octree, trace, opts):
-    glo, ghi = tree.lo[groups], tree.hi[groups]
-    lists = interaction_lists(glo, ghi, source, opts["theta"], box_size=opts["box_size"],
-                              r_cut=opts["r_cut"], rs=opts["rs"])
-    return evaluate_lists(tree.pos[rows[0]:rows[1]], tree.start[groups] - rows[0],
-                          tree.count[groups], 0.5 * (glo + ghi),
-                          lists, source, trace, G=opts["G"], softening=opts["softening"],
-                          softening_kernel=opts["softening_kernel"],
-                          precision=opts["precision"], quadrupole=True,
-                          box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
-
-
-def domain_forces(dt: DomainTree, opts, batch, *lets):
+def domain_forces(dt, opts, batch, *lets):
     """Task ``gravity-group``: batch ``batch = (b, n_batches)`` of a domain's groups
-    (:func:`group_batch`) against the domain's tree and the LETs.
+    against the domain's tree and the LETs, by the contract
+    :data:`~cosmo_dask.gravity.dispatch.domain_forces` (a GPU tree, one batch per domain,
+    is evaluated on the GPU).
 
     Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` of the batch's
-    particles, in increasing (global) index. A GPU tree (one batch per domain) is
-    evaluated on the GPU (:func:`~cosmo_dask.gravity.tree_let_gpu.gpu_domain_forces`).
+    particles, in increasing (global) index.
     """
-    if not isinstance(dt, DomainTree):
-        from .tree_let_gpu import gpu_domain_forces
-
-        return gpu_domain_forces(dt, _kernel_settings(opts), True, lets)
-    tree = dt.tree
-    g0, g1 = group_batch(tree, *batch)
-    groups = tree.groups[g0:g1]
-    if len(groups) == 0:
-        return dt.index[:0], np.zeros((0, 3)), np.zeros(0)
-    rows = (int(tree.start[groups[0]]), int(tree.start[groups[-1]] + tree.count[groups[-1]]))
-    acc, pot = _evaluate(tree, groups, rows, tree, dt.trace, opts)
-    for item in lets:
-        if item is None:
-            continue
-        let, trace = item
-        a, p = _evaluate(tree, groups, rows, let, trace, opts)
-        acc += a
-        pot += p
-    index = dt.index[tree.order[rows[0]:rows[1]]]
-    order = np.argsort(index, kind="stable")
-    return index[order], acc[order], pot[order]
+    return kernels.domain_forces.for_chunk(dt.index)(dt, lets, batch, opts)
 
 
-def whole_forces_gpu(n_chunks: int, scalar, opts, potential: bool, *blocks):
-    """Task ``gravity-group`` on a GPU worker with one domain: the GPU tree on all the
-    particles at once. ``blocks`` are the position chunks, then (without ``scalar``) the
-    mass chunks. The GPU tree sorts the particles itself and returns the input order, so
-    there is no domain scatter: one concatenation in, slices out (:func:`chunk_slice`)."""
-    from .tree_gpu import tree_forces_gpu
-
+def whole_forces(n_chunks: int, scalar, opts, potential: bool, *blocks):
+    """Task ``gravity-group`` on a GPU worker with one domain: the tree on all the
+    particles at once (the contract :data:`~cosmo_dask.gravity.dispatch.tree_forces`, the
+    GPU tree for CuPy chunks). ``blocks`` are the position chunks, then (without
+    ``scalar``) the mass chunks. The GPU tree sorts the particles itself and returns the
+    input order, so there is no domain scatter: one concatenation in, slices out
+    (:func:`chunk_slice`)."""
     xp = array_module(blocks[0])
     pos = blocks[0] if n_chunks == 1 else xp.concatenate(blocks[:n_chunks])
     m = scalar
     if scalar is None:
         masses = [xp.asarray(b) for b in blocks[n_chunks:]]  # on the positions' device
         m = masses[0] if len(masses) == 1 else xp.concatenate(masses)
-    return tree_forces_gpu(pos, m, G=opts["G"], theta=opts["theta"],
-                           softening=opts["softening"], softening_kernel=opts["softening_kernel"],
-                           precision=opts["precision"], potential=potential,
-                           max_leaf=opts["max_leaf"], max_group=opts["max_group"],
-                           box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
+    return kernels.tree_forces(pos, m, G=opts["G"], theta=opts["theta"],
+                              softening=opts["softening"],
+                              softening_kernel=opts["softening_kernel"],
+                              precision=opts["precision"], potential=potential,
+                              max_leaf=opts["max_leaf"], max_group=opts["max_group"],
+                              box_size=opts["box_size"], rs=opts["rs"], r_cut=opts["r_cut"])
 
 
 def chunk_slice(which: int, start: int, stop: int, dtype, result):
-    """Task ``gravity-acc``/``gravity-pot`` after :func:`whole_forces_gpu`: rows
+    """Task ``gravity-acc``/``gravity-pot`` after :func:`whole_forces`: rows
     ``[start, stop)`` of its accelerations (``which = 1``) or potentials (2)."""
     return result[which - 1][start:stop].astype(dtype, copy=False)
 
 
 def _whole_gpu(pos, mass, scalar, opts, precision: str, potential: bool):
     """The graph of one GPU domain: a ``gravity-group`` task on every chunk
-    (:func:`whole_forces_gpu`) and one slice per output chunk."""
+    (:func:`whole_forces`) and one slice per output chunk."""
     token = tokenize(pos, mass if scalar is None else scalar, opts, potential)[:12]
     g = TaskGraph([pos] if scalar is not None else [pos, mass])
     blocks = [g.chunk(pos, c, 0) for c in range(len(pos.chunks[0]))]
     masses = [] if scalar is not None else [g.chunk(mass, c) for c in range(len(mass.chunks[0]))]
-    result = g.add(f"gravity-group-{token}-0", whole_forces_gpu, len(blocks), scalar, opts,
+    result = g.add(f"gravity-group-{token}-0", whole_forces, len(blocks), scalar, opts,
                    bool(potential), *blocks, *masses)
     return _output_arrays(g, pos, token, precision, potential, chunk_slice,
                           lambda c: (result,))

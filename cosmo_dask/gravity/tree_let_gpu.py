@@ -1,7 +1,11 @@
 """Locally essential trees on the GPU: the multi-domain tree of CuPy workers.
 
 With several domains on GPU workers (:mod:`cosmo_dask.gravity.tree_graph`), every step
-runs on the GPU of the worker that holds the domain:
+runs on the GPU of the worker that holds the domain. The three functions are the GPU
+kernels of the contracts ``domain_tree``, ``domain_let`` and ``domain_forces`` of
+:mod:`cosmo_dask.gravity.dispatch` (CPU twins in :mod:`cosmo_dask.gravity.tree_cpu`, same
+signatures; ``opts`` is the tree options mapping of
+:func:`~cosmo_dask.gravity.tree_graph.tree_accelerations`):
 
 :func:`gpu_domain_tree`
     The domain's octree over its own particles
@@ -31,13 +35,14 @@ single-domain GPU tree to the tree's own error level).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..task_graph import task_payload
-from .tree_gpu import KernelSettings, walk_forces
+from .tree_gpu import KernelSettings, kernel_settings, walk_forces
 
 #: relative margin by which the LET's box-level accept and drop tests are stricter than
 #: the group-level tests of the walk kernel (float64 rounding is ~1e-16)
@@ -79,18 +84,29 @@ class GPULET:
     pmass: Any
 
 
-def gpu_domain_tree(pos, mass, index, *, max_leaf: int, max_group: int,
-                    box_size: float | None) -> GPUDomainTree:
+def settings_of(opts: Mapping[str, Any]) -> KernelSettings:
+    """The walk kernels' settings (:func:`~cosmo_dask.gravity.tree_gpu.kernel_settings`)
+    for the tree options ``opts``."""
+    return kernel_settings(G=opts["G"], theta=opts["theta"], softening=opts["softening"],
+                           softening_kernel=opts["softening_kernel"],
+                           precision=opts["precision"], box_size=opts["box_size"],
+                           rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def gpu_domain_tree(pos, mass, index, opts: Mapping[str, Any]) -> GPUDomainTree:
     """The GPU octree of one domain's own particles (``pos`` CuPy (n, 3), ``mass`` CuPy
-    (n,) or a float, ``index`` their global indices in increasing order)."""
+    (n,) or a float, ``index`` their global indices in increasing order; ``max_leaf``,
+    ``max_group`` and ``box_size`` from ``opts``). The node second moments are always
+    made (the GPU build computes them with the multipoles)."""
     import cupy as cp
 
     from ..spatial.octree_gpu import build_with_moments
 
     if pos.shape[0] == 0:
         return GPUDomainTree(None, None, None, cp.asarray(index))
-    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=max_leaf, max_group=max_group,
-                                         box_size=box_size)
+    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=opts["max_leaf"],
+                                         max_group=opts["max_group"],
+                                         box_size=opts["box_size"])
     return GPUDomainTree(tree, s2, pos64, cp.asarray(index))
 
 
@@ -119,7 +135,7 @@ def _expand(cp, first, counts, total: int):
     return first[j] + (k - (ends[j] - counts[j]))
 
 
-def gpu_let(dt: GPUDomainTree, box_lo, box_hi, st: KernelSettings) -> GPULET | None:
+def gpu_let(dt: GPUDomainTree, box_lo, box_hi, opts: Mapping[str, Any]) -> GPULET | None:
     """The LET of ``dt``'s tree for the target box ``[box_lo, box_hi]`` (host (3,) arrays),
     or None when nothing of it can act on the box (an empty source, or every node beyond
     the cut)."""
@@ -127,6 +143,7 @@ def gpu_let(dt: GPUDomainTree, box_lo, box_hi, st: KernelSettings) -> GPULET | N
 
     if dt.tree is None:
         return None
+    st = settings_of(opts)
     tree = dt.tree
     c = cp.asarray(0.5 * (np.asarray(box_lo, np.float64) + np.asarray(box_hi, np.float64)))
     hw = cp.asarray(0.5 * (np.asarray(box_hi, np.float64) - np.asarray(box_lo, np.float64)))
@@ -210,12 +227,16 @@ def _let_with_groups(let: GPULET, dt: GPUDomainTree):
     return nodes, s2, gnodes, pos, pmass, order
 
 
-def gpu_domain_forces(dt: GPUDomainTree, st: KernelSettings, potential: bool, lets):
+def gpu_domain_forces(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
+                      opts: Mapping[str, Any]):
     """Accelerations and potentials of a domain's particles from its own tree and the
     LETs (None entries skipped): ``(index, acc (n, 3) float64, pot (n,) float64)`` in
-    increasing index, CuPy."""
+    increasing index, CuPy. A GPU domain is one batch: ``batch`` is ``(0, 1)`` (the
+    graph gives GPU domains one batch each; the argument keeps the contract's
+    signature)."""
     import cupy as cp
 
+    st = settings_of(opts)
     n = int(dt.index.shape[0])
     acc = cp.zeros((n, 3), dtype=cp.float64)
     pot = cp.zeros(n, dtype=cp.float64)
@@ -223,20 +244,17 @@ def gpu_domain_forces(dt: GPUDomainTree, st: KernelSettings, potential: bool, le
         return dt.index, acc, pot
     tree = dt.tree
     a, p = walk_forces(tree, dt.s2, tree.groups, dt.pos64, tree.pmass, tree.order, n, st,
-                       potential=potential)
+                       potential=True)
     acc += a
-    if potential:
-        pot += p
+    pot += p
     for let in lets:
         if let is None:
             continue
         nodes, s2, gnodes, pos, pmass, order = _let_with_groups(let, dt)
-        a, p = walk_forces(nodes, s2, gnodes, pos, pmass, order, n, st, potential=potential)
+        a, p = walk_forces(nodes, s2, gnodes, pos, pmass, order, n, st, potential=True)
         acc += a
-        if potential:
-            pot += p
+        pot += p
     return dt.index, acc, pot
 
-
 __all__ = ["GPULET", "LET_MARGIN", "GPUDomainTree", "gpu_domain_forces", "gpu_domain_tree",
-           "gpu_let"]
+           "gpu_let", "settings_of"]

@@ -9,8 +9,11 @@ bits. With ``box_size`` given the positions are first wrapped periodically into
 ``[root_lo, root_lo + box_size)`` (periodic-aware keys: a particle and its
 periodic image get the same key).
 
-Two kernels with one result: numba for NumPy arrays, and for CuPy arrays the
-GPU octree's elementwise kernel (:func:`cosmo_dask.spatial.octree_gpu.morton_keys_gpu`).
+Two kernels with one result, behind the contract
+:data:`cosmo_dask.spatial.dispatch.morton_keys`: :func:`morton_keys` here (numba, NumPy
+arrays) and the GPU octree's elementwise kernel for CuPy arrays
+(:func:`cosmo_dask.spatial.octree_gpu.morton_keys_gpu`), which shares this module's
+checks and periodic wrap.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from ..backend import array_module
 from ..errors import ParameterError
 from .octree_layout import MORTON_BITS
 
-__all__ = ["MORTON_BITS", "morton_keys", "sort_by_key", "wrap_positions", "key_cell",
-           "cell_keys"]
+__all__ = ["MORTON_BITS", "check_pos", "check_root", "morton_keys", "sort_by_key",
+           "wrap_positions", "key_cell", "cell_keys"]
 
 _NCELL = 1 << MORTON_BITS
 
@@ -79,7 +82,15 @@ def _cell_keys_kernel(cells):
     return out
 
 
-def _check_root(root_lo: Any, root_size: float, box_size: float | None):
+def check_root(root_lo: Any, root_size: float, box_size: float | None):
+    """The checked root cube ``(root_lo (3,) float64, root_size)`` of a Morton key call.
+
+    Raises
+    ------
+    ParameterError
+        ``root_lo`` not 3 finite numbers, ``root_size`` not positive and finite, a bad
+        ``box_size``, or ``root_size < box_size``.
+    """
     lo = np.asarray(root_lo, dtype=np.float64).reshape(-1)
     if lo.shape != (3,) or not np.all(np.isfinite(lo)):
         raise ParameterError(f"root_lo must be 3 finite numbers, got {root_lo!r}")
@@ -97,18 +108,20 @@ def _check_root(root_lo: Any, root_size: float, box_size: float | None):
     return lo, size
 
 
-def _check_pos(pos: Any) -> None:
+def check_pos(pos: Any) -> None:
+    """Raise :class:`~cosmo_dask.errors.ParameterError` unless ``pos`` has shape (N, 3)."""
     if pos.ndim != 2 or pos.shape[1] != 3:
         raise ParameterError(f"pos must have shape (N, 3), got {tuple(pos.shape)}")
 
 
 def morton_keys(pos: np.ndarray, root_lo: Any, root_size: float, *,
                 box_size: float | None = None) -> np.ndarray:
-    """Morton keys of positions (numba kernel on NumPy, the GPU octree's kernel on CuPy).
+    """Morton keys of positions, on the CPU (numba): the CPU kernel of the contract
+    :data:`cosmo_dask.spatial.dispatch.morton_keys`.
 
     Parameters
     ----------
-    pos : (N, 3) float array
+    pos : (N, 3) numpy.ndarray
         Positions (length units of the snapshot).
     root_lo : (3,) float
         Lower corner of the root cube (length).
@@ -124,15 +137,8 @@ def morton_keys(pos: np.ndarray, root_lo: Any, root_size: float, *,
         Keys ``interleave(i, j, k)`` at level 21; positions outside the root
         are clipped to the boundary cells.
     """
-    xp = array_module(pos)
-    _check_pos(pos)
-    lo, size = _check_root(root_lo, root_size, box_size)
-    if xp is not np:
-        from .octree_gpu import morton_keys_gpu
-
-        if box_size is not None:
-            pos = wrap_positions(pos, lo, float(box_size))
-        return morton_keys_gpu(pos, lo, size)
+    check_pos(pos)
+    lo, size = check_root(root_lo, root_size, box_size)
     periodic = box_size is not None
     box = float(box_size) if periodic else 1.0
     return _keys_kernel(np.ascontiguousarray(pos), lo[0], lo[1], lo[2], size, box, periodic)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ParameterError
+from .morton import check_pos, check_root, wrap_positions
 from .octree_layout import MORTON_BITS, Octree
 
 _SRC = r"""
@@ -219,8 +220,10 @@ def _check_int(value, name: str) -> int:
     return int(value)
 
 
-def morton_keys_gpu(pos, root_lo, root_size: float):
-    """Morton keys (uint64, 21 bits per axis) of positions on the GPU.
+def morton_keys_gpu(pos, root_lo, root_size: float, *, box_size: float | None = None):
+    """Morton keys (uint64, 21 bits per axis) of positions on the GPU: the GPU kernel of
+    the contract :data:`cosmo_dask.spatial.dispatch.morton_keys` (the checks and the
+    periodic wrap of :func:`cosmo_dask.spatial.morton.morton_keys`).
 
     Parameters
     ----------
@@ -229,13 +232,25 @@ def morton_keys_gpu(pos, root_lo, root_size: float):
     root_lo : (3,) array_like
         Lower corner of the root cube (length units).
     root_size : float
-        Side of the root cube (length units).
+        Side of the root cube (length units); ``>= box_size`` when periodic.
+    box_size : float, optional
+        Periodic box side (length units): positions are wrapped into
+        ``[root_lo, root_lo + box_size)`` first.
 
     Returns
     -------
     cupy.ndarray
         (N,) uint64 keys; cell coordinates are clipped to ``[0, 2**21 - 1]``.
     """
+    check_pos(pos)
+    root_lo, root_size = check_root(root_lo, root_size, box_size)
+    if box_size is not None:
+        pos = wrap_positions(pos, root_lo, float(box_size))
+    return _keys(pos, root_lo, root_size)
+
+
+def _keys(pos, root_lo, root_size: float):
+    """The elementwise Morton kernel on checked (and wrapped) CuPy positions."""
     import cupy as cp
 
     k = _kernels()["morton"]
@@ -304,7 +319,7 @@ def build_with_moments(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, ro
     mod = kern["mod"]
     if timer:
         timer.mark("build_bbox")
-    keys = morton_keys_gpu(pos, rlo, rsize)
+    keys = _keys(pos, rlo, rsize)
     if timer:
         timer.mark("build_keys")
     order = cp.argsort(keys)  # stable (radix) sort: ties keep the input order
