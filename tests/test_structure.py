@@ -168,3 +168,70 @@ def test_one_graph_idiom():
     assert not found, ("hand-built graphs outside cosmo_dask/task_graph.py (use map_blocks/"
                        "blockwise or TaskGraph):\n" + "\n".join(found))
     assert not stale, ("converted, so remove from NOT_YET_CONVERTED: " + ", ".join(stale))
+
+
+# --------------------------------------------------------------------------- one kernel contract
+def _module_imports():
+    """{module: set of cosmo_dask modules it imports}, every import counted (those inside
+    functions too); ``from .pkg import name`` counts the submodule ``pkg.name`` when
+    there is one, else the package's ``__init__``."""
+    modules = {".".join(parts): path for path, parts in _modules()}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for path, parts in _modules():
+        me = ".".join(parts)
+        for _, target, names, _ in _relative_imports(path, parts):
+            base = ".".join(target)
+            subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            for dst in subs or ([base] if base in modules else []):
+                if dst != me:
+                    edges[me].add(dst)
+    return edges
+
+
+def test_no_import_cycles_between_modules():
+    """Issue 15: no import cycles at all, counting imports inside functions (a CPU kernel
+    module that imports its GPU twin, which imports it back, is one). A package's
+    ``__init__`` is left out as a target: it only re-exports."""
+    edges = _module_imports()
+    inits = {".".join(parts) for path, parts in _modules() if path.name == "__init__.py"}
+    graph = {m: {d for d in ds if d not in inits} for m, ds in edges.items() if m not in inits}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_gpu_modules_are_reached_through_dispatch():
+    """Issue 15: a capability chooses its kernel by the chunk's type through its
+    ``dispatch`` module (:class:`cosmo_dask.dispatch.KernelDispatch`); only a dispatch
+    module or another GPU module imports a ``*_gpu`` module."""
+    found = []
+    for me, targets in _module_imports().items():
+        if me.endswith((".dispatch", "_gpu")):
+            continue
+        found += [f"{me} imports {t}" for t in sorted(targets) if t.endswith("_gpu")]
+    assert not found, "GPU modules imported outside dispatch modules:\n" + "\n".join(found)
