@@ -13,6 +13,7 @@ CPU kernel module never imports its GPU twin (no import cycles).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,16 @@ from dask.utils import Dispatch
 from .errors import DeviceError
 
 __all__ = ["KernelDispatch"]
+
+#: every contract made, by (module that made it, name)
+_CONTRACTS: dict[tuple[str, str], KernelDispatch] = {}
+
+
+def _contract(home: str, name: str) -> KernelDispatch:
+    """The contract ``name`` made in module ``home`` (imported when it is not yet)."""
+    if (home, name) not in _CONTRACTS:
+        importlib.import_module(home)
+    return _CONTRACTS[(home, name)]
 
 
 class KernelDispatch(Dispatch):
@@ -46,6 +57,10 @@ class KernelDispatch(Dispatch):
     def __init__(self, name: str, cpu: Callable, gpu: str | None = None):
         super().__init__(name)
         self.gpu_spec = gpu
+        #: the module that made the contract (its ``dispatch`` module): a contract
+        #: travels to workers by name (module, contract name), not by value
+        self.home = sys._getframe(1).f_globals.get("__name__", "")
+        _CONTRACTS[(self.home, name)] = self
         self.register(np.ndarray, cpu)
         if gpu is not None:
             self.register_lazy("cupy", self._register_gpu)
@@ -78,6 +93,12 @@ class KernelDispatch(Dispatch):
     def for_chunk(self, chunk: Any) -> Callable:
         """The implementation for ``chunk``'s type."""
         return self.dispatch(type(chunk))
+
+    def __dask_tokenize__(self):
+        return ("KernelDispatch", self.home, self.__name__, self.gpu_spec)
+
+    def __reduce__(self):
+        return _contract, (self.home, self.__name__)
 
     def __repr__(self) -> str:
         return f"KernelDispatch({self.__name__!r}, gpu={self.gpu_spec!r})"

@@ -36,3 +36,22 @@ def test_the_gpu_kernel_is_imported_only_when_asked():
     assert kernel(np.ones(3)) == 3.0
     with pytest.raises(ModuleNotFoundError):
         kernel.gpu_implementation()
+
+
+def test_contracts_travel_and_tokenize_by_name():
+    """A contract in a task pickles to the same object (by module and name, not by
+    value) and its dask token does not depend on which backends were registered."""
+    import pickle
+
+    from dask.base import tokenize
+
+    from cosmo_dask.gravity import dispatch as gravity_kernels
+
+    kernel = gravity_kernels.p2p_block
+    assert pickle.loads(pickle.dumps(kernel)) is kernel
+    token = tokenize(kernel)
+    kernel.register(list, _cpu_sum)  # another backend registered in this process
+    try:
+        assert tokenize(kernel) == token
+    finally:
+        kernel._lookup.pop(list)
