@@ -402,14 +402,18 @@ def recover(path: str | os.PathLike) -> list[tuple[Path, str]]:
             done.append((old, f"kept ({why})"))
             continue
         if not (target.exists() or target.is_symlink()):
-            if tmp.is_dir():
-                os.rename(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-                done.append((old, f"replace finished: the new store {tmp.name} moved to "
-                                  f"{target} ({why})"))
-            else:
-                os.rename(old, target)
-                done.append((old, f"restored to {target} ({why})"))
+            try:
+                if tmp.is_dir():
+                    os.rename(tmp, target)
+                    shutil.rmtree(old, ignore_errors=True)
+                    done.append((old, f"replace finished: the new store {tmp.name} moved to "
+                                      f"{target} ({why})"))
+                else:
+                    os.rename(old, target)
+                    done.append((old, f"restored to {target} ({why})"))
+            except OSError as exc:  # another process settled it first
+                done.append((old, f"kept (changed while settling it: {exc.strerror})"))
+                continue
         elif not tmp.exists():
             shutil.rmtree(old, ignore_errors=True)
             done.append((old, f"removed: {target} replaced it ({why})"))

@@ -154,6 +154,20 @@ def test_a_replace_killed_between_its_renames_is_finished(tmp_path, rng, capsys,
     assert _hidden(tmp_path) == []
 
 
+def test_a_simulation_store_replace_killed_between_its_renames_is_finished_on_open(tmp_path):
+    """The same for a simulation store (a plain directory): open_simulation finds the new
+    run at its path (old code: "no such simulation store")."""
+    out = tmp_path / "sim"
+    run(_ics(), n_steps=1, n_mesh=16, out=out, write_particles=False, analyses=("power",))
+    token = "0123456789ab"
+    os.rename(out, tmp_path / f".sim.tmp-{token}")
+    (tmp_path / f".sim.old-{token}").mkdir()
+    _marker(tmp_path / f".sim.tmp-{token}")
+    sim = open_simulation(out)
+    assert sim.redshifts == [0.0] and sim.power(0.0).power.size > 0
+    assert _hidden(tmp_path) == []
+
+
 def test_a_replace_killed_after_moving_the_old_store_aside_puts_it_back(tmp_path, rng, capsys):
     """Only the old store, moved aside (the new one lost): `clean` puts it back."""
     old, _ = _interrupted_replace(tmp_path, rng, with_new=False)
@@ -327,11 +341,13 @@ def test_resume_of_a_finished_run_with_analyses_rewrites_the_later_outputs(tmp_p
     assert [e["step"] for e in sim.outputs] == [2, 5]  # checkpoints after steps 2 and 4
     early = _files(out / "outputs" / names[0])
     p0 = sim.power(0.0)
+    (out / "outputs" / names[1] / "power" / "zarr.json").unlink()  # a table of older code
     res = run(ics, n_steps=4, n_mesh=16, out=out, outputs=(5.0,), checkpoint_every=2,
               analyses=("power",), resume=True)
     assert [r["step"] for r in res.log] == [1, 2, 3, 4, 5]
     again = open_simulation(out)
     np.testing.assert_array_equal(again.power(0.0).power.values, p0.power.values)
+    assert (out / "outputs" / names[1] / "power" / "zarr.json").is_file()
     assert _files(out / "outputs" / names[0]) == early
     assert _hidden(out) == [] and _hidden(out / "outputs" / names[1]) == []
 

@@ -210,6 +210,8 @@ def write_table(ds: xr.Dataset, path: Path, what: str) -> None:
 
 
 def read_table(path: Path) -> xr.Dataset:
+    if not path.exists():
+        recover(path)  # a replace of the table interrupted between its two renames
     ds = xr.open_zarr(str(path / "table"), consolidated=False).load()
     if "axis" in ds.dims and "axis" not in ds.coords:
         ds = ds.assign_coords(axis=["x", "y", "z"][:ds.sizes["axis"]])
