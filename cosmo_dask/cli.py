@@ -910,9 +910,12 @@ def cmd_gravity(args) -> int:
 
 # --------------------------------------------------------------------------- demo
 def cmd_clean(args) -> int:
-    from .atomic import clean_tree
+    from .atomic import clean, clean_tree, local_path
+    from .simulation.store import is_simulation_store
 
-    done = clean_tree(args.path)
+    # a simulation store: its checkpoint and outputs too
+    sim = is_simulation_store(local_path(args.path))
+    done = clean_tree(args.path) if sim else clean(args.path)
     for entry, what in done:
         _say(f"{entry}: {what}")
     if not done:

@@ -300,6 +300,25 @@ def test_a_checkpoint_temporary_store_of_a_killed_run_is_gone_after_resume(tmp_p
     assert _hidden(out) == []
 
 
+def test_clean_of_a_simulation_store_settles_its_checkpoint_and_outputs(tmp_path, capsys):
+    """`cosmo-dask clean SIM` also removes dead writers' temporary stores next to its
+    checkpoint and output members (old code: only SIM's own siblings were looked at)."""
+    out = tmp_path / "sim"
+    run(_ics(), n_steps=1, n_mesh=16, out=out, write_particles=False, analyses=("power",))
+    name = open_simulation(out).outputs[0]["name"]
+    power_tmp = out / "outputs" / name / ".power.tmp-0123456789ab"
+    power_tmp.mkdir()
+    _marker(power_tmp)
+    checkpoint_tmp = out / ".checkpoint.tmp-ba9876543210"  # of an older cosmo_dask
+    checkpoint_tmp.mkdir()
+    _age(checkpoint_tmp, 90)
+    assert main(["clean", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"{power_tmp}: removed" in said and f"{checkpoint_tmp}: removed" in said
+    assert _hidden(out) == [] and _hidden(out / "outputs" / name) == []
+    assert open_simulation(out).power(0.0).power.size > 0
+
+
 _TERM_DURING_WRITE = """
 import os, signal, sys, time
 import cosmo_dask.zarr_write as zw

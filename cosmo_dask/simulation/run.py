@@ -265,7 +265,11 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
     precision : {"float32", "float64"}, optional
         Dtype of the state and forces (default dask config ``cosmo_dask.precision``).
     overwrite : bool
-        Replace an existing simulation store (or empty directory) at ``out``.
+        Replace an existing simulation store (or empty directory) at ``out``. The
+        new run is written into a hidden sibling of ``out`` until its first output or
+        checkpoint is complete, then takes ``out``'s place: an interrupt before that
+        leaves the old store as it was (and a new run that fails before that leaves
+        no ``out``).
     write_particles : bool
         Write the particles of each output (False: analyses only).
     analysis_options : dict, optional
