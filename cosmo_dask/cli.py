@@ -910,14 +910,15 @@ def cmd_gravity(args) -> int:
 
 # --------------------------------------------------------------------------- demo
 def cmd_clean(args) -> int:
-    from .atomic import leftovers, remove_leftovers
+    from .atomic import clean, clean_tree, local_path
+    from .simulation.store import is_simulation_store
 
-    found = leftovers(args.path)
-    removed = set(remove_leftovers(args.path))
-    for entry, _ in found:
-        state = "removed" if entry in removed else "kept (its writer may still be running)"
-        _say(f"{entry}: {state}")
-    if not found:
+    # a simulation store: its checkpoint and outputs too
+    sim = is_simulation_store(local_path(args.path))
+    done = clean_tree(args.path) if sim else clean(args.path)
+    for entry, what in done:
+        _say(f"{entry}: {what}")
+    if not done:
         _say(f"{args.path}: no temporary stores left by earlier writes")
     return 0
 
@@ -1244,10 +1245,13 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--overwrite", action="store_true")
     gr.set_defaults(func=cmd_gravity)
 
-    cl = subparser("clean", help="remove temporary stores that killed writes left",
-                   description="Remove the .NAME.tmp-<hex> directories that writes to PATH "
-                   "killed outright left next to it (the next write to PATH removes them "
-                   "too). Those whose writer may still be running are kept.")
+    cl = subparser("clean", help="settle what killed writes left (temporary stores)",
+                   description="Settle what writes to PATH killed outright left next to it "
+                   "(and, for a simulation store, next to its checkpoint and outputs): a "
+                   "replace interrupted between its renames is finished or undone (the "
+                   "complete store put at its path), .NAME.tmp-<hex> directories whose "
+                   "writer is gone are removed. Those whose writer may still be running "
+                   "are kept. The next open of or write to PATH does the same.")
     cl.add_argument("path", metavar="PATH", help="the store path that was being written")
     cl.set_defaults(func=cmd_clean)
 
@@ -1382,8 +1386,33 @@ def _raised_at(exc: BaseException) -> str:
     return f"{'/'.join(parts)}:{lineno} in {frame.f_code.co_name}"
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that writes in progress remove their temporary stores
+    (the signal's default action would end the process with no cleanup at all)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (0 ok, 1 failed, 2 bad input, 130 interrupted).
+    """Run the command; returns the exit status (0 ok, 1 failed, 2 bad input, 130 interrupted,
+    143 terminated by SIGTERM).
 
     Errors are one line on stderr naming the command-line option at fault;
     ``--verbose`` prints the traceback as well.
@@ -1393,11 +1422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_parser(parser, args)
     try:
         _check_files(args)
-        with dask.config.set({"cosmo_dask.progress": True}):  # for this command only
-            return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("cosmo-dask: interrupted", file=sys.stderr)
-        return 130
+        with _sigterm_interrupts(), dask.config.set({"cosmo_dask.progress": True}):
+            return int(args.func(args) or 0)  # progress on for this command only
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, _Terminated)
+        print(f"cosmo-dask: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:
         if args.verbose:
             traceback.print_exc()

@@ -32,7 +32,7 @@ import numpy as np
 import zarr
 
 from . import __version__
-from .atomic import atomic_directory, is_remote, local_path
+from .atomic import atomic_directory, is_remote, local_path, recover
 from .backend import (
     as_dask_rows,
     check_device,
@@ -696,6 +696,8 @@ class Snapshot:
 # ------------------------------------------------------------------------------- open
 def _check_store_path(path) -> None:
     p = local_path(path)
+    if not p.exists():
+        recover(p)  # a replace of the store interrupted between its two renames
     if not p.exists():
         raise SnapshotError(f"{p}: no such snapshot store (path does not exist)")
     if p.is_file():

@@ -330,9 +330,11 @@ def open_product_group(path: str | os.PathLike, *, fmt: str, what: str,
     """
     import zarr
 
-    from .atomic import local_path
+    from .atomic import local_path, recover
 
     p = local_path(path)
+    if not p.exists():
+        recover(p)  # a replace of the store interrupted between its two renames
     if not p.is_dir() or not (p / "zarr.json").exists():
         raise SnapshotError(f"{p}: no {what} here (expected a Zarr v3 directory)")
     try:

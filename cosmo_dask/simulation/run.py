@@ -18,6 +18,7 @@ import dask
 import dask.array as da
 import numpy as np
 
+from ..atomic import Replacement
 from ..backend import device_of, resolve_precision
 from ..checks import check_finite, check_positive_int
 from ..errors import ParameterError
@@ -264,7 +265,11 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
     precision : {"float32", "float64"}, optional
         Dtype of the state and forces (default dask config ``cosmo_dask.precision``).
     overwrite : bool
-        Replace an existing simulation store (or empty directory) at ``out``.
+        Replace an existing simulation store (or empty directory) at ``out``. The
+        new run is written into a hidden sibling of ``out`` until its first output or
+        checkpoint is complete, then takes ``out``'s place: an interrupt before that
+        leaves the old store as it was (and a new run that fails before that leaves
+        no ``out``).
     write_particles : bool
         Write the particles of each output (False: analyses only).
     analysis_options : dict, optional
@@ -345,6 +350,27 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
     if out is not None:
         path = st.check_target(out, overwrite=overwrite, resume=resume,
                                inputs=(snap.source,) if snap.source else ())
+    # a new run writes into a temporary sibling of ``path`` until its first output or
+    # checkpoint is complete, then takes ``path``'s place (an existing store is kept until
+    # then); a failure before that leaves ``path`` as it was
+    write = None if path is None or resume else Replacement(path)
+    try:
+        return _evolve(snap, path, write, params, sched, out_z, out_a, resume=resume,
+                       overwrite=overwrite, steps=steps, names=names, dtype=dtype,
+                       n_mesh=n_mesh, method=method, theta=theta, softening=softening,
+                       fac=fac, checkpoint_every=checkpoint_every,
+                       write_particles=write_particles, analysis_options=analysis_options,
+                       show=show, _stop_after=_stop_after)
+    except BaseException:
+        if write is not None and write.tmp.exists():
+            write.abort()
+        raise
+
+
+def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite, steps,
+            names, dtype, n_mesh, method, theta, softening, fac, checkpoint_every,
+            write_particles, analysis_options, show, _stop_after) -> SimulationResult:
+    """The run itself (:func:`run` after its checks)."""
     # ------------------------------------------------------------------ initial state
     start = 0
     log: list[dict] = []
@@ -384,18 +410,28 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         doc["parameters"] = params
     else:
         pos = snap.pos.astype(dtype)
+        a_ics = float(snap.scale_factor)
         mom = (to_momentum(snap.vel.astype(dtype), a_ics) if snap.vel is not None
                else da.zeros_like(pos))
         if ids is not None:
             (ids,) = _persist(ids)
         pos, mom = _persist(pos, mom)
         (acc,) = _persist(force(pos))
-        if path is not None:
-            doc = st.create_store(path, params, replace=path.exists())
+        if write is not None:
+            doc = st.create_store(write.start(), params)
     if show is None:
         show = bool(dask.config.get("cosmo_dask.progress", False))
 
     out_index = {float(a): i for i, a in enumerate(out_a)}
+    root = path if write is None else write.tmp  # where the store is written now
+
+    def committed() -> None:
+        """Once the new store holds an output or a checkpoint: put it at ``path``."""
+        nonlocal write, root
+        if write is not None:
+            write.commit(overwrite=overwrite)
+            write, root = None, path
+
     results: list = []
     tables: dict = {}
     opts = dict(analysis_options or {})
@@ -420,14 +456,15 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
             return
         entry = st.as_entry(i, z, a, step, snapshot=write_particles, power="power" in found,
                             halos="halos" in found)
-        where = path / "outputs" / entry["name"]
+        where = root / "outputs" / entry["name"]
         where.mkdir(parents=True, exist_ok=True)
         if write_particles:
             snap_out.to_zarr(where / "snapshot", overwrite=True, progress=False)
         for key, ds in found.items():
             st.write_table(ds, where / key, f"{key} table")
         st.record_output(doc, entry)
-        st.write_json(path / st.MANIFEST, doc)
+        st.write_json(root / st.MANIFEST, doc)
+        committed()
 
     if start == 0 and float(sched[0]) in out_index:
         emit(0, float(sched[0]), pos, mom)
@@ -456,11 +493,12 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
             emit(i + 1, a1, pos, mom)
         if doc is not None:
             doc["log"] = log
-            st.write_json(path / st.MANIFEST, doc)
+            st.write_json(root / st.MANIFEST, doc)
         if checkpoint_every is not None and (i + 1) % checkpoint_every == 0 and i + 1 < n_total:
-            st.write_checkpoint(path, {"pos": pos, "mom": mom, "acc": acc, "ids": ids},
+            st.write_checkpoint(root, {"pos": pos, "mom": mom, "acc": acc, "ids": ids},
                                 {"step": i + 1, "scale_factor": a1, "parameters": params,
                                  "log": log})
+            committed()
         if _stop_after is not None and i + 1 >= _stop_after:
             raise SimulationInterrupted(f"stopped after step {i + 1} (_stop_after)")
 

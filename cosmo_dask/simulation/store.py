@@ -11,14 +11,18 @@ atomically by the project's writers)::
       outputs/<NNN>_z<z>/      one directory per output redshift (NNN: output index)
         snapshot/              a cosmo_dask snapshot store (Snapshot.to_zarr; open it
                                with cosmo_dask.open_snapshot), unless write_particles=False
-        power/                 P(k) table (the power_spectrum Dataset), with "power"
-        halos/                 FOF catalog Dataset (halo x axis), with "halos"
+        power/                 P(k) table: a Zarr group of format
+                               "cosmo_dask.simulation_table" holding the
+                               power_spectrum Dataset as its group "table"
+        halos/                 FOF catalog Dataset (halo x axis), the same way
       checkpoint/              Zarr v3 group, format "cosmo_dask.simulation_checkpoint":
                                pos, mom (p = a^2 dx/dt), acc (the force at a), ids;
                                attrs step, scale_factor, parameters, chunks, log
 
 ``outputs`` entries: ``{"name", "index", "redshift", "scale_factor", "step",
-"snapshot", "power", "halos"}`` (the last three: whether written). ``log``
+"snapshot", "power", "halos"}`` (the last three: whether written); ``name`` is
+one directory name under ``outputs/`` (checked on reading: no ``/``, ``..`` or
+absolute path). ``log``
 rows: ``{"step", "a_start", "a", "z", "seconds", "force_seconds"}``.
 """
 
@@ -27,21 +31,29 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
+import uuid
 from pathlib import Path
 
 import dask.array as da
 import xarray as xr
 import zarr
 
-from ..atomic import atomic_directory, check_writable_target, local_path
+from ..atomic import (
+    atomic_directory,
+    check_writable_target,
+    clean,
+    clean_tree,
+    local_path,
+    recover,
+    store_format,
+)
 from ..errors import ParameterError, SnapshotError
 from ..zarr_read import open_product_group
 from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.simulation"
 CHECKPOINT_FORMAT = "cosmo_dask.simulation_checkpoint"
+TABLE_FORMAT = "cosmo_dask.simulation_table"
 FORMAT_VERSION = 1
 MANIFEST = "simulation.json"
 CHECKPOINT = "checkpoint"
@@ -66,14 +78,20 @@ def is_simulation_store(path: Path) -> bool:
 
 
 def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
-    """The local path of ``out`` after checking it can be (re)used; nothing is written.
+    """The local path of ``out`` after checking it can be (re)used; nothing is written but
+    the settling of what killed writes left (:func:`cosmo_dask.atomic.clean`: a replace of
+    ``out`` interrupted between its renames is finished or undone; with ``resume``, also
+    those of its checkpoint and outputs, and dead writers' temporary stores removed).
 
     New run: ``out`` must not exist (ParameterError), unless ``overwrite`` and it is
-    a simulation store or an empty directory. Resume: ``out`` must be a simulation
-    store holding a checkpoint.
+    a simulation store or an empty directory; never inside a Zarr store or an input.
+    Resume: ``out`` must be a simulation store holding a checkpoint.
     """
     p = local_path(out)
     if resume:
+        clean_tree(p)
+        for part in p.glob(f".{MANIFEST}.*.part") if p.is_dir() else ():
+            part.unlink(missing_ok=True)  # a manifest write the killed run left
         if not is_simulation_store(p):
             raise ParameterError(f"resume=True: {p} is not a simulation store (no "
                                  f"{MANIFEST}); start the run without resume")
@@ -81,6 +99,7 @@ def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
             raise ParameterError(f"resume=True: {p} holds no checkpoint; run it again with "
                                  "checkpoint_every= (and without resume)")
         return p
+    clean(p)
     if p.exists():
         if not overwrite:
             raise ParameterError(f"out: {p} already exists; pass overwrite=True to replace "
@@ -94,18 +113,19 @@ def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
             if src == p.resolve() or p.resolve() in src.parents:
                 raise ParameterError(f"out: {p} holds the ICs ({src}); overwrite=True would "
                                      "delete them: write the run elsewhere")
-        return p
-    try:
-        return check_writable_target(p, overwrite=False, what="simulation store",
-                                     inputs=inputs)
+    try:  # inside a Zarr store or an input, unwritable parent
+        return check_writable_target(p, overwrite=overwrite, what="simulation store",
+                                     inputs=inputs, replaceable=is_simulation_store)
     except SnapshotError as exc:
-        raise ParameterError(str(exc)) from None
+        raise ParameterError(f"out: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- manifest
 def write_json(path: Path, doc: dict) -> None:
-    """Write ``doc`` as JSON atomically (temporary file in the same directory + rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write ``doc`` as JSON atomically (temporary file in the same directory + rename),
+    with the permissions of any new file (0666 less the umask)."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.part"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(plain_attrs(doc), f, indent=1)
@@ -126,14 +146,30 @@ def read_manifest(path: Path) -> dict:
     if doc.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"{path}: simulation store format_version "
                             f"{doc.get('format_version')!r} is not supported")
+    outputs = doc.get("outputs")
+    if not isinstance(outputs, list) or not all(isinstance(e, dict) for e in outputs):
+        raise SnapshotError(f"{path / MANIFEST}: 'outputs' must be a list of objects")
+    for e in outputs:
+        check_member_name(e.get("name"), path / MANIFEST)
     return doc
 
 
-def create_store(path: Path, parameters: dict, *, replace: bool) -> dict:
-    """Create (or, with ``replace``, empty and re-create) the store; returns its manifest."""
-    if replace and path.exists():
-        shutil.rmtree(path)
-    path.mkdir()
+def check_member_name(name, where: Path) -> str:
+    """``name`` if it names one directory inside the store (one path component: not
+    empty, ``.`` or ``..``, no separator, not absolute); else SnapshotError naming
+    ``where`` (names read from a store's metadata must not lead outside it)."""
+    bad = (not isinstance(name, str) or name in ("", ".", "..") or "/" in name
+           or "\\" in name or "\0" in name or os.path.isabs(name)
+           or (os.altsep is not None and os.altsep in name))
+    if bad:
+        raise SnapshotError(f"{where}: output name {name!r} is not a directory name inside "
+                            "the store (one path component, no '..', not absolute)")
+    return name
+
+
+def create_store(path: Path, parameters: dict) -> dict:
+    """Fill the new, empty directory ``path`` (a run's temporary store, see
+    :class:`cosmo_dask.atomic.Replacement`) as a simulation store; returns its manifest."""
     (path / "outputs").mkdir()
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "parameters": parameters,
            "outputs": [], "log": []}
@@ -147,15 +183,35 @@ def record_output(doc: dict, entry: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- tables
+def is_table_store(path: Path) -> bool:
+    """An analysis table store: format :data:`TABLE_FORMAT`, or (written before the
+    format attribute) a directory holding only the Zarr group ``table``."""
+    found = store_format(path)
+    if found is not None:
+        return found == TABLE_FORMAT
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return False
+    return names == ["table"] and (path / "table" / "zarr.json").is_file()
+
+
 def write_table(ds: xr.Dataset, path: Path, what: str) -> None:
-    """An analysis table (an in-memory Dataset) as a Zarr store at ``path``, atomically."""
+    """An analysis table (an in-memory Dataset) as a Zarr store at ``path``, atomically
+    (replacing the table there: a resume rewrites the outputs after its checkpoint)."""
     ds = ds.drop_vars([n for n in ("axis", "ell") if n in ds.coords and ds[n].dtype.kind == "U"])
     ds.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
-    with atomic_directory(path, overwrite=True, what=what) as tmp:
+    with atomic_directory(path, overwrite=True, what=what, fmt=TABLE_FORMAT,
+                          replaceable=is_table_store) as tmp:
+        zarr.open_group(str(tmp), mode="w", zarr_format=3,
+                        attributes={"format": TABLE_FORMAT, "format_version": FORMAT_VERSION,
+                                    "table": path.name})
         store_dataset(ds, tmp / "table", label=f"writing {path}")
 
 
 def read_table(path: Path) -> xr.Dataset:
+    if not path.exists():
+        recover(path)  # a replace of the table interrupted between its two renames
     ds = xr.open_zarr(str(path / "table"), consolidated=False).load()
     if "axis" in ds.dims and "axis" not in ds.coords:
         ds = ds.assign_coords(axis=["x", "y", "z"][:ds.sizes["axis"]])
@@ -293,6 +349,8 @@ class SimulationStore:
 def open_simulation(path) -> SimulationStore:
     """Open a simulation store written by :func:`cosmo_dask.simulation.run` with ``out=``."""
     p = local_path(path)
+    if not p.exists():
+        recover(p)  # a replace of the store interrupted between its renames
     if not p.is_dir():
         raise SnapshotError(f"{p}: no such simulation store")
     return SimulationStore(p, read_manifest(p))
