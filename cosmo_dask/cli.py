@@ -122,6 +122,13 @@ def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         default=argparse.SUPPRESS if suppress else False,
         help="show tracebacks and more detail",
     )
+    group.add_argument(
+        "--no-verify",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="read input stores without checking each chunk against the CRC-32 recorded "
+        "when it was written (checked by default)",
+    )
 
 
 @contextlib.contextmanager
@@ -1393,7 +1400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_parser(parser, args)
     try:
         _check_files(args)
-        with dask.config.set({"cosmo_dask.progress": True}):  # for this command only
+        with dask.config.set({"cosmo_dask.progress": True,  # for this command only
+                              "cosmo_dask.verify": not args.no_verify}):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("cosmo-dask: interrupted", file=sys.stderr)
