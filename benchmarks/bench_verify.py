@@ -1,7 +1,7 @@
 """Cost of verifying chunk checksums on read: a store read with ``verify=True`` against
 ``verify=False``.
 
-Workload: a 256^3 perturbed lattice (the project's ``lattice`` generator), float32
+Workload: 256^3 Zel'dovich ICs (the project's ``zeldovich`` generator), float32
 ``pos`` and ``vel`` (384 MiB in all, chunks of 2^20 particles), read with
 ``dask.compute(snap.pos, snap.vel)`` on dask's threaded scheduler (``--threads``,
 default 2), the files in the page cache. The value checks of ``open_snapshot`` stay on
@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     from cosmo_dask import chunk_manifest, open_snapshot, zarr_read
-    from cosmo_dask.models import perturbed_lattice
+    from cosmo_dask.models import zeldovich
 
     if args.impl == "zlib":
         import zlib
@@ -67,8 +67,8 @@ def main(argv=None) -> dict:
     try:
         path = scratch / "lattice.zarr"
         with dask.config.set(scheduler="threads", num_workers=args.threads):
-            perturbed_lattice(args.n_side, box_size=float(args.n_side), amplitude=0.3,
-                              seed=1, precision="float32").to_zarr(path, progress=False)
+            zeldovich(args.n_side, box_size=float(args.n_side), redshift=19.0, seed=1,
+                      precision="float32").to_zarr(path, progress=False)
         snap = open_snapshot(path)
         nbytes = snap.pos.nbytes + snap.vel.nbytes
 

@@ -295,3 +295,20 @@ def test_crc32_combine_matches_zlib():
     for n1, n2 in ((0, 5), (5, 0), (1, 1), (1000, 12345), (8 << 20, 3)):
         a, b = rng.bytes(n1), rng.bytes(n2)
         assert crc32_combine(zlib.crc32(a), zlib.crc32(b), n2) == zlib.crc32(a + b)
+
+
+def test_gpu_piece_checksums_combine_to_the_chunk_crc(tmp_path):
+    """The GPU reader's check (:func:`zarr_read._check_pieces`), on the CPU: pieces of a
+    chunk checksummed apart, plus the file's bytes before and after them."""
+    from cosmo_dask.zarr_read import _check_pieces, _direct_plan
+
+    path, _ = _store(tmp_path)
+    plan = _direct_plan(zarr.open_group(str(path), mode="r")["pos"], verify=True)
+    width = 3 * 8
+    raw = (path / "pos" / "c" / "1" / "0").read_bytes()
+    pieces = [(1, a, min(1900, a + 300)) for a in range(1100, 1900, 300)]
+    values = [zlib.crc32(raw[(a - CHUNK) * width:(b - CHUNK) * width]) for _, a, b in pieces]
+    _check_pieces(plan, pieces, values, width, "s.zarr: array 'pos'")
+    values[1] ^= 1
+    with pytest.raises(ChecksumError, match="s.zarr: array 'pos': chunk c/1/0 does not"):
+        _check_pieces(plan, pieces, values, width, "s.zarr: array 'pos'")
