@@ -312,3 +312,20 @@ def test_gpu_piece_checksums_combine_to_the_chunk_crc(tmp_path):
     values[1] ^= 1
     with pytest.raises(ChecksumError, match="s.zarr: array 'pos': chunk c/1/0 does not"):
         _check_pieces(plan, pieces, values, width, "s.zarr: array 'pos'")
+
+
+@pytest.mark.gpu
+def test_gpu_reads_verify(tmp_path):
+    """The GPU reader verifies the host bytes of each piece before copying them."""
+    path, pos = _store(tmp_path)
+    zpath, _ = _store(tmp_path, "z.zarr", compressor="zstd")
+    for p in (path, zpath):
+        for chunks in (None, 700):
+            got = open_snapshot(p, device="gpu", chunks=chunks).pos.compute().get()
+            np.testing.assert_array_equal(got, pos)
+    _flip(path / "pos" / "c" / "1" / "0")
+    for chunks in (None, 700):
+        with pytest.raises(ChecksumError, match=ALTERED):
+            open_snapshot(path, device="gpu", chunks=chunks).pos.compute()
+    got = open_snapshot(path, device="gpu", verify=False).pos.compute().get()
+    assert (got != pos).sum() == 1
