@@ -122,6 +122,13 @@ def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         default=argparse.SUPPRESS if suppress else False,
         help="show tracebacks and more detail",
     )
+    group.add_argument(
+        "--no-verify",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="read input stores without checking each chunk against the CRC-32 recorded "
+        "when it was written (checked by default)",
+    )
 
 
 @contextlib.contextmanager
@@ -1422,8 +1429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_parser(parser, args)
     try:
         _check_files(args)
-        with _sigterm_interrupts(), dask.config.set({"cosmo_dask.progress": True}):
-            return int(args.func(args) or 0)  # progress on for this command only
+        with _sigterm_interrupts(), dask.config.set({
+                "cosmo_dask.progress": True,  # for this command only
+                "cosmo_dask.verify": not args.no_verify}):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, _Terminated)
         print(f"cosmo-dask: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)

@@ -6,6 +6,8 @@
                             store's own chunks on CPU, >= 2**24 on GPU)
 ``cosmo_dask.scheduler``    address used by ``connect()`` when none is given (None; the
                             ``COSMO_DASK_SCHEDULER`` environment variable wins over it)
+``cosmo_dask.verify``      check each chunk read from a store cosmo_dask wrote against the
+                            CRC-32 recorded when it was written (True; ``--no-verify``)
 ``cosmo_dask.dashboard_address``  where a local cluster's dashboard listens
                             ("127.0.0.1:8787": this machine only; ":8787" for every
                             interface, "127.0.0.1:0" for a free port)
@@ -23,6 +25,7 @@ DEFAULTS = {
         "read_chunk_size": None,
         "scheduler": None,
         "dashboard_address": "127.0.0.1:8787",
+        "verify": True,
     }
 }
 

@@ -26,3 +26,8 @@ class ClusterError(CosmoDaskError):
 
 class DeviceError(CosmoDaskError):
     """A GPU was asked for but no usable GPU (or CuPy) is present."""
+
+
+class ChecksumError(SnapshotError):
+    """A stored chunk's bytes differ from the checksum recorded when it was written
+    (the chunk was altered or corrupted after the write)."""

@@ -41,7 +41,7 @@ from .backend import (
     large_store_rows,
     to_device,
 )
-from .chunk_manifest import check_chunks, checksum_problems
+from .chunk_manifest import check_chunks, checksum_problems, verify_default
 from .display import array_row, html_table, signif, with_unit
 from .errors import ParameterError, SnapshotError
 from .product_units import product_units
@@ -55,6 +55,7 @@ from .validation import (
     check_array_meta,
     check_field_meta,
     check_metadata,
+    check_stored_length,
     checked_array,
     full_report,
     wrapped_positions,
@@ -592,9 +593,15 @@ class Snapshot:
             report's ``problems`` holds them).
         """
         if full:
-            raw = Snapshot(self._unchecked or self._arrays, self._attrs, source=self._source)
-            report = full_report(raw)
-            report.problems.extend(self._checksum_problems())
+            # altered chunks first (every one listed): their values are not the data's,
+            # and a verifying read of them would stop at the first
+            altered = self._checksum_problems()
+            if altered:
+                report = ValidationReport(n_particles=self._n, full=True, problems=altered)
+            else:
+                raw = Snapshot(self._unchecked or self._arrays, self._attrs,
+                               source=self._source)
+                report = full_report(raw)
         else:
             report = ValidationReport(n_particles=self._n, full=False)
         if raise_errors and not report.ok:
@@ -750,6 +757,7 @@ def open_snapshot(
     check: bool = True,
     storage_options: dict | None = None,
     allow_missing_chunks: bool = False,
+    verify: bool | None = None,
 ) -> Snapshot:
     """Open a snapshot store lazily (reads metadata only).
 
@@ -783,13 +791,20 @@ def open_snapshot(
         resized chunk is always a SnapshotError. In a store of another writer
         without a manifest a missing chunk is an error too, unless this is True
         (then it reads as the array's fill value, as zarr does).
+    verify : bool, optional
+        Check every chunk file read against the CRC-32 its manifest recorded when
+        cosmo_dask wrote it, as it is read (no second read; a mismatch raises
+        :class:`~cosmo_dask.errors.ChecksumError` naming the store, array and chunk).
+        Default: dask config ``cosmo_dask.verify`` (True). ``False`` reads
+        altered chunks as they are.
 
     Raises
     ------
     SnapshotError
         Missing path, a file, a Zarr v2 store, not a cosmo_dask store, an
         unknown format_version, missing ``pos``, wrong shapes/dtypes/lengths,
-        or inconsistent attributes.
+        shapes that disagree with the ``n_particles`` attribute or the chunk
+        manifest, or inconsistent attributes.
     """
     device = check_device(device)
     if chunks is None:
@@ -837,7 +852,8 @@ def open_snapshot(
     shapes = {k: (tuple(a.shape), a.dtype) for k, a in members.items()}
     field_shapes = {k.partition("/")[2]: (tuple(a.shape), a.dtype)
                     for k, a in stored_fields.items()}
-    check_metadata(shapes, attrs, src, field_shapes)
+    n = check_metadata(shapes, attrs, src, field_shapes)
+    check_stored_length(n, attrs, src)  # an edited shape, before any chunk is listed
     for name, arr in {**members, **stored_fields}.items():
         check_chunks(arr, name, src, allow_missing=allow_missing_chunks)
     box = attrs.get("box_size")
@@ -849,16 +865,19 @@ def open_snapshot(
             rows = max(rows, gpu_read_rows(store_rows))
         if rows == store_rows:
             rows = None  # the store's own chunks
-    arrays = {n: read_array(a, n, src, rows, check=check, box_size=check_box, device=device)
+    verify = verify_default(verify)
+    arrays = {n: read_array(a, n, src, rows, check=check, box_size=check_box, device=device,
+                            verify=verify)
               for n, a in members.items()}
     unchecked = None
     if check:
-        unchecked = {n: read_array(a, n, src, rows, device=device) for n, a in members.items()}
+        unchecked = {n: read_array(a, n, src, rows, device=device, verify=verify)
+                     for n, a in members.items()}
     if wrap and box is not None:
         arrays["pos"] = wrapped_positions(arrays["pos"], float(box))
         if unchecked is not None:
             unchecked["pos"] = wrapped_positions(unchecked["pos"], float(box))
-    fields = {k.partition("/")[2]: read_array(a, k, src, rows, device=device)
+    fields = {k.partition("/")[2]: read_array(a, k, src, rows, device=device, verify=verify)
               for k, a in stored_fields.items()}
     # every array was read on ``device`` (zarr_read.read_array)
     return Snapshot(arrays, attrs, source=src, unchecked=unchecked, fields=fields)

@@ -118,6 +118,23 @@ def check_metadata(
     return n
 
 
+def check_stored_length(n: int, attrs: dict[str, Any], source=None) -> None:
+    """SnapshotError unless the arrays' length ``n`` (from their shapes) is the store's
+    ``n_particles`` attribute (when it has one): an edited ``zarr.json`` shape is refused
+    before any chunk is listed or read."""
+    stored = attrs.get("n_particles")
+    if stored is None:
+        return
+    if isinstance(stored, bool) or not isinstance(stored, (int, np.integer)) or stored < 0:
+        raise SnapshotError(f"{where(source)}: attribute 'n_particles' is {stored!r}; "
+                            "expected a non-negative integer")
+    if int(stored) != n:
+        raise SnapshotError(
+            f"{where(source)}: the arrays' shapes say {n} particles but the store's "
+            f"'n_particles' attribute says {int(stored)}; the metadata (zarr.json) was "
+            "altered after the store was written: restore it or re-create the store")
+
+
 def _positive_number(value, name, source, allow_none=True):
     if value is None:
         if allow_none:

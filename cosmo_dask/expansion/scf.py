@@ -376,11 +376,11 @@ class SCF:
         import xarray as xr
 
         from ..errors import SnapshotError
-        from ..zarr_read import open_product_group
+        from ..zarr_read import open_product_group, product_store
 
         open_product_group(path, fmt=FORMAT, what="SCF store")  # format, every chunk there
-        try:
-            ds = xr.open_zarr(str(path), consolidated=False, zarr_format=3).load()
+        try:  # every chunk read is checked against its recorded CRC-32 (product_store)
+            ds = xr.open_zarr(product_store(path), consolidated=False, zarr_format=3).load()
         except (FileNotFoundError, OSError, ValueError, KeyError) as exc:
             raise SnapshotError(f"{path}: cannot read an SCF store ({exc})") from exc
         a = dict(ds.attrs)

@@ -22,7 +22,7 @@ import zarr
 
 from ..atomic import atomic_directory, local_path
 from ..product_units import store_units
-from ..zarr_read import open_product_group
+from ..zarr_read import open_product_group, product_store
 from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.halos"
@@ -183,7 +183,7 @@ def open_catalog(path: str | os.PathLike) -> HaloResult:
     p = local_path(path)
     group, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION, what="halo store")
     labels = da.from_zarr(group["labels"])
-    catalog = xr.open_zarr(str(p / "catalog"), consolidated=False).load()
+    catalog = xr.open_zarr(product_store(p / "catalog"), consolidated=False).load()
     if "axis" in catalog.dims:
         catalog = catalog.assign_coords(axis=["x", "y", "z"])
     return HaloResult(labels, catalog, dict(attrs.get("parameters", {})))

@@ -34,7 +34,6 @@ import os
 import uuid
 from pathlib import Path
 
-import dask.array as da
 import xarray as xr
 import zarr
 
@@ -47,8 +46,9 @@ from ..atomic import (
     recover,
     store_format,
 )
+from ..chunk_manifest import verify_default
 from ..errors import ParameterError, SnapshotError
-from ..zarr_read import open_product_group
+from ..zarr_read import open_product_group, product_store, read_array
 from ..zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.simulation"
@@ -209,10 +209,12 @@ def write_table(ds: xr.Dataset, path: Path, what: str) -> None:
         store_dataset(ds, tmp / "table", label=f"writing {path}")
 
 
-def read_table(path: Path) -> xr.Dataset:
+def read_table(path: Path, verify: bool | None = None) -> xr.Dataset:
+    """The analysis table at ``path``, each chunk checked against its recorded CRC-32
+    when ``verify`` (default: dask config ``cosmo_dask.verify``, True)."""
     if not path.exists():
         recover(path)  # a replace of the table interrupted between its two renames
-    ds = xr.open_zarr(str(path / "table"), consolidated=False).load()
+    ds = xr.open_zarr(product_store(path / "table", verify), consolidated=False).load()
     if "axis" in ds.dims and "axis" not in ds.coords:
         ds = ds.assign_coords(axis=["x", "y", "z"][:ds.sizes["axis"]])
     return ds
@@ -231,18 +233,31 @@ def write_checkpoint(path: Path, state: dict, attrs: dict) -> None:
                      label=f"writing {target}", show=False)
 
 
-def read_checkpoint(path: Path) -> tuple[dict, dict]:
+def read_checkpoint(path: Path, verify: bool | None = None) -> tuple[dict, dict]:
     """``(arrays, attrs)`` of ``path/checkpoint``: lazy dask arrays in the stored row
-    chunks of the run (``attrs["chunks"]``)."""
+    chunks of the run (``attrs["chunks"]``).
+
+    Before anything is read: the format, every array's length against the run's
+    ``n_particles`` and its chunk count against its manifest, every chunk file present
+    with its written size (a missing chunk would otherwise read as zeros and resume a
+    wrong state). With ``verify`` (default: dask config ``cosmo_dask.verify``, True)
+    every chunk's CRC-32 is compared with the manifest's as it is read
+    (:class:`~cosmo_dask.errors.ChecksumError` naming the chunk).
+    """
     target = path / CHECKPOINT
-    # the product reader: format checked, every chunk file present with its written size
-    # (a missing chunk would otherwise read as zeros and resume a wrong state)
-    group, attrs = open_product_group(target, fmt=CHECKPOINT_FORMAT,
+    verify = verify_default(verify)
+    group, attrs = open_product_group(target, fmt=CHECKPOINT_FORMAT, verify=verify,
                                       what="simulation checkpoint")
-    rows = tuple(int(c) for c in attrs["parameters"]["chunks"])
+    parameters = attrs.get("parameters") or {}
+    rows = tuple(int(c) for c in parameters["chunks"])
+    n = parameters.get("n_particles")
     arrays = {}
     for name, arr in group.arrays():
-        x = da.from_zarr(arr)
+        if n is not None and arr.shape[0] != int(n):
+            raise SnapshotError(f"{target}: array '{name}' has {arr.shape[0]} rows but the "
+                                f"run has n_particles = {int(n)}; the checkpoint's metadata "
+                                "was altered: run again without resume")
+        x = read_array(arr, name, str(target), verify=verify)
         arrays[name] = x.rechunk((rows,) + tuple(-1 for _ in x.shape[1:]))
     return arrays, attrs
 
@@ -317,17 +332,19 @@ class SimulationStore:
                                  "(written with write_particles=False)")
         return open_snapshot(self.path / "outputs" / e["name"] / "snapshot", **kwargs)
 
-    def power(self, z: float) -> xr.Dataset:
+    def power(self, z: float, verify: bool | None = None) -> xr.Dataset:
+        """The P(k) table at redshift ``z`` (``verify``: see :func:`read_table`)."""
         e = self._entry(z)
         if not e.get("power"):
             raise ParameterError(f"{self.path}: no power spectrum at z = {z:g}")
-        return read_table(self.path / "outputs" / e["name"] / "power")
+        return read_table(self.path / "outputs" / e["name"] / "power", verify)
 
-    def halos(self, z: float) -> xr.Dataset:
+    def halos(self, z: float, verify: bool | None = None) -> xr.Dataset:
+        """The FOF catalog at redshift ``z`` (``verify``: see :func:`read_table`)."""
         e = self._entry(z)
         if not e.get("halos"):
             raise ParameterError(f"{self.path}: no halo catalog at z = {z:g}")
-        return read_table(self.path / "outputs" / e["name"] / "halos")
+        return read_table(self.path / "outputs" / e["name"] / "halos", verify)
 
     def series(self) -> list:
         """``[(z, Snapshot), ...]`` of the outputs with particles, decreasing z."""
