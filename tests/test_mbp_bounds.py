@@ -150,3 +150,31 @@ def test_mbp_of_a_1e5_halo_equals_direct_summation():
     s2 = (d * d).sum(1) + 1e-4
     s2[rows[0]] = np.inf
     np.testing.assert_allclose(pot[0], -np.sum(mass / np.sqrt(s2)), rtol=1e-12)
+
+
+def test_catalog_mbp_of_a_large_halo_is_exact_by_default():
+    # 21,000 members (above the old default grid_threshold of 20,000) and a close pair
+    # in the outskirts: with no softening the pair is the most bound, which the exact
+    # MBP finds and the grid approximation cannot (it searches the deepest wells)
+    from cosmo_dask import Snapshot
+    from cosmo_dask.halos import fof
+    from cosmo_dask.halos.center_kernels import member_potentials
+
+    rng = np.random.default_rng(21)
+    halo = plummer(rng, 21000, a=1.0, rmax=2.5)
+    k = int(np.argmin(np.abs(np.linalg.norm(halo, axis=1) - 1.0)))
+    pos = np.concatenate([halo, halo[k:k + 1] + np.array([1e-6, 0.0, 0.0])]) + 50.0
+    n = len(pos)
+    snap = Snapshot.from_arrays(pos, box_size=100.0, ids=np.arange(n, dtype=np.int64))
+    res = fof(snap, 0.5, absolute=True, centers=("mbp",), potential_softening=0.0)
+    cat = res.catalog
+    assert int(cat["n_members"][0]) > 20000
+    assert int(cat["mbp_index"][0]) in (k, n - 1)
+    members = np.flatnonzero(np.asarray(res.labels.compute()) == 0)
+    row = int(np.flatnonzero(members == int(cat["mbp_index"][0]))[0])
+    want = member_potentials(pos[members], 1.0, np.array([row]), box_size=100.0)[0]
+    np.testing.assert_allclose(float(cat["mbp_potential"][0]), want, rtol=1e-12)
+    # the grid approximation above 20,000 members (the default before) misses it
+    grid = fof(snap, 0.5, absolute=True, centers=("mbp",), potential_softening=0.0,
+               grid_threshold=20000).catalog
+    assert int(grid["mbp_index"][0]) not in (k, n - 1)
