@@ -19,8 +19,9 @@ Two kinds of line go to stdout and to ``benchmarks/results/mbp.jsonl``:
   :func:`grid_mbp`, and the candidates left for exact evaluation; rows must agree.
 * ``mbp-catalog``: the catalog's MBP stage (``fof(..., centers=("mbp",))``), the summed
   task seconds of its ``halo-mbp-*`` tasks and the wall seconds of the call, now and
-  before, with the default ``grid_threshold`` (grid approximation above 20,000 members)
-  and with every halo exact (``grid_threshold`` above the largest).
+  before, with every halo exact (``grid_threshold=None``, the default now) and with
+  the grid approximation above 20,000 members (``grid_threshold=20000``, the default
+  before).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def bench_halos(pos, box, labels, n_members, top, repeat, soft, emit):
         ck._mbp_candidates = orig
 
 
-def bench_catalog(snap, largest, repeat, emit):
+def bench_catalog(snap, repeat, emit):
     from dask.callbacks import Callback
     from dask.utils import key_split
 
@@ -147,9 +148,9 @@ def bench_catalog(snap, largest, repeat, emit):
             if key_split(key).startswith("halo-mbp"):
                 self.total += t
 
-    for mode, thr in (("default", None), ("exact", largest + 1)):
-        kw = {} if thr is None else {"grid_threshold": thr}
-        row = {"workload": "mbp-catalog", "mode": mode, "grid_threshold": thr or "default"}
+    for mode, thr in (("exact", None), ("grid", 20000)):
+        kw = {"grid_threshold": thr}
+        row = {"workload": "mbp-catalog", "mode": mode, "grid_threshold": thr}
         for when, consts in (("now", {}), ("before", BEFORE)):
             with _Constants(consts):
                 fof(snap, 0.2, centers=("mbp",), **kw)  # warm
@@ -201,7 +202,7 @@ def main(argv=None):
           "largest": [int(k) for k in nm[:args.top]]})
     bench_halos(pos, box, labels, nm, args.top, args.repeat, soft, emit)
     if not args.no_catalog:
-        bench_catalog(snap, int(nm[0]), args.repeat, emit)
+        bench_catalog(snap, args.repeat, emit)
 
 
 if __name__ == "__main__":
