@@ -47,7 +47,7 @@ def check_parameters(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *,
 def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
         min_members: int = MIN_MEMBERS_DEFAULT, min_friends: int = MIN_FRIENDS_DEFAULT,
         centers=CENTERS_DEFAULT, potential_softening: float | None = None,
-        grid_threshold: int = cat.GRID_THRESHOLD, n_domains=None) -> HaloResult:
+        grid_threshold: int | None = cat.GRID_THRESHOLD, n_domains=None) -> HaloResult:
     """Friends-of-friends halos of a snapshot, with a halo catalog.
 
     Parameters
@@ -61,15 +61,16 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
     min_friends : int
         k > 1: particles with fewer than k friends join no halo (DBSCAN-like).
     centers : tuple of {"mbp", "mbp_grid", "mcp"}
-        Centres to compute: most-bound particle (exact; halos above
-        ``grid_threshold`` members use the grid-Poisson approximation), the
-        grid approximation for every halo, most-connected particle. ``()``
-        computes none.
+        Centres to compute: most-bound particle (exact, as a double sum over
+        the members would give; with a ``grid_threshold``, halos above it use
+        the grid-Poisson approximation), the grid approximation for every
+        halo, most-connected particle. ``()`` computes none.
     potential_softening : float, optional
         Plummer softening of the MBP potentials, box units (default 0.1 x the
         linking length).
-    grid_threshold : int
-        Member count above which "mbp" uses the grid approximation.
+    grid_threshold : int, optional
+        Member count above which "mbp" uses the grid approximation (default
+        None: none, every MBP exact).
     n_domains : int or (int, int, int), optional
         Domains of the decomposition (default: about 2^21 particles each).
 
@@ -164,6 +165,7 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
                      "potential_softening": soft, "G": G, "centers": list(centers)}
     catalog.attrs = {k: v for k, v in catalog.attrs.items() if v is not None}
     params = dict(res.parameters, centers=list(centers), potential_softening=soft,
-                  grid_threshold=int(grid_threshold), snapshot=snap.source,
+                  grid_threshold=None if grid_threshold is None else int(grid_threshold),
+                  snapshot=snap.source,
                   seconds=round(time.perf_counter() - t0, 3))
     return HaloResult(res.labels, catalog, params)

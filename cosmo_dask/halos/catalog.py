@@ -18,8 +18,8 @@ halos; the reductions see one small row per (domain, halo) pair.
   :func:`center_kernels.segment_mbp` (exact potentials only for the members that
   octree bounds cannot rule out; the same answer as every potential), on GPU
   :func:`center_kernels_gpu.segment_mbp_gpu` (every potential, on the GPU);
-  halos above ``grid_threshold`` members use the grid-Poisson approximation
-  :func:`center_kernels.grid_mbp` (on the host).
+  with a ``grid_threshold`` (default None: none), halos above it use the
+  grid-Poisson approximation :func:`center_kernels.grid_mbp` (on the host).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from ..backend import array_module, host
 from . import dispatch as kernels
 from .center_kernels import grid_mbp, member_potentials
 
-#: default member count above which "mbp" uses the grid-Poisson approximation
-GRID_THRESHOLD = 20000
+#: default member count above which "mbp" uses the grid-Poisson approximation: None,
+#: every halo's MBP exact (the octree bounds of :func:`center_kernels.segment_mbp` make
+#: large halos about ``n log n``)
+GRID_THRESHOLD = None
 
 
 def _segments(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,8 +144,12 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, li
     if halos.size == 0:
         return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, 3)), np.empty(0))
     sizes = np.diff(starts)
-    use_grid = np.zeros(halos.size, bool) if mode == "exact" else (
-        np.ones(halos.size, bool) if mode == "grid" else sizes > grid_threshold)
+    if mode == "grid":
+        use_grid = np.ones(halos.size, bool)
+    elif mode == "exact" or grid_threshold is None:
+        use_grid = np.zeros(halos.size, bool)
+    else:
+        use_grid = sizes > grid_threshold
     rows = np.empty(halos.size, np.int64)
     pot_best = np.empty(halos.size)
     exact = np.flatnonzero(~use_grid)
