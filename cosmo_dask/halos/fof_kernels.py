@@ -506,8 +506,9 @@ def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
                 _count_row(x, y, z, i, sb, eb, L0, L1, L2, h0, h1, h2, ll2, friends)
 
 
-def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
-    """int32 friend count of every particle (sorted order; cells contiguous)."""
+def _friend_counts_exact(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous), every
+    pair of neighbouring cells tested (the reference for :func:`_friend_counts`)."""
     friends = np.zeros(spos.shape[0], dtype=np.int32)
     x, y, z = (np.ascontiguousarray(spos[:, a]) for a in range(3))
     _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends)
@@ -944,6 +945,363 @@ def _sub_cells(periods, inv, ll):
         k = math.ceil(side * math.sqrt(3.0) * (1.0 + _SIDE_MARGIN) / ll)
         ks[a] = min(max(k, 1), _MAX_SUB_PER_AXIS)
     return ks
+
+
+# ----------------------------------------------------------------------------- friend counts
+# Friend counts by node pairs (see the module docstring, step 4): each coarse cell's
+# particles are ordered by a Morton key inside the cell and cut into a small octree whose
+# leaves hold at most _COUNT_LEAF particles; the cell stencil is walked over pairs of
+# these trees.
+
+#: largest leaf of the counting trees (particles)
+_COUNT_LEAF = 16
+#: Morton bits per axis inside a coarse cell (deeper nodes are leaves whatever their size)
+_COUNT_LEVELS = 10
+
+
+@numba.njit(cache=True, inline="always")
+def _morton3(q0, q1, q2, levels):
+    """Interleaved bits of three non-negative cell coordinates (``levels`` bits each)."""
+    k = 0
+    for b in range(levels - 1, -1, -1):
+        k = (k << 3) | (((q0 >> b) & 1) << 2) | (((q1 >> b) & 1) << 1) | ((q2 >> b) & 1)
+    return k
+
+
+@numba.njit(cache=True, inline="always")
+def _range_box(x, y, z, s, e):
+    lo0 = np.float64(x[s])
+    lo1 = np.float64(y[s])
+    lo2 = np.float64(z[s])
+    hi0 = lo0
+    hi1 = lo1
+    hi2 = lo2
+    for k in range(s + 1, e):
+        a = np.float64(x[k])
+        b = np.float64(y[k])
+        c = np.float64(z[k])
+        lo0 = min(lo0, a)
+        hi0 = max(hi0, a)
+        lo1 = min(lo1, b)
+        hi1 = max(hi1, b)
+        lo2 = min(lo2, c)
+        hi2 = max(hi2, c)
+    return lo0, hi0, lo1, hi1, lo2, hi2
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_trees(spos, cell_start, leaf, levels):
+    """The counting trees of every occupied cell.
+
+    Returns ``(x, y, z, order, node_start, node_child, box)``: the coordinates in tree
+    order (each cell's rows reordered by Morton key; ``order[k]`` is the sorted row of
+    tree row ``k``), node ``t``'s rows ``node_start[t] .. node_start[t] + count`` with
+    ``node_start`` of shape (nodes, 2) holding (start, end), ``node_child[t]`` the
+    (first, end) node indices of its children (equal for a leaf), and ``box[t]`` its
+    bounding box (float64 ``lo0, hi0, lo1, hi1, lo2, hi2``). Node ``c`` is the root of
+    occupied cell ``c``; children come after their parent.
+    """
+    m = spos.shape[0]
+    ncell = cell_start.shape[0] - 1
+    x = np.empty(m, dtype=spos.dtype)
+    y = np.empty(m, dtype=spos.dtype)
+    z = np.empty(m, dtype=spos.dtype)
+    order = np.empty(m, dtype=cell_start.dtype)
+    for k in range(m):
+        x[k] = spos[k, 0]
+        y[k] = spos[k, 1]
+        z[k] = spos[k, 2]
+        order[k] = k
+    cap = ncell + m // 4 + 16
+    ranges = np.empty((cap, 2), dtype=np.int64)
+    child = np.empty((cap, 2), dtype=np.int64)
+    box = np.empty((cap, 6), dtype=np.float64)
+    maxn = 1
+    for c in range(ncell):
+        maxn = max(maxn, cell_start[c + 1] - cell_start[c])
+    keys = np.empty(maxn, dtype=np.int64)
+    skeys = np.empty(m, dtype=np.int64)  # Morton keys in tree order (cells above leaf)
+    tx = np.empty(maxn, dtype=spos.dtype)
+    ty = np.empty(maxn, dtype=spos.dtype)
+    tz = np.empty(maxn, dtype=spos.dtype)
+    stack = np.empty((64 * levels + 64, 2), dtype=np.int64)  # (node, level)
+    scale = float(1 << levels)
+    qmax = (1 << levels) - 1
+    nn = ncell
+    for c in range(ncell):
+        s = cell_start[c]
+        e = cell_start[c + 1]
+        ranges[c, 0] = s
+        ranges[c, 1] = e
+        child[c, 0] = 0
+        child[c, 1] = 0
+        lo0, hi0, lo1, hi1, lo2, hi2 = _range_box(x, y, z, s, e)
+        box[c, 0] = lo0
+        box[c, 1] = hi0
+        box[c, 2] = lo1
+        box[c, 3] = hi1
+        box[c, 4] = lo2
+        box[c, 5] = hi2
+        n = e - s
+        if n <= leaf:
+            continue
+        # Morton keys relative to the cell's bounding box (any monotone binning serves:
+        # the node boxes below are the particles' own extremes)
+        w0 = scale / (hi0 - lo0) if hi0 > lo0 else 0.0
+        w1 = scale / (hi1 - lo1) if hi1 > lo1 else 0.0
+        w2 = scale / (hi2 - lo2) if hi2 > lo2 else 0.0
+        for q in range(n):
+            q0 = min(int((np.float64(x[s + q]) - lo0) * w0), qmax)
+            q1 = min(int((np.float64(y[s + q]) - lo1) * w1), qmax)
+            q2 = min(int((np.float64(z[s + q]) - lo2) * w2), qmax)
+            keys[q] = _morton3(q0, q1, q2, levels)
+        perm = np.argsort(keys[:n])
+        for q in range(n):
+            p = perm[q]
+            tx[q] = x[s + p]
+            ty[q] = y[s + p]
+            tz[q] = z[s + p]
+            skeys[s + q] = keys[p]
+        for q in range(n):
+            x[s + q] = tx[q]
+            y[s + q] = ty[q]
+            z[s + q] = tz[q]
+            order[s + q] = s + perm[q]
+        # split nodes by octant, level by level (levels holding one octant are skipped)
+        top = 0
+        stack[0, 0] = c
+        stack[0, 1] = 0
+        top = 1
+        while top > 0:
+            top -= 1
+            t = stack[top, 0]
+            lev = stack[top, 1]
+            a = ranges[t, 0]
+            b = ranges[t, 1]
+            child[t, 0] = nn
+            child[t, 1] = nn
+            if b - a <= leaf:
+                continue
+            while lev < levels:
+                shift = 3 * (levels - 1 - lev)
+                if (skeys[a] >> shift) & 7 != (skeys[b - 1] >> shift) & 7:
+                    break
+                lev += 1
+            if lev == levels:  # identical keys: a leaf whatever its size
+                continue
+            shift = 3 * (levels - 1 - lev)
+            q = a
+            while q < b:
+                r = q + 1
+                o = (skeys[q] >> shift) & 7
+                while r < b and (skeys[r] >> shift) & 7 == o:
+                    r += 1
+                if nn == ranges.shape[0]:
+                    grow = 2 * nn
+                    r2 = np.empty((grow, 2), dtype=np.int64)
+                    r2[:nn] = ranges
+                    ranges = r2
+                    c2 = np.empty((grow, 2), dtype=np.int64)
+                    c2[:nn] = child
+                    child = c2
+                    b2 = np.empty((grow, 6), dtype=np.float64)
+                    b2[:nn] = box
+                    box = b2
+                ranges[nn, 0] = q
+                ranges[nn, 1] = r
+                u0, v0, u1, v1, u2, v2 = _range_box(x, y, z, q, r)
+                box[nn, 0] = u0
+                box[nn, 1] = v0
+                box[nn, 2] = u1
+                box[nn, 3] = v1
+                box[nn, 4] = u2
+                box[nn, 5] = v2
+                child[nn, 0] = nn
+                child[nn, 1] = nn
+                if top == stack.shape[0]:
+                    st2 = np.empty((2 * top, 2), dtype=np.int64)
+                    st2[:top] = stack
+                    stack = st2
+                stack[top, 0] = nn
+                stack[top, 1] = lev + 1
+                top += 1
+                nn += 1
+                q = r
+            child[t, 1] = nn
+    return x, y, z, order, ranges[:nn], child[:nn], box[:nn]
+
+
+@numba.njit(cache=True, inline="always")
+def _node_status(box, s, t, L0, L1, L2, h0, h1, h2, ll2):
+    return _box_status(box[s, 0], box[s, 1], box[s, 2], box[s, 3], box[s, 4], box[s, 5],
+                       box[t, 0], box[t, 1], box[t, 2], box[t, 3], box[t, 4], box[t, 5],
+                       L0, L1, L2, h0, h1, h2, ll2)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tree_count_pass(x, y, z, ranges, child, box, cell_keys, dims, periods, ll, friends,
+                     acc):
+    """Friend counts over pairs of tree nodes (``friends`` per tree row, ``acc`` per
+    node: counts shared by all rows below the node; both int32, zeroed by the caller).
+
+    The coarse-cell stencil of :func:`_count_pass` gives each unordered pair of
+    neighbouring cells once, and each cell with itself; a pair of nodes is decided by
+    their bounding boxes (:func:`_box_status`, exact) when all or none of its particle
+    pairs are friends, else the larger node is split (a node with itself: each pair of
+    its children), and two leaves take the pair test row by row (a row is first tested
+    against the other leaf's box)."""
+    nocc = cell_keys.shape[0]
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
+    ll2 = ll * ll
+    xs = np.empty(3, dtype=np.int64)
+    ys = np.empty(3, dtype=np.int64)
+    zlo = np.empty(2, dtype=np.int64)
+    zhi = np.empty(2, dtype=np.int64)
+    hints = np.zeros(18, dtype=np.int64)
+    blocks = np.empty((18, 2), dtype=np.int64)
+    stack = np.empty((1024, 2), dtype=np.int64)
+    for a in range(nocc):
+        sa = ranges[a, 0]
+        ea = ranges[a, 1]
+        small = child[a, 0] == child[a, 1]  # a cell of one leaf
+        top = 0
+        if small:  # its pairs inside, as on the exact path
+            for i in range(sa, ea - 1):
+                _count_row(x, y, z, i, i + 1, ea, L0, L1, L2, h0, h1, h2, ll2, friends)
+        else:
+            stack[0, 0] = a
+            stack[0, 1] = a
+            top = 1
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            run = -1  # rows of consecutive one-leaf cells, tested as one range
+            for b in range(blocks[t, 0], blocks[t, 1] + 1):
+                if b < blocks[t, 1] and small and child[b, 0] == child[b, 1]:
+                    if run < 0:
+                        run = ranges[b, 0]
+                    continue
+                if run >= 0:
+                    for i in range(sa, ea):
+                        _count_row(x, y, z, i, run, ranges[b - 1, 1], L0, L1, L2, h0, h1,
+                                   h2, ll2, friends)
+                    run = -1
+                if b == blocks[t, 1]:
+                    break
+                if top == stack.shape[0]:
+                    st2 = np.empty((2 * top, 2), dtype=np.int64)
+                    st2[:top] = stack
+                    stack = st2
+                stack[top, 0] = a
+                stack[top, 1] = b
+                top += 1
+        while top > 0:
+            top -= 1
+            p = stack[top, 0]
+            q = stack[top, 1]
+            ps = ranges[p, 0]
+            pe = ranges[p, 1]
+            if p == q:
+                if _node_status(box, p, p, L0, L1, L2, h0, h1, h2, ll2) > 0:
+                    acc[p] += pe - ps - 1
+                    continue
+                c0 = child[p, 0]
+                c1 = child[p, 1]
+                if c0 == c1:
+                    for i in range(ps, pe - 1):
+                        _count_row(x, y, z, i, i + 1, pe, L0, L1, L2, h0, h1, h2, ll2,
+                                   friends)
+                    continue
+                need = top + (c1 - c0) * (c1 - c0 + 1) // 2
+                if need > stack.shape[0]:
+                    st2 = np.empty((2 * need, 2), dtype=np.int64)
+                    st2[:top] = stack[:top]
+                    stack = st2
+                for u in range(c0, c1):
+                    for v in range(u, c1):
+                        stack[top, 0] = u
+                        stack[top, 1] = v
+                        top += 1
+                continue
+            st = _node_status(box, p, q, L0, L1, L2, h0, h1, h2, ll2)
+            if st < 0:
+                continue
+            qs = ranges[q, 0]
+            qe = ranges[q, 1]
+            if st > 0:
+                acc[p] += qe - qs
+                acc[q] += pe - ps
+                continue
+            pleaf = child[p, 0] == child[p, 1]
+            qleaf = child[q, 0] == child[q, 1]
+            if pleaf and qleaf:
+                for i in range(ps, pe):
+                    xi = np.float64(x[i])
+                    yi = np.float64(y[i])
+                    zi = np.float64(z[i])
+                    sp = _box_status(xi, xi, yi, yi, zi, zi, box[q, 0], box[q, 1],
+                                     box[q, 2], box[q, 3], box[q, 4], box[q, 5],
+                                     L0, L1, L2, h0, h1, h2, ll2)
+                    if sp < 0:
+                        continue
+                    if sp > 0:
+                        friends[i] += qe - qs
+                        acc[q] += 1
+                        continue
+                    _count_row(x, y, z, i, qs, qe, L0, L1, L2, h0, h1, h2, ll2, friends)
+                continue
+            # split the larger node (a leaf is never split)
+            if qleaf or (not pleaf and pe - ps >= qe - qs):
+                s0 = child[p, 0]
+                s1 = child[p, 1]
+                other = q
+            else:
+                s0 = child[q, 0]
+                s1 = child[q, 1]
+                other = p
+            need = top + (s1 - s0)
+            if need > stack.shape[0]:
+                st2 = np.empty((2 * need, 2), dtype=np.int64)
+                st2[:top] = stack[:top]
+                stack = st2
+            for u in range(s0, s1):
+                stack[top, 0] = u
+                stack[top, 1] = other
+                top += 1
+    # the node counts down to the rows: parents come before their children
+    for t in range(ranges.shape[0]):
+        c0 = child[t, 0]
+        c1 = child[t, 1]
+        v = acc[t]
+        if v == 0:
+            continue
+        if c0 == c1:
+            for k in range(ranges[t, 0], ranges[t, 1]):
+                friends[k] += v
+        else:
+            for u in range(c0, c1):
+                acc[u] += v
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_counts(tree_friends, order, out):
+    for k in range(order.shape[0]):
+        out[order[k]] = tree_friends[k]
+
+
+def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous), by pairs
+    of tree nodes (:func:`_tree_count_pass`): the same counts as
+    :func:`_friend_counts_exact`."""
+    x, y, z, order, ranges, child, box = _count_trees(spos, cell_start, _COUNT_LEAF,
+                                                      _COUNT_LEVELS)
+    tree_friends = np.zeros(spos.shape[0], dtype=np.int32)
+    acc = np.zeros(ranges.shape[0], dtype=np.int32)
+    _tree_count_pass(x, y, z, ranges, child, box, cell_keys, dims, periods, ll,
+                     tree_friends, acc)
+    del x, y, z, ranges, child, box, acc
+    friends = np.empty(spos.shape[0], dtype=np.int32)
+    _scatter_counts(tree_friends, order, friends)
+    return friends
 
 
 @numba.njit(cache=True, nogil=True)
