@@ -325,12 +325,14 @@ def _dense_set(rng, box, m=6000):
     return np.concatenate([pos, rng.random((m // 4, 3)) * box])
 
 
-@pytest.mark.parametrize("leaf", [1, 3, 16])
+@pytest.mark.parametrize("leaf", [1, 3, 32])
 @pytest.mark.parametrize("periods", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 0.0, 1.0)])
 def test_friend_counts_dense_equal_exact_path(rng, monkeypatch, leaf, periods):
     from cosmo_dask.halos import fof_kernels
 
     monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", leaf)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", leaf)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)  # the trees always
     pos = _dense_set(rng, 1.0)
     pos = np.where(np.asarray(periods) > 0, np.mod(pos, 1.0), pos)
     ll = 0.01
@@ -352,6 +354,8 @@ def test_friend_counts_ties_at_linking_length(monkeypatch, leaf):
     from cosmo_dask.halos import fof_kernels
 
     monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", leaf)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", leaf)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)  # the trees always
     g = np.indices((12, 12, 12)).reshape(3, -1).T * 0.25
     g = np.repeat(g, 3, axis=0)  # stacks of identical points
     for ll, periods in ((0.25, (3.0, 3.0, 3.0)), (0.5, (3.0, 0.0, 3.0)),
@@ -366,6 +370,8 @@ def test_friend_counts_min_friends_cores_dense(rng, monkeypatch, k):
     from cosmo_dask.halos import fof_kernels
 
     monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", 2)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", 2)
+    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)
     pos = np.mod(_dense_set(rng, 1.0, 3000), 1.0)
     root, friends = _check(pos, [1.0, 1.0, 1.0], 0.01, min_friends=k)
     np.testing.assert_array_equal(friends, _exact_counts(pos, [1.0, 1.0, 1.0], 0.01))
