@@ -165,3 +165,25 @@ def test_friend_counts_only_for_an_mcp_centre(rng, client, monkeypatch):
         best = mem[np.lexsort((mem, -friends[mem]))[0]]
         assert cat["mcp_index"].values[h] == best
         assert cat["mcp_friends"].values[h] == friends[best]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("centers", [(), ("mbp",), ("mcp",)])
+def test_gpu_catalog_with_and_without_friend_counts(rng, centers):
+    """On a GPU snapshot the catalog asks the kernel for friend counts only with the MCP
+    (members tables without counts otherwise) and equals the CPU catalog."""
+    pytest.importorskip("cupy")
+    from cosmo_dask.halos import fof
+
+    box = 30.0
+    pos = clustered(rng, 3000, box, sigma=0.12)
+    snap = Snapshot.from_arrays(pos, box_size=box, chunks=2000)
+    kw = dict(absolute=True, min_members=5, centers=centers, n_domains=8)
+    cpu = fof(snap, 0.25, **kw)
+    gpu = fof(snap.to_device("gpu"), 0.25, **kw)
+    np.testing.assert_array_equal(gpu.labels.compute().get(), cpu.labels.compute())
+    assert set(gpu.catalog.data_vars) == set(cpu.catalog.data_vars)
+    assert ("mcp_index" in gpu.catalog) == ("mcp" in centers)
+    for name in cpu.catalog.data_vars:
+        np.testing.assert_allclose(gpu.catalog[name].values, cpu.catalog[name].values,
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
