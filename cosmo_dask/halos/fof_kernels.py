@@ -1505,7 +1505,8 @@ def _input_order(parent, perm, friends):
 def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
-    about 24 bytes per particle, or the friend counts, 28 with float32 positions).
+    about 24 bytes per particle, or the friend counts, 28 with float32 positions on
+    the pair path and about 36 with the counting trees).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
