@@ -35,11 +35,16 @@ thread, checked to give the same partition) and ratios ours / kdcount for: the f
 ``fof_labels`` (threaded, all cores, and the synchronous scheduler, one thread), and
 the single-threaded kernel ``fof_local`` on the whole box (the dense-cell path,
 ``count_friends=False``, and the exact pair path that counts friends).
-``--catalog`` times, instead of the above, the full catalog ``fof(snap, centers=("mbp",
-"mcp"))`` against the bare ``fof_labels`` on the same snapshot, alternated, medians of
-``--repeat`` runs each (labels computed in both), and prints their ratio, the process CPU
-seconds of each (less sensitive to other load on a shared machine) and the seconds per
-task kind of the last catalog run (task time summed over threads).
+``--catalog`` times, instead of the above, side by side on the same snapshot,
+alternated, medians of ``--repeat`` runs each after a warm-up (numba warm): kdcount's
+``cluster.fof`` (labels only, one thread; ``--no-kdcount`` skips it), ``fof_labels``,
+and ``fof`` with no centres, the MCP, the MBP, and both (labels computed in each); it
+prints the ratios to ``fof_labels``, the process CPU seconds (less sensitive to other
+load on a shared machine) and the seconds per task kind of the last full catalog run,
+and appends the row to ``benchmarks/results/halos_catalog.jsonl``. The issue-30 set:
+``--kinds blobs --particles 1048576`` (300 Plummer halos of ``halo_blobs``, member
+counts dN/dn ~ n^-2.1, i.e. Pareto index 1.1, scale radius ~ n^(1/3); the largest FOF
+halo 72k members).
 ``--threads N`` runs the local threaded scheduler and numba with N threads (default: all
 cores).
 ``--memory`` reports the peak memory of FOF runs from a Zarr store (1 and 8
@@ -51,8 +56,8 @@ full ``fof`` with its catalog).
 Prints one JSON object per measurement.
 
     python benchmarks/bench_halos.py [--n-side 128 256] [--device cpu|gpu] [--mbp] [--memory]
-        [--kinds plummer zeldovich uniform clustered evolved] [--kdcount] [--check-cpu]
-        [--no-store] [--catalog] [--threads N]
+        [--kinds plummer blobs zeldovich uniform clustered evolved] [--kdcount]
+        [--check-cpu] [--no-store] [--catalog [--no-kdcount]] [--particles N] [--threads N]
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ import dask
 import numpy as np
 from timing import gpu_seconds
 
+#: seed of the ``blobs`` set (2^20 particles: the largest FOF halo 72k members)
+BLOBS_SEED = 6
 #: central densities of the Plummer spheres: 10^RHO_LO .. 10^RHO_HI mean densities
 RHO_LO, RHO_HI = 3.0, 5.0
 
@@ -111,14 +118,22 @@ def plummer_spheres(n: int, box: float, rng, n_spheres: int = 400, background: f
     return np.mod(np.concatenate(pos), box)
 
 
-def particles(n_side: int, kind: str, seed: int = 1):
+def particles(n_side: int, kind: str, seed: int = 1, n: int | None = None):
+    """Positions and box (mean spacing 1) of ``n_side^3`` points, or of ``n`` points
+    (box ``n^(1/3)``; not for the zeldovich and evolved sets)."""
     rng = np.random.default_rng(seed)
-    n = n_side**3
-    box = float(n_side)  # mean spacing 1
+    box = float(n_side) if n is None else n ** (1 / 3)  # mean spacing 1
+    n = n_side**3 if n is None else n
     if kind == "uniform":
         return rng.random((n, 3)) * box, box
     if kind == "plummer":
         return plummer_spheres(n, box, rng), box
+    if kind == "blobs":  # 300 Plummer halos, dN/dn ~ n^-2.1 (Pareto 1.1), a ~ n^(1/3)
+        from cosmo_dask.models import halo_blobs
+
+        snap = halo_blobs(n, box_size=box, n_halos=300, halo_fraction=0.85, slope=-2.1,
+                          seed=BLOBS_SEED, precision="float64")
+        return np.mod(snap.pos.compute(), box), box
     if kind == "zeldovich":  # Zel'dovich ICs at z = 0 (shell crossing: pancakes, filaments)
         from cosmo_dask.models import zeldovich
 
@@ -171,7 +186,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-side", type=int, nargs="+", default=[128])
     ap.add_argument("--kinds", nargs="+", default=["clustered", "uniform"],
-                    choices=("clustered", "uniform", "plummer", "zeldovich", "evolved"))
+                    choices=("clustered", "uniform", "plummer", "blobs", "zeldovich",
+                             "evolved"))
     ap.add_argument("--kdcount", action="store_true",
                     help="side-by-side kdcount FOF and single-thread kernel timings")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -183,7 +199,12 @@ def main(argv=None):
     ap.add_argument("--no-store", action="store_true", help="gpu: skip the Zarr store row")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--catalog", action="store_true",
-                    help="the full catalog (centers mbp, mcp) against bare fof_labels")
+                    help="kdcount, fof_labels and fof (no centres, mcp, mbp, both) side "
+                         "by side")
+    ap.add_argument("--particles", type=int, default=None,
+                    help="this many particles instead of n_side^3 (box N^(1/3); not for "
+                         "zeldovich, evolved)")
+    ap.add_argument("--no-kdcount", action="store_true", help="--catalog without kdcount")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of the local scheduler and numba (default: all cores)")
     ap.add_argument("--memory-child", nargs=6, help=argparse.SUPPRESS)
@@ -211,13 +232,14 @@ def main(argv=None):
     for n_side in args.n_side:
         for kind in args.kinds:
             t0 = time.perf_counter()
-            pos, box = particles(n_side, kind)
+            pos, box = particles(n_side, kind, n=args.particles)
             pos = pos.astype(np.float32)
             pos[pos >= box] = 0.0  # float32 rounding can land on the box edge
             n = len(pos)
             snap = Snapshot.from_arrays(pos, box_size=box, ids=np.arange(n, dtype=np.int64))
             if args.catalog:
-                bench_catalog(snap, kind, ll, min_members, args.repeat, env)
+                bench_catalog(snap, kind, ll, min_members, args.repeat, env,
+                              kdcount=not args.no_kdcount)
                 continue
             setup_s = time.perf_counter() - t0
             if args.device == "gpu":
@@ -423,10 +445,17 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
     return res
 
 
-def bench_catalog(snap, kind, ll, min_members, repeat, env):
-    """The full catalog (``fof`` with MBP and MCP centres) against bare ``fof_labels`` on
-    one snapshot: alternated runs after a warm-up of each, medians; wall and process CPU
-    seconds, and the task time per task kind of the last catalog run."""
+#: where ``--catalog`` appends its rows (one JSON object per line)
+CATALOG_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                               "halos_catalog.jsonl")
+
+
+def bench_catalog(snap, kind, ll, min_members, repeat, env, kdcount=True):
+    """Side by side on one snapshot, alternated runs after a warm-up of each (numba
+    warm), medians: kdcount's ``cluster.fof`` (labels only, one thread), ``fof_labels``,
+    ``fof`` with no centres, with the MCP only, the MBP only, and both; wall and process
+    CPU seconds, ratios to ``fof_labels``, and the task time per task kind of the last
+    full catalog run. The row is printed and appended to ``CATALOG_RESULTS``."""
     from dask.callbacks import Callback
     from dask.utils import key_split
 
@@ -446,52 +475,72 @@ def bench_catalog(snap, kind, ll, min_members, repeat, env):
             self.total[kind_] = (self.total.get(kind_, 0.0)
                                  + time.perf_counter() - self.start.pop(key))
 
-    def bare():
+    def labels():
         res = fof_labels(snap, ll, min_members=min_members)
         res.labels.compute()
         return res
 
-    def catalog():
-        res = fof(snap, ll, min_members=min_members, centers=("mbp", "mcp"))
-        res.labels.compute()
-        return res
+    def catalog(centers):
+        def run():
+            res = fof(snap, ll, min_members=min_members, centers=centers)
+            res.labels.compute()
+            return res
+        return run
 
-    bare()  # warm-up: numba compilation, first-call costs
-    catalog()
-    times = {"bare": [], "catalog": []}
-    cpu = {"bare": [], "catalog": []}
+    runs = {"labels": labels, "catalog_none": catalog(()), "catalog_mcp": catalog(("mcp",)),
+            "catalog_mbp": catalog(("mbp",)), "catalog_mbp_mcp": catalog(("mbp", "mcp"))}
+    if kdcount:
+        from kdcount.cluster import dataset
+        from kdcount.cluster import fof as kd_fof
+
+        pos64 = snap.pos.compute().astype(np.float64)  # kdcount works in float64
+        box = snap.box_size
+
+        def kd():
+            return kd_fof(dataset(pos64, boxsize=box), linking_length=ll)
+        runs = {"kdcount": kd, **runs}
+    out = {name: fn() for name, fn in runs.items()}  # warm-up: numba compilation
+    times = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     tasks = TaskTimes()
     for i in range(repeat):
-        for name, fn in (("bare", bare), ("catalog", catalog)):
+        for name, fn in runs.items():
             t0, c0 = time.perf_counter(), time.process_time()
-            if name == "catalog" and i == repeat - 1:
+            if name == "catalog_mbp_mcp" and i == repeat - 1:
                 with tasks:
-                    res = fn()
+                    fn()
             else:
-                res = fn()
+                fn()
             times[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
     med = {k: float(np.median(v)) for k, v in times.items()}
     med_cpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    res = out["catalog_mbp_mcp"]
     row = {
         "workload": f"catalog-{kind}",
         "n_particles": snap.n_particles,
-        "bare_seconds": med["bare"],
-        "catalog_seconds": med["catalog"],
-        "ratio_catalog_over_bare": med["catalog"] / med["bare"],
-        "bare_seconds_all": [round(t, 3) for t in times["bare"]],
-        "catalog_seconds_all": [round(t, 3) for t in times["catalog"]],
-        "bare_cpu_seconds": med_cpu["bare"],
-        "catalog_cpu_seconds": med_cpu["catalog"],
-        "ratio_cpu_catalog_over_bare": med_cpu["catalog"] / med_cpu["bare"],
-        "catalog_task_seconds": {k: round(v, 3) for k, v in
-                                 sorted(tasks.total.items(), key=lambda kv: -kv[1])},
+        "seconds": {k: round(v, 4) for k, v in med.items()},
+        "ratio_over_labels": {k: round(v / med["labels"], 3) for k, v in med.items()},
+        "seconds_all": {k: [round(t, 3) for t in v] for k, v in times.items()},
+        "cpu_seconds": {k: round(v, 4) for k, v in med_cpu.items()},
+        "cpu_ratio_over_labels": {k: round(v / med_cpu["labels"], 3)
+                                  for k, v in med_cpu.items()},
+        "catalog_mbp_mcp_task_seconds": {k: round(v, 3) for k, v in
+                                         sorted(tasks.total.items(), key=lambda kv: -kv[1])},
         "n_halos": res.n_halos,
         "largest": int(res.catalog["n_members"][0]) if res.n_halos else 0,
         "domains": res.parameters["n_domains"],
+        "repeat": repeat,
         **env,
     }
+    if kdcount:
+        lab = out["labels"].labels.compute()
+        row["identical_kdcount"] = bool(same_partition(lab, out["kdcount"].labels,
+                                                       min_members))
     print(json.dumps(row), flush=True)
+    os.makedirs(os.path.dirname(CATALOG_RESULTS), exist_ok=True)
+    with open(CATALOG_RESULTS, "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def bench_kdcount(snap, box, ll, min_members, labels, t_ours, repeat):

@@ -125,3 +125,65 @@ def test_bad_parameters_and_empty(rng):
         fof_labels(isolated, 0.2)
     empty = fof_labels(Snapshot.from_arrays(np.empty((0, 3)), box_size=1.0), 0.2)
     assert empty.n_halos == 0 and empty.labels.shape == (0,)
+
+
+def test_friend_counts_only_for_an_mcp_centre(rng, client, monkeypatch):
+    """``fof`` counts friends only when a result needs them (the MCP): catalogs without
+    it never run the counting pass, and runs with and without counts in one session keep
+    apart (the need is part of the task keys); catalogs and labels are unchanged."""
+    from scipy.spatial import cKDTree
+
+    from cosmo_dask.halos import fof, fof_kernels
+
+    calls = []
+    counts = fof_kernels._friend_counts
+    monkeypatch.setattr(fof_kernels, "_friend_counts",
+                        lambda *a: calls.append(len(a[0])) or counts(*a))
+    box, ll = 30.0, 0.25
+    pos = clustered(rng, 3000, box, sigma=0.12)
+    snap = Snapshot.from_arrays(pos, box_size=box, chunks=1500)
+    kw = dict(absolute=True, min_members=5, n_domains=8)
+    plain = fof(snap, ll, centers=(), **kw)
+    mbp = fof(snap, ll, centers=("mbp",), **kw)
+    assert calls == []
+    assert "mcp_index" not in plain.catalog and "mcp_index" not in mbp.catalog
+    mcp = fof(snap, ll, centers=("mcp",), **kw)
+    assert len(calls) == 8  # once per domain
+    labels, sizes, _ = reference_labels(pos, ll, box, 5)
+    for res in (plain, mbp, mcp):
+        np.testing.assert_array_equal(res.labels.compute(), labels)
+        np.testing.assert_array_equal(res.catalog["n_members"], sizes)
+    for key in ("mass", "center_of_mass", "r_max", "first_member_id"):
+        np.testing.assert_array_equal(plain.catalog[key], mcp.catalog[key])
+    np.testing.assert_array_equal(mbp.catalog["mbp_index"],
+                                  fof(snap, ll, centers=("mbp", "mcp"), **kw)
+                                  .catalog["mbp_index"])
+    friends = np.array([len(f) - 1 for f in cKDTree(pos, boxsize=box).query_ball_point(pos, ll)])
+    cat = mcp.catalog
+    for h in range(mcp.n_halos):
+        mem = np.flatnonzero(labels == h)
+        best = mem[np.lexsort((mem, -friends[mem]))[0]]
+        assert cat["mcp_index"].values[h] == best
+        assert cat["mcp_friends"].values[h] == friends[best]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("centers", [(), ("mbp",), ("mcp",)])
+def test_gpu_catalog_with_and_without_friend_counts(rng, centers):
+    """On a GPU snapshot the catalog asks the kernel for friend counts only with the MCP
+    (members tables without counts otherwise) and equals the CPU catalog."""
+    pytest.importorskip("cupy")
+    from cosmo_dask.halos import fof
+
+    box = 30.0
+    pos = clustered(rng, 3000, box, sigma=0.12)
+    snap = Snapshot.from_arrays(pos, box_size=box, chunks=2000)
+    kw = dict(absolute=True, min_members=5, centers=centers, n_domains=8)
+    cpu = fof(snap, 0.25, **kw)
+    gpu = fof(snap.to_device("gpu"), 0.25, **kw)
+    np.testing.assert_array_equal(gpu.labels.compute().get(), cpu.labels.compute())
+    assert set(gpu.catalog.data_vars) == set(cpu.catalog.data_vars)
+    assert ("mcp_index" in gpu.catalog) == ("mcp" in centers)
+    for name in cpu.catalog.data_vars:
+        np.testing.assert_allclose(gpu.catalog[name].values, cpu.catalog[name].values,
+                                   rtol=1e-10, atol=1e-12, err_msg=name)

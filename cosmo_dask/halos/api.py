@@ -89,7 +89,8 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
                            potential_softening=potential_softening, n_domains=n_domains)
     t0 = time.perf_counter()
     graph = run_fof(snap, linking_length, absolute=absolute, min_members=min_members,
-                    min_friends=min_friends, n_domains=n_domains, with_members=True)
+                    min_friends=min_friends, n_domains=n_domains, with_members=True,
+                    count_friends="mcp" in centers)  # friend counts only for the MCP
     res = graph.result
     box = graph.box_size
     n_halos = res.n_halos

@@ -68,6 +68,8 @@ def partial_props(members: dict, box: float | None) -> dict:
     if members.get("vel") is not None:
         v = members["vel"].astype(np.float64)
         out["mv"] = np.add.reduceat(m[:, None] * v, first, axis=0) if halos.size else ref
+    if members.get("friends") is None:  # no friend counts: no MCP asked for
+        return out
     # most-connected particle per halo: most friends, ties by smallest id
     order = np.lexsort((members["ids"], -members["friends"].astype(np.int64), lab))
     best = order[starts[:-1]] if halos.size else np.empty(0, np.int64)
@@ -85,6 +87,7 @@ def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
     mdx = np.zeros((n_halos, 3))
     mv = np.zeros((n_halos, 3))
     has_vel = all("mv" in p for p in partials) and bool(partials)
+    has_mcp = all("mcp_friends" in p for p in partials)
     mcp = np.full(n_halos, -1, np.int64)
     mcp_f = np.full(n_halos, -1, np.int64)
     mcp_id = np.full(n_halos, np.iinfo(np.int64).max)
@@ -100,6 +103,8 @@ def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
         np.add.at(mass, h, p["mass"])
         if has_vel:
             np.add.at(mv, h, p["mv"])
+        if not has_mcp:
+            continue
         better = (p["mcp_friends"] > mcp_f[h]) | (
             (p["mcp_friends"] == mcp_f[h]) & (p["mcp_id"] < mcp_id[h]))
         hb = h[better]
@@ -109,8 +114,9 @@ def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
     if box is not None:
         com = np.mod(com, box)
         com[com >= box] = 0.0
-    out = {"mass": mass, "center_of_mass": com, "mcp_index": mcp, "mcp_friends": mcp_f,
-           "mcp_position": mcp_pos}
+    out = {"mass": mass, "center_of_mass": com}
+    if has_mcp:
+        out.update(mcp_index=mcp, mcp_friends=mcp_f, mcp_position=mcp_pos)
     if has_vel:
         out["velocity"] = mv / np.where(mass > 0, mass, 1.0)[:, None]
     return out

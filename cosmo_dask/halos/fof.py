@@ -91,10 +91,11 @@ class FOFLabels:
 # Per-domain functions work on NumPy or CuPy arrays (following the chunks); the
 # cross-domain tables (_merge, _count output, _catalog) are small and on the host.
 def _local(part: DomainPart, periods, ll: float, min_friends: int,
-           with_members: bool = False) -> dict:
-    # friend counts are read only by the members tables (the catalog's MCP)
+           with_members: bool = False, count_friends: bool = False) -> dict:
+    # friend counts are read only by the members tables (the catalog's MCP); the kernel
+    # counts them only when asked (or with min_friends > 1, where they decide the links)
     root, friends = kernels.fof_local(part.pos, periods, ll, min_friends,
-                                      count_friends=with_members)
+                                      count_friends=with_members and count_friends)
     rep = part.index[root]
     n_own = part.n_owned  # owned rows come first, ghosts after
     ids = part.extra.get("ids", part.index)
@@ -224,6 +225,8 @@ def _members(local: dict, merged, catalog, particle_mass: float, box_size) -> di
 
     def pick(key):
         arr = local[key]
+        if arr is None:
+            return None
         return arr[sel_host] if array_module(arr) is np else host(arr[sel])
 
     return {
@@ -299,12 +302,14 @@ class FOFGraph:
 def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
             min_members: int = MIN_MEMBERS_DEFAULT, min_friends: int = MIN_FRIENDS_DEFAULT,
             n_domains: int | tuple[int, int, int] | None = None,
-            with_members: bool = False) -> FOFGraph:
+            with_members: bool = False, count_friends: bool = False) -> FOFGraph:
     """Build and run the FOF graph (see :func:`fof_labels` for the parameters, which the
     caller has checked with :func:`cosmo_dask.halos.parameters.check_fof`).
 
     With ``with_members`` the per-domain member tables (halo-sorted owned
-    members: label, index, ids, friends, pos, vel, mass) are persisted too.
+    members: label, index, ids, friends, pos, vel, mass) are persisted too; their
+    ``friends`` (friend counts) are None unless ``count_friends`` (or
+    ``min_friends > 1``, whose kernel counts friends anyway).
     """
     ll = box_linking_length(snap, linking_length, absolute)
     ghost = ll if min_friends == 1 else 2.0 * ll
@@ -345,10 +350,10 @@ def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: b
     pm = snap.particle_mass if snap.particle_mass is not None else 1.0
     # every input of the tasks below (the parts' keys hash positions, ids, vel, mass, grid)
     token = tokenize([p.key for p in parts], periods, ll, min_members, min_friends,
-                     with_members, device, bounds, pm, snap.box_size)
+                     with_members, count_friends, device, bounds, pm, snap.box_size)
     g = TaskGraph(parts)
     locals_ = [g.add((f"fof-local-{token}", d), _local, g.ref(p), periods, ll, min_friends,
-                     with_members) for d, p in enumerate(parts)]
+                     with_members, count_friends) for d, p in enumerate(parts)]
     edges = [g.add((f"fof-boundary-{token}", d), _boundary, lo_)
              for d, lo_ in enumerate(locals_)]
     merged = g.add(f"fof-merge-{token}", _merge, *edges)
