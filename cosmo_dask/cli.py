@@ -362,15 +362,11 @@ def _theory_cosmology(args, snap, say: bool = True):
     A CosmoDaskError when the values are no valid cosmology."""
     from .models.cosmology import Cosmology
 
-    if not say:
-        overrides = dict(args.cosmology or {})
-        if args.sigma8 is not None:
-            overrides["sigma8"] = args.sigma8
-        return Cosmology.for_theory(snap.cosmology, overrides)[0]
-
     overrides = dict(args.cosmology or {})
     if args.sigma8 is not None:
         overrides["sigma8"] = args.sigma8
+    if not say:
+        return Cosmology.for_theory(snap.cosmology, overrides)[0]
     if not snap.cosmology and not overrides:
         _say("--plot: the snapshot carries no cosmology, so the plot shows the measurement "
              "only (pass --cosmology Omega_m=...,Omega_b=...,h=...,n_s=... --sigma8 ... "
@@ -744,8 +740,6 @@ def cmd_halos(args) -> int:
     if args.plot:
         from .halos.mass_function import mass_function, plot_mass_function
 
-        if snap.box_size is None:
-            raise CosmoDaskError("--plot: a mass function needs a periodic snapshot (box size)")
         if n == 0:
             raise CosmoDaskError("--plot: no halos to plot")
         ds = mass_function(result.catalog, min(20, max(1, n // 5)), snap.box_size)
@@ -788,6 +782,11 @@ def cmd_expand(args) -> int:
                     precision=args.precision)
         params = {"lmax": args.lmax, "softening": args.softening}
     params.update(precision=args.precision, source=str(args.snapshot))
+    if snap.box_size is not None:  # needs an explicit centre: refused here, reading nothing
+        from .expansion.particles import expansion_input
+
+        expansion_input(snap, center=args.center, defer_checks=True,
+                        what=args.method.upper())
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
@@ -858,13 +857,16 @@ def _density_pse(args) -> int:
     import numpy as np
 
     from .density import pse_density
+    from .density.parameters import check_block
     from .density.pse import check_parameters
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
     _check_out(args)  # before a cluster starts
-    check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
-                     max_tets_per_node=args.max_tets_per_node, strategy=args.strategy)
+    shape = check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
+                             max_tets_per_node=args.max_tets_per_node,
+                             strategy=args.strategy)[0]
+    check_block(args.block, shape)
     with _cluster(args):
         t0 = time.perf_counter()
         octree = pse_density(snap, patch_size=args.patch_size, max_level=args.max_level,
@@ -990,8 +992,15 @@ def cmd_clean(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from .checks import check_seed
     from .demo import run_demo
+    from .models import lpt_ics
+    from .simulation.run import check_run
 
+    # the demo's ICs (lazy: nothing computed) and its PM run, checked before the cluster
+    ics = lpt_ics(args.n_side, box_size=args.box_size, redshift=args.redshift, order=2,
+                  seed=check_seed(args.seed))
+    check_run(ics, z_final=0.0, n_steps=args.n_steps, method="pm")
     with _cluster(args) as client:
         run_demo(
             directory=args.dir,
@@ -1269,7 +1278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-interlace", action="store_true")
     p.add_argument("--los", type=int, choices=tuple(ap.LOS_AXES.values()), default=None,
                    help="line-of-sight axis for multipoles")
-    p.add_argument("--poles", type=_int_list, default=ap.POLES_DEFAULT,
+    p.add_argument("--poles", type=_int_list, default=",".join(map(str, ap.POLES_DEFAULT)),
                    help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))}, "
                    "e.g. 0,2,4")
     p.add_argument("--out", default=None, help="write the table (.csv or .nc)")

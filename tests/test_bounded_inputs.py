@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from cosmo_dask import models
-from cosmo_dask.checks import MAX_CHUNKS
 from cosmo_dask.errors import ParameterError, SnapshotError
-from cosmo_dask.simulation.parameters import MAX_STEPS
+
+#: ``simulation.parameters.MAX_STEPS`` and ``checks.MAX_CHUNKS`` (written out, so that
+#: the code before them fails these tests on their behaviour, not on an import)
+MAX_STEPS = MAX_CHUNKS = 2**16
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,13 @@ def test_gadget_coordinates_beyond_one_box_are_reported_not_wrapped(tmp_path):
     assert not report.ok and "1 coordinates outside the periodic box" in report.summary()
     with pytest.raises(SnapshotError, match=r"particle 0 at \[25.0, 5.0, 5.0\] is outside"):
         far.to_zarr(tmp_path / "far.zarr")
+
+
+def test_limits_are_the_declared_ones():
+    from cosmo_dask import checks
+    from cosmo_dask.simulation import parameters
+
+    assert parameters.MAX_STEPS == MAX_STEPS and checks.MAX_CHUNKS == MAX_CHUNKS
 
 
 def test_power_spectrum_bitwise_on_one_cluster_shape_and_to_1e14_across(client):

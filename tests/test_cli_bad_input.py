@@ -92,6 +92,22 @@ BAD = [
      "more than 65536"),
     (["ics", "{d}/out/i.zarr", "--n-side", "8", "--box-size", "64", "--redshift", "19",
       "--slabs", "100"], "--slabs must be at most 8"),
+    # demo: its ICs and run checked before the cluster
+    (["demo", "--n-side", "100000"], "--n-side must be at most 4096"),
+    (["demo", "--steps", "1000000000"], "--steps must be at most 65536"),
+    (["demo", "--box-size", "nan"], "--box-size must be a finite number > 0"),
+    # expand, density, halos, gravity: metadata checks and bounds before the cluster
+    (["expand", "{d}/snap.zarr", "{d}/out/e.zarr"], "is a periodic box"),
+    (["density", "{d}/snap.zarr", "{d}/out/d.zarr", "--method", "pse", "--block", "100000"],
+     "--block must be at most 8"),
+    (["halos", "{d}/snap.zarr", "{d}/out/h.zarr", "--linking-length", "1e300"],
+     "not below half the box"),
+    (["halos", "{d}/snap.zarr", "{d}/out/h.zarr", "--min-members", "1000000000000"],
+     "--min-members must be at most the 512 particles"),
+    (["gravity", "{d}/iso.zarr", "{d}/out/gr.zarr", "--max-leaf", "1000000000000"],
+     "--max-leaf must be at most 65536"),
+    (["gravity", "{d}/snap.zarr", "{d}/out/gr.zarr", "--method", "pm", "--n-mesh", "100000",
+      "--G", "1"], "larger than 4096"),
 ]
 
 

@@ -67,14 +67,20 @@ def box_linking_length(snap, linking_length: float, absolute: bool) -> float:
 
 def check_linking_length(snap, linking_length: Any, absolute: bool) -> float:
     """The linking length in box units, or a ParameterError: it must be a finite number
-    > 0, and in mean interparticle spacings only for a periodic snapshot."""
+    > 0, in mean interparticle spacings only for a periodic snapshot, and in a periodic
+    box below half its side."""
     linking_length = check_positive(linking_length, "linking_length")
     if not absolute and snap.box_size is None:
         raise ParameterError(
             "linking_length is in units of the mean interparticle spacing box_size/N^(1/3), "
             "which an isolated snapshot does not have: pass absolute=True with a length"
         )
-    return box_linking_length(snap, linking_length, absolute)
+    ll = box_linking_length(snap, linking_length, absolute)
+    if snap.box_size is not None and not ll < 0.5 * snap.box_size:
+        raise ParameterError(f"linking_length = {linking_length:g} is {ll:.6g} in box units, "
+                             f"not below half the box ({0.5 * snap.box_size:g}): periodic "
+                             "FOF links the nearest image of each pair only")
+    return ll
 
 
 def check_centers(centers: Any) -> tuple[str, ...]:
@@ -127,6 +133,9 @@ def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: b
     centers = check_centers(centers)
     ll = check_linking_length(snap, linking_length, absolute)
     check_integer(min_members, "min_members", MIN_MEMBERS_MIN)
+    if min_members > max(snap.n_particles, MIN_MEMBERS_MIN):
+        raise ParameterError(f"min_members must be at most the {snap.n_particles} particles "
+                             f"(a halo holds at most all of them), got {min_members}")
     check_integer(min_friends, "min_friends", MIN_FRIENDS_MIN)
     check_potential_softening(potential_softening)
     if n_domains is not None:
