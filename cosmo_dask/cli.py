@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 import dask
 
 from . import __version__
-from .checks import PRECISIONS
+from .checks import PRECISIONS, check_disk_space
 from .errors import CosmoDaskError
 
 
@@ -56,6 +57,8 @@ def _cosmology_overrides(text: str) -> dict[str, float]:
             out[key] = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{key}: expected a number, got {value!r}") from None
+        if not math.isfinite(out[key]):
+            raise argparse.ArgumentTypeError(f"{key}: expected a finite number, got {value!r}")
     return out
 
 
@@ -67,6 +70,42 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """``0,2,4`` -> (0, 2, 4)."""
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 0,2,4, got {text!r}") from None
+
+
+def _finite_float(text: str) -> float:
+    """A finite number (``nan``, ``inf`` and overflowing values such as ``1e999`` refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: ``PROG: error: MESSAGE (see PROG
+    --help)``, exit status 2 (argparse's own prints the whole usage first)."""
+
+    def error(self, message: str):
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
 
 
 def _add_cluster_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -323,15 +362,18 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _theory_cosmology(args, snap):
+def _theory_cosmology(args, snap, say: bool = True):
     """The cosmology of a --plot's theory curve: the snapshot's, with --sigma8 and
-    --cosmology on top; None (after one line saying what is missing) when a parameter
-    the curve needs is known to neither."""
+    --cosmology on top; None (after one line saying what is missing, unless ``say`` is
+    False: the check before work) when a parameter the curve needs is known to neither.
+    A CosmoDaskError when the values are no valid cosmology."""
     from .models.cosmology import Cosmology
 
     overrides = dict(args.cosmology or {})
     if args.sigma8 is not None:
         overrides["sigma8"] = args.sigma8
+    if not say:
+        return Cosmology.for_theory(snap.cosmology, overrides)[0]
     if not snap.cosmology and not overrides:
         _say("--plot: the snapshot carries no cosmology, so the plot shows the measurement "
              "only (pass --cosmology Omega_m=...,Omega_b=...,h=...,n_s=... --sigma8 ... "
@@ -388,6 +430,7 @@ def _generate_snapshot(args):
 def cmd_generate(args) -> int:
     snap = _generate_snapshot(args)
     _check_out(args)  # before a cluster starts
+    check_disk_space(snap.nbytes, args.out, "OUT.zarr")
     with _cluster(args):
         t0 = time.perf_counter()
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
@@ -408,6 +451,7 @@ def cmd_ics(args) -> int:
                    fixed_amplitude=args.fixed_amplitude, paired=args.paired,
                    slabs=args.slabs, device="gpu" if args.gpu else "cpu")
     _check_out(args)  # before a cluster starts
+    check_disk_space(snap.nbytes, args.out, "OUT.zarr")
     with _cluster(args):
         t0 = time.perf_counter()
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
@@ -433,6 +477,7 @@ def _redshift_list(text: str) -> tuple[float, ...]:
 
 def cmd_simulate(args) -> int:
     from .simulation import run
+    from .simulation.run import check_run
     from .snapshot import open_snapshot
 
     ics = open_snapshot(args.ics, device="gpu" if args.gpu else "cpu")
@@ -443,6 +488,7 @@ def cmd_simulate(args) -> int:
                   checkpoint_every=args.checkpoint_every, resume=args.resume,
                   analyses=analyses, precision=args.precision, overwrite=args.overwrite,
                   write_particles=not args.no_particles, show=True)
+    check_run(ics, **params)  # every parameter, the ICs and OUT, before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
         res = run(ics, **params)
@@ -450,7 +496,9 @@ def cmd_simulate(args) -> int:
     p = res.parameters
     mesh = p.get("n_mesh")
     what = f"{'TreePM' if args.method == 'treepm' else 'PM'} {mesh}^3"
-    outs = ", ".join(f"{z:g}" for z in res.redshifts)
+    # the run's output redshifts (with --no-particles none has a snapshot)
+    outs = ", ".join(f"{z:g}" for z in res.parameters["outputs"])
+    outs += " (analyses only, no particles)" if args.no_particles else ""
     halos = ""
     z_last = min(res.analyses) if res.analyses else None
     if z_last is not None and "halos" in res.analyses[z_last]:
@@ -570,6 +618,7 @@ def cmd_convert(args) -> int:
     if args.units:
         snap = snap.to_units(**args.units)  # lazy: converted as the store is written
     _check_out(args)  # before a cluster starts
+    check_disk_space(snap.nbytes, args.out, "OUT.zarr")
     with _cluster(args):
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
     units = ", ".join(f"{k} {v}" for k, v in (snap.units or {}).items())
@@ -669,6 +718,10 @@ def cmd_halos(args) -> int:
     check_parameters(snap, args.linking_length, absolute=args.absolute,
                      min_members=args.min_members, min_friends=args.min_friends,
                      centers=centers, n_domains=args.domains)  # before starting a cluster
+    if args.plot:  # a mass function needs a box; its theory curve a valid cosmology
+        if snap.box_size is None:
+            raise CosmoDaskError("--plot: a mass function needs a periodic snapshot (box size)")
+        _theory_cosmology(args, snap, say=False)
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
@@ -694,8 +747,6 @@ def cmd_halos(args) -> int:
     if args.plot:
         from .halos.mass_function import mass_function, plot_mass_function
 
-        if snap.box_size is None:
-            raise CosmoDaskError("--plot: a mass function needs a periodic snapshot (box size)")
         if n == 0:
             raise CosmoDaskError("--plot: no halos to plot")
         ds = mass_function(result.catalog, min(20, max(1, n // 5)), snap.box_size)
@@ -738,6 +789,11 @@ def cmd_expand(args) -> int:
                     precision=args.precision)
         params = {"lmax": args.lmax, "softening": args.softening}
     params.update(precision=args.precision, source=str(args.snapshot))
+    if snap.box_size is not None:  # needs an explicit centre: refused here, reading nothing
+        from .expansion.particles import expansion_input
+
+        expansion_input(snap, center=args.center, defer_checks=True,
+                        what=args.method.upper())
     _check_out(args)  # before a cluster starts
     with _cluster(args):
         t0 = time.perf_counter()
@@ -808,13 +864,16 @@ def _density_pse(args) -> int:
     import numpy as np
 
     from .density import pse_density
+    from .density.parameters import check_block
     from .density.pse import check_parameters
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
     _check_out(args)  # before a cluster starts
-    check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
-                     max_tets_per_node=args.max_tets_per_node, strategy=args.strategy)
+    shape = check_parameters(snap, patch_size=args.patch_size, max_level=args.max_level,
+                             max_tets_per_node=args.max_tets_per_node,
+                             strategy=args.strategy)[0]
+    check_block(args.block, shape)
     with _cluster(args):
         t0 = time.perf_counter()
         octree = pse_density(snap, patch_size=args.patch_size, max_level=args.max_level,
@@ -840,10 +899,20 @@ def _density_pse(args) -> int:
 
 def cmd_power(args) -> int:
     from .analysis import plot_power_spectrum, power_spectrum
+    from .analysis.parameters import check_los_poles
+    from .density.paint import particles_input
+    from .density.parameters import check_n_mesh
     from .snapshot import open_snapshot
 
     snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
-    poles = tuple(int(p) for p in args.poles.split(",") if p != "")
+    poles = args.poles
+    # before a cluster starts: the multipoles, the mesh side, the box and masses, and the
+    # plot's theory cosmology (the mesh's memory is checked against the workers started)
+    check_los_poles(args.los, poles)
+    check_n_mesh(args.n_mesh, "power")
+    particles_input(snap, None, None, what="power")
+    if args.plot:
+        _theory_cosmology(args, snap, say=False)
     with _cluster(args):
         t0 = time.perf_counter()
         ds = power_spectrum(snap, n_mesh=args.n_mesh, scheme=args.scheme,
@@ -931,8 +1000,15 @@ def cmd_clean(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from .checks import check_seed
     from .demo import run_demo
+    from .models import lpt_ics
+    from .simulation.run import check_run
 
+    # the demo's ICs (lazy: nothing computed) and its PM run, checked before the cluster
+    ics = lpt_ics(args.n_side, box_size=args.box_size, redshift=args.redshift, order=2,
+                  seed=check_seed(args.seed))
+    check_run(ics, z_final=0.0, n_steps=args.n_steps, method="pm")
     with _cluster(args) as client:
         run_demo(
             directory=args.dir,
@@ -965,7 +1041,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .models import parameters as mp
     from .simulation import parameters as sp
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cosmo-dask",
         description="Distributed N-body analysis on Dask (CPU or GPU workers).",
     )
@@ -975,7 +1051,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     def _add_theory_options(parser):
-        parser.add_argument("--sigma8", type=float, default=None,
+        parser.add_argument("--sigma8", type=_positive_float, default=None,
                             help="sigma8 of the --plot theory curve (Gadget headers have none)")
         parser.add_argument("--cosmology", type=_cosmology_overrides, default=None,
                             metavar="KEY=VALUE,...",
@@ -1210,7 +1286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-interlace", action="store_true")
     p.add_argument("--los", type=int, choices=tuple(ap.LOS_AXES.values()), default=None,
                    help="line-of-sight axis for multipoles")
-    p.add_argument("--poles", default=",".join(map(str, ap.POLES_DEFAULT)),
+    p.add_argument("--poles", type=_int_list, default=",".join(map(str, ap.POLES_DEFAULT)),
                    help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))}, "
                    "e.g. 0,2,4")
     p.add_argument("--out", default=None, help="write the table (.csv or .nc)")

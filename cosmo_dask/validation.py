@@ -279,6 +279,19 @@ def wrap_into_box(x, box_size: float, dtype=None):
     return out
 
 
+def wrap_one_box(x, box_size: float):
+    """Coordinates ``x`` (NumPy or CuPy) within one box of ``[0, box_size)``, i.e. in
+    ``[-box_size, 2 box_size)``, wrapped into it (:func:`wrap_into_box`); those farther
+    out, and NaNs, are returned as they are, for validation to report (a reader's wrap: a
+    coordinate written as ``BoxSize`` or as a tiny negative number is a periodic image,
+    one several boxes out is a broken file)."""
+    xp = array_module(x)
+    near = (x >= -box_size) & (x < 2 * box_size)
+    if bool(near.all()):
+        return wrap_into_box(x, box_size)
+    return xp.where(near, wrap_into_box(x, box_size), x).astype(x.dtype, copy=False)
+
+
 def wrapped_positions(pos: da.Array, box_size: float) -> da.Array:
     """Positions wrapped into [0, box_size) chunk by chunk."""
     return pos.map_blocks(

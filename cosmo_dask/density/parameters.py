@@ -87,10 +87,14 @@ def check_split_every(split_every: Any, what: str) -> int:
     return check_integer(split_every, f"{what}: split_every", 2)
 
 
-def check_block(block: Any) -> int:
-    """The Lagrangian sub-block side: a positive integer, else a ParameterError."""
+def check_block(block: Any, shape: Any = None) -> int:
+    """The Lagrangian sub-block side: a positive integer, and with the Lagrangian mesh's
+    ``shape`` at most its longest side, else a ParameterError."""
     if isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1:
         raise ParameterError(f"block must be a positive integer, got {block!r}")
+    if shape is not None and block > max(int(s) for s in shape):
+        raise ParameterError(f"block must be at most {max(int(s) for s in shape)}, the "
+                             f"Lagrangian mesh's side, got {block}")
     return int(block)
 
 

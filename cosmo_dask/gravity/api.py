@@ -30,7 +30,7 @@ import dask.array as da
 import numpy as np
 
 from ..backend import device_of, particle_rows, resolve_precision, to_device
-from ..checks import check_positive, check_positive_int
+from ..checks import check_positive
 from ..errors import ParameterError
 from ..product_units import input_units, product_units
 from ..progress import compute
@@ -45,6 +45,7 @@ from .parameters import (
     R_SPLIT_CELLS,
     SOFTENING_DEFAULT,
     THETA_DEFAULT,
+    check_leaf_size,
     check_theta,
 )
 
@@ -167,8 +168,8 @@ def check_parameters(
         "potential": bool(potential),
     }
     if method == "tree":
-        params["max_leaf"] = check_positive_int(max_leaf, "max_leaf")
-        params["max_group"] = check_positive_int(max_group, "max_group")
+        params["max_leaf"] = check_leaf_size(max_leaf, "max_leaf", n_particles)
+        params["max_group"] = check_leaf_size(max_group, "max_group", n_particles)
     if method in ("pm", "treepm"):
         if box is None:
             raise ParameterError(
@@ -176,11 +177,9 @@ def check_parameters(
                 "(box_size is None); pass box_size= or use method='tree' or 'direct'")
         if n_mesh is None:
             n_mesh = default_n_mesh(n_particles)
-        ok = isinstance(n_mesh, (int, np.integer)) and not isinstance(n_mesh, bool)
-        if not ok or n_mesh < 1:
-            raise ParameterError(f"n_mesh must be a positive integer (mesh cells per side), "
-                                 f"got {n_mesh!r}")
-        params["n_mesh"] = int(n_mesh)
+        from ..spatial.fft import check_mesh_size  # <= 4096, prime factors 2, 3, 5, 7
+
+        params["n_mesh"] = check_mesh_size(n_mesh, f"method={method!r}")
         if method == "pm":
             if softening > 0:
                 raise ParameterError(

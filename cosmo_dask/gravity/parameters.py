@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..checks import check_bounded_int
 from ..errors import ParameterError
 
 #: the methods of ``gravity.accelerations`` (and ``cosmo-dask gravity --method``); the
@@ -54,6 +55,18 @@ def check_theta(theta: Any, what: str = "") -> float:
         raise ParameterError(f"{prefix}theta (the opening angle) must be a number in "
                              f"(0, {THETA_MAX}), got {theta!r}")
     return t
+
+
+#: the largest tree leaf or group accepted whatever the particle count (above it, at most
+#: the particle count: a leaf never holds more)
+MAX_LEAF_ANY = 2**16
+
+
+def check_leaf_size(value: Any, name: str, n_particles: int) -> int:
+    """A tree's ``max_leaf`` or ``max_group``: an integer from 1 to the larger of the
+    particle count and :data:`MAX_LEAF_ANY`, else a ParameterError."""
+    return check_bounded_int(value, name, max(int(n_particles), MAX_LEAF_ANY),
+                             "a leaf holds at most all the particles")
 
 
 def default_r_cut(rs: float) -> float:

@@ -9,6 +9,8 @@ values. ``cosmo-dask halos`` takes its defaults and choices from here.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from ..checks import check_integer, check_positive, check_subset
@@ -18,7 +20,7 @@ __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
            "MIN_FRIENDS_DEFAULT", "MIN_FRIENDS_MIN", "CENTERS", "CENTERS_DEFAULT",
            "CLI_CENTERS_DEFAULT", "POTENTIAL_SOFTENING_LINKS", "DELTAS", "SO_CENTERS",
            "SO_N_BINS_DEFAULT", "SO_N_BINS_MIN", "SO_R_MIN_FACTOR_DEFAULT", "check_deltas",
-           "check_so_profile",
+           "check_so_profile", "check_n_domains",
            "box_linking_length", "check_linking_length", "check_centers",
            "check_potential_softening", "check_fof", "MASS_FUNCTION_MODELS"]
 
@@ -65,14 +67,20 @@ def box_linking_length(snap, linking_length: float, absolute: bool) -> float:
 
 def check_linking_length(snap, linking_length: Any, absolute: bool) -> float:
     """The linking length in box units, or a ParameterError: it must be a finite number
-    > 0, and in mean interparticle spacings only for a periodic snapshot."""
+    > 0, in mean interparticle spacings only for a periodic snapshot, and in a periodic
+    box below half its side."""
     linking_length = check_positive(linking_length, "linking_length")
     if not absolute and snap.box_size is None:
         raise ParameterError(
             "linking_length is in units of the mean interparticle spacing box_size/N^(1/3), "
             "which an isolated snapshot does not have: pass absolute=True with a length"
         )
-    return box_linking_length(snap, linking_length, absolute)
+    ll = box_linking_length(snap, linking_length, absolute)
+    if snap.box_size is not None and not ll < 0.5 * snap.box_size:
+        raise ParameterError(f"linking_length = {linking_length:g} is {ll:.6g} in box units, "
+                             f"not below half the box ({0.5 * snap.box_size:g}): periodic "
+                             "FOF links the nearest image of each pair only")
+    return ll
 
 
 def check_centers(centers: Any) -> tuple[str, ...]:
@@ -93,6 +101,27 @@ def check_potential_softening(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def check_n_domains(n_domains: Any, n_particles: int) -> Any:
+    """``n_domains`` (a count or three per-axis counts) unchanged when the domains number
+    at most the particles (and :data:`~cosmo_dask.checks.MAX_CHUNKS`), else a
+    ParameterError: a domain is a task in every stage, and an empty one is only cost."""
+    from ..checks import MAX_CHUNKS
+
+    counts = n_domains if isinstance(n_domains, (tuple, list)) else (n_domains,)
+    if not all(isinstance(c, numbers.Integral) and not isinstance(c, bool) and c >= 1
+               for c in counts):
+        raise ParameterError(f"n_domains must be a positive integer or 3 positive integers, "
+                             f"got {n_domains!r}")
+    total = math.prod(int(c) for c in counts)
+    limit = max(1, min(int(n_particles), MAX_CHUNKS))
+    if total > limit:
+        bound = (f"the {n_particles} particles" if limit < MAX_CHUNKS
+                 else f"{MAX_CHUNKS}, the most allowed")
+        raise ParameterError(f"n_domains = {total} is more than {bound} (a domain is a task "
+                             f"in every stage): use at most {limit}")
+    return n_domains
+
+
 def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: bool = False,
               min_members: Any = MIN_MEMBERS_DEFAULT, min_friends: Any = MIN_FRIENDS_DEFAULT,
               centers: Any = CENTERS_DEFAULT, potential_softening: Any = None,
@@ -104,8 +133,13 @@ def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: b
     centers = check_centers(centers)
     ll = check_linking_length(snap, linking_length, absolute)
     check_integer(min_members, "min_members", MIN_MEMBERS_MIN)
+    if min_members > max(snap.n_particles, MIN_MEMBERS_MIN):
+        raise ParameterError(f"min_members must be at most the {snap.n_particles} particles "
+                             f"(a halo holds at most all of them), got {min_members}")
     check_integer(min_friends, "min_friends", MIN_FRIENDS_MIN)
     check_potential_softening(potential_softening)
+    if n_domains is not None:
+        check_n_domains(n_domains, snap.n_particles)
     if n_domains is not None and snap.box_size is not None:
         ghost = ll if min_friends == 1 else 2 * ll
         domain_grid(n_domains, box_size=snap.box_size).check_ghost_width(

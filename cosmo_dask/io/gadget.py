@@ -35,7 +35,8 @@ Conventions applied while reading (see ``docs/gadget.md``):
   cosmology; otherwise velocities are returned as stored and the snapshot has
   no scale factor and no cosmology.
 * **Box.** ``BoxSize`` is a number, or three equal sides (SWIFT writes a
-  3-vector); unequal sides are an error, 0 means isolated.
+  3-vector); unequal sides, a negative or a non-finite side are an error, 0 means
+  isolated.
 * **Positions on the box edge.** In periodic snapshots (``BoxSize > 0``) each
   read task maps ``x >= BoxSize`` to ``x - BoxSize`` and ``x < 0`` to
   ``x + BoxSize`` (one box at most), so coordinates written as exactly
@@ -73,7 +74,7 @@ from ..validation import (
     FIELD_NAME,
     check_array_meta,
     check_field_meta,
-    wrap_into_box,
+    wrap_one_box,
 )
 
 logger = logging.getLogger(__name__)
@@ -624,6 +625,9 @@ def _box_size(meta: _FileMeta, hdr: str) -> float | None:
             )
         value = value[0]
     box = _scalar({"BoxSize": value}, "BoxSize")
+    if box is not None and not (math.isfinite(box) and box >= 0):
+        raise SnapshotError(f"{meta.path}: {hdr}BoxSize is {box!r}; expected the side of the "
+                            "periodic box (> 0) or 0 for an isolated run")
     return box if box is not None and box > 0 else None
 
 
@@ -676,7 +680,7 @@ def _read_piece(read_rows: Callable[[str, Any, int, int], np.ndarray], path: str
     if scale is not None:
         data = (data * np.float64(scale)).astype(data.dtype, copy=False)
     if box is not None:
-        data = wrap_into_box(data, box)
+        data = wrap_one_box(data, box)  # farther out: reported by validation
     return data
 
 

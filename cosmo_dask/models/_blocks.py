@@ -21,7 +21,7 @@ import dask.array as da
 import numpy as np
 
 from ..backend import default_chunk_size, large_store_rows
-from ..checks import check_positive_int
+from ..checks import check_chunk_count, check_chunk_memory, check_positive_int
 from ..task_graph import TaskGraph
 
 #: particles per generation block (fixed: changing it changes every realisation)
@@ -59,6 +59,8 @@ def chunk_lengths(n: int, chunks: int | None) -> tuple[int, ...]:
     ``MAX_READ_CHUNKS`` (512) such chunks, as a store is read (2^24 rows at 2048^3)."""
     size = (large_store_rows(default_chunk_size(), n) if chunks is None
             else check_positive_int(chunks, "chunks"))
+    check_chunk_count(n, size)  # before a task per chunk is made
+    check_chunk_memory(size, 12, n)  # 12 bytes a row: float32 positions, the least
     full, rest = divmod(n, size)
     return (size,) * full + ((rest,) if rest else ())
 

@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from ..backend import resolve_precision
-from ..checks import check_positive, check_positive_int, check_seed
+from ..checks import (
+    check_bounded_int,
+    check_chunk_count,
+    check_cube_side,
+    check_positive_int,
+    check_seed,
+)
 from ..errors import ParameterError
 from .cosmology import Cosmology
 from .lpt_fields import check_ics_mesh, second_order_displacement
@@ -341,7 +347,7 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = LPT_O
         ``device="gpu"`` without CuPy or a GPU.
     """
     n_side = check_ics_mesh(n_side)
-    box_size = check_positive(box_size, "box_size")
+    box_size = check_cube_side(box_size, "box_size")
     redshift = check_redshift(redshift)
     if isinstance(order, bool) or order not in LPT_ORDERS:
         raise ParameterError(f"order must be 1 (Zel'dovich) or 2 (2LPT), got {order!r}")
@@ -350,9 +356,10 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = LPT_O
     seed = check_seed(seed)
     dtype = resolve_precision(precision)
     if chunks is not None:
-        check_positive_int(chunks, "chunks")
+        check_chunk_count(n_side**3, check_positive_int(chunks, "chunks"))
     if slabs is not None:
-        check_positive_int(slabs, "slabs")
+        check_bounded_int(slabs, "slabs", n_side, "a slab holds at least one plane of the "
+                          "n_side^3 mesh")
     device = check_ics_device(device, "lpt_ics")
     power = resolve_power_spectrum(power_spectrum, cosmo, mesh_k_range(n_side, box_size))
     return lpt_snapshot("lpt", n_side, box_size=box_size, redshift=redshift, order=order,

@@ -11,7 +11,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ..backend import check_device, require_gpu, resolve_precision, to_device
-from ..checks import check_positive, check_seed
+from ..checks import check_cube_side, check_seed
 from ..errors import ParameterError
 from ..units import gravitational_constant
 from ._blocks import chunk_lengths
@@ -208,7 +208,7 @@ def zeldovich(n_side: int, *, box_size: float, redshift: float,
         ``device="gpu"`` without CuPy or a GPU.
     """
     n_side = check_ics_mesh(n_side)
-    box_size = check_positive(box_size, "box_size")
+    box_size = check_cube_side(box_size, "box_size")
     redshift = check_redshift(redshift)
     cosmo = Cosmology.coerce(cosmology)
     seed = check_seed(seed)

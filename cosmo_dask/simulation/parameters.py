@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_subset
+from ..checks import check_bounded_int, check_subset
 from ..errors import ParameterError
 
 __all__ = ["METHODS", "METHOD_DEFAULT", "STEP_KINDS", "DEFAULT_STEPS", "FACTORS",
            "FACTORS_DEFAULT", "ANALYSES", "Z_FINAL_DEFAULT", "SOFTENING_SPACINGS",
-           "check_method", "check_steps", "check_factors", "check_analyses"]
+           "MAX_STEPS", "check_method", "check_n_steps", "check_steps", "check_factors",
+           "check_analyses", "check_outputs_count"]
 
 #: the force methods of a run (``gravity.accelerations`` methods with a periodic mesh)
 METHODS = ("pm", "treepm")
@@ -34,6 +35,11 @@ ANALYSES = ("power", "halos")
 Z_FINAL_DEFAULT = 0.0
 #: default TreePM softening, in units of the mean interparticle spacing
 SOFTENING_SPACINGS = 1.0 / 30.0
+#: the most steps of a run (base steps, an explicit schedule's steps and outputs alike):
+#: every step is a force computation, a row of the run's log and a rewrite of
+#: ``simulation.json`` (which holds the log: about 150 bytes a row, so 2^16 steps already
+#: rewrite a 10 MB file each step); the schedule is allocated only after this check
+MAX_STEPS = 2**16
 
 
 def check_method(method: Any) -> str:
@@ -41,6 +47,21 @@ def check_method(method: Any) -> str:
     if method not in METHODS:
         raise ParameterError(f"method must be one of {METHODS}, got {method!r}")
     return method
+
+
+def check_n_steps(n_steps: Any) -> int:
+    """The number of base steps: an integer in ``[1, MAX_STEPS]``, else a ParameterError."""
+    return check_bounded_int(n_steps, "n_steps", MAX_STEPS, "each step is a force "
+                             "computation and a row of the run's log")
+
+
+def check_outputs_count(outputs: Any) -> Any:
+    """``outputs`` unchanged when it holds at most :data:`MAX_STEPS` redshifts (each splits
+    a step), else a ParameterError; its values are checked by the run against the ICs."""
+    size = int(np.size(outputs)) if outputs is not None else 0
+    if size > MAX_STEPS:
+        raise ParameterError(f"outputs: at most {MAX_STEPS} output redshifts, got {size}")
+    return outputs
 
 
 def check_steps(steps: Any):
@@ -61,6 +82,9 @@ def check_steps(steps: Any):
             or np.any(np.diff(arr) <= 0):
         raise ParameterError("steps: an explicit schedule must be a 1-d strictly increasing "
                              "array of at least 2 positive scale factors")
+    if arr.size > MAX_STEPS + 1:
+        raise ParameterError(f"steps: an explicit schedule has at most {MAX_STEPS} steps, "
+                             f"got {arr.size - 1}")
     return arr
 
 

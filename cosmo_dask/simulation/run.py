@@ -25,6 +25,7 @@ from ..errors import ParameterError
 from ..gravity.parameters import THETA_DEFAULT, check_theta
 from ..models.cosmology import Cosmology
 from ..progress import active_client, format_seconds, persist
+from ..spatial.fft import check_mesh_size
 from ..units import factor
 from . import store as st
 from .integrator import Factors, drift, kick, to_momentum, to_velocity
@@ -36,6 +37,8 @@ from .parameters import (
     check_analyses,
     check_factors,
     check_method,
+    check_n_steps,
+    check_outputs_count,
     check_steps,
 )
 from .schedule import midpoint, step_schedule
@@ -192,6 +195,22 @@ def _snapshot_of(ics, pos, mom, ids, a: float, mass):
 
 
 # ----------------------------------------------------------------------------- run
+def check_run(ics, **kwargs) -> dict:
+    """Check every parameter of :func:`run` (same keywords) against the ICs' metadata and
+    the store at ``out`` (a resumed run's checkpoint parameters included), starting no
+    work and writing nothing; returns the resolved parameters, as :func:`run` stores them.
+    Reads no particle data but the ICs' mass array, if they have one (their total mass is
+    checked). :func:`run` makes the same checks first; ``cosmo-dask simulate`` calls this
+    before it starts a cluster.
+
+    Raises
+    ------
+    ParameterError
+        As :func:`run`.
+    """
+    return run(ics, **kwargs, _check_only=True)
+
+
 def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         method: str = METHOD_DEFAULT, n_mesh: int | None = None,
         softening: float | None = None, theta: float = THETA_DEFAULT,
@@ -199,7 +218,7 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         resume: bool = False, analyses=(), precision=None, overwrite: bool = False,
         write_particles: bool = True, analysis_options: dict | None = None,
         factors: str | None = None, show: bool | None = None,
-        _stop_after: int | None = None) -> SimulationResult:
+        _stop_after: int | None = None, _check_only: bool = False) -> SimulationResult:
     """Evolve periodic cosmological initial conditions to ``z_final`` (PM or TreePM).
 
     Kick-drift-kick leapfrog in the scale factor on comoving positions ``x`` and
@@ -299,9 +318,9 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
                              f"z = {z_ics:.6g} (and > -1)")
     a_final = 1.0 / (1.0 + z_final)
     if n_steps is not None:
-        n_steps = check_positive_int(n_steps, "n_steps")
+        n_steps = check_n_steps(n_steps)
     steps = check_steps(DEFAULT_STEPS[method] if steps is None else steps)
-    out_z = _output_redshifts(outputs, z_final, z_ics)
+    out_z = _output_redshifts(check_outputs_count(outputs), z_final, z_ics)
     out_a = [a_ics if abs(z - z_ics) <= 1e-9 * (1 + z_ics) else 1.0 / (1.0 + z) for z in out_z]
     sched = step_schedule(a_ics, a_final, n_steps, steps, out_a)
     names = check_analyses(analyses)
@@ -309,7 +328,7 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
     n = snap.n_particles
     if n_mesh is None:
         n_mesh = _default_n_mesh(n, method)
-    n_mesh = check_positive_int(n_mesh, "n_mesh")
+    n_mesh = check_mesh_size(n_mesh, "run")
     spacing = snap.box_size / n ** (1.0 / 3.0)
     if method == "treepm":
         theta = check_theta(theta)
@@ -350,6 +369,11 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
     if out is not None:
         path = st.check_target(out, overwrite=overwrite, resume=resume,
                                inputs=(snap.source,) if snap.source else ())
+    if _check_only:  # check_run: the checkpoint's parameters too, then no work
+        if resume:
+            st.read_manifest(path)
+            st.compare_parameters(st.read_checkpoint(path)[1]["parameters"], params)
+        return params
     # a new run writes into a temporary sibling of ``path`` until its first output or
     # checkpoint is complete, then takes ``path``'s place (an existing store is kept until
     # then); a failure before that leaves ``path`` as it was
