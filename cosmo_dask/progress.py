@@ -57,7 +57,7 @@ UNLABELLED_MINIMUM = 0.5
 #: at most this many task kinds are named; the others are summed as "+N kinds"
 MAX_KINDS = 6
 #: seconds the display may take, once the work is done, to draw its final counts
-FINAL_DRAW_WAIT = 2.0
+FINAL_DRAW_WAIT = 10.0
 #: seconds the scheduler waits for a displayed computation's keys to arrive (a graph
 #: cancelled before they are seen is not displayed, and leaves nothing behind)
 SETUP_WAIT = 60.0
@@ -440,8 +440,8 @@ POLL_INTERVAL = 1.0
 
 def pause_timeout() -> float | None:
     """Seconds every worker may stay paused before a computation gives up: dask config
-    ``cosmo_dask.pause_timeout`` (seconds, or a string such as ``"2 min"``; None waits
-    for ever). ParameterError for anything else."""
+    ``cosmo_dask.pause_timeout`` (seconds, or a string such as ``"2 minutes"``; None
+    waits for ever). ParameterError for anything else."""
     from dask.utils import parse_timedelta
 
     from .errors import ParameterError
@@ -479,10 +479,43 @@ def _paused_error(client, seconds: float, paused: list[str]):
     more = f", and {len(paused) - 1} more" if len(paused) > 1 else ""
     return ClusterError(
         f"every worker of the Dask cluster at {getattr(client.scheduler, 'address', '?')} "
-        f"has been paused for {seconds:g} s, its memory above distributed.worker.memory.pause "
-        f"({paused[0]}{more}), so no task can run: give the workers more memory "
+        f"has been paused for {seconds:g} s (memory above distributed.worker.memory.pause: "
+        f"{paused[0]}{more}), so no task can run: give the workers more memory "
         "(memory_limit), fewer threads each or smaller chunks, or set dask config "
         "cosmo_dask.pause_timeout to wait longer")
+
+
+async def _first_failure(futures):
+    """None once every future is finished, or the first that failed (erred or cancelled)
+    as soon as one does. Each is awaited as ``distributed.wait`` does: a result lost with
+    a worker is waited for again while the scheduler computes it anew."""
+    import asyncio
+
+    async def one(future):
+        await future._state.wait()
+        return future if future.status in ("error", "cancelled") else None
+
+    outcome = asyncio.get_running_loop().create_future()
+    left = [len(futures)]
+
+    def seen(task):  # O(1) per future, however many there are
+        if outcome.done() or task.cancelled():
+            return
+        if task.result() is not None:
+            outcome.set_result(task.result())
+            return
+        left[0] -= 1
+        if left[0] == 0:
+            outcome.set_result(None)
+
+    tasks = [asyncio.ensure_future(one(f)) for f in futures]
+    for t in tasks:
+        t.add_done_callback(seen)
+    try:
+        return await outcome
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 def _settle(client, futures, timeout: float | None):
@@ -493,47 +526,41 @@ def _settle(client, futures, timeout: float | None):
     Every :data:`POLL_INTERVAL` seconds the workers are looked at: ClusterError once
     all of them have been paused (memory above distributed's pause threshold: they run
     nothing) for ``timeout`` seconds (None: no limit)."""
+    import asyncio
+    import concurrent.futures
+
     unique = list({f.key: f for f in futures}.values())
     if not unique:
         return None
-    lock = threading.Lock()
-    settled = threading.Event()
-    state = {"left": len(unique), "failed": None}
-
-    def done(future):  # distributed calls it once per future, in a thread of its own
-        with lock:
-            if settled.is_set():
-                return
-            if future.status in ("error", "cancelled"):  # not "lost": it is recomputed
-                state["failed"] = future
-                settled.set()
-                return
-            state["left"] -= 1
-            if state["left"] == 0:
-                settled.set()
-
-    for f in unique:
-        f.add_done_callback(done)
+    outcome = asyncio.run_coroutine_threadsafe(_first_failure(unique),
+                                               client.loop.asyncio_loop)
     paused_since = None
-    while not settled.wait(POLL_INTERVAL):
-        if timeout is None:
-            continue
-        n_workers, paused = _paused_workers(client)
-        if not n_workers or len(paused) < n_workers:
-            paused_since = None
-            continue
-        now = time.monotonic()
-        paused_since = now if paused_since is None else paused_since
-        if now - paused_since >= timeout:
-            raise _paused_error(client, timeout, paused)
-    return state["failed"]
+    try:
+        while True:
+            try:
+                return outcome.result(timeout=POLL_INTERVAL)
+            except concurrent.futures.TimeoutError:
+                pass
+            if timeout is None:
+                continue
+            n_workers, paused = _paused_workers(client)
+            if not n_workers or len(paused) < n_workers:
+                paused_since = None
+                continue
+            now = time.monotonic()
+            paused_since = now if paused_since is None else paused_since
+            if now - paused_since >= timeout:
+                raise _paused_error(client, timeout, paused)
+    finally:
+        outcome.cancel()
 
 
-def _await_distributed(client, futures, display: StageProgress | None) -> None:
-    """Wait for ``futures`` (:func:`_settle`) while ``display`` (if any) shows their
-    progress; raise the first failed task's exception. The display only reports: the
-    futures decide when the wait ends, so keys that can no longer complete (those of a
-    failed computation) never hold it."""
+def _await_distributed(client, futures, display: StageProgress | None,
+                       timeout: float | None) -> None:
+    """Wait for ``futures`` (:func:`_settle`; ``timeout``: the pause timeout, seconds)
+    while ``display`` (if any) shows their progress; raise the first failed task's
+    exception. The display only reports: the futures decide when the wait ends, so keys
+    that can no longer complete (those of a failed computation) never hold it."""
     from distributed import futures_of
 
     keys = futures_of(futures)
@@ -545,7 +572,7 @@ def _await_distributed(client, futures, display: StageProgress | None) -> None:
         shown = asyncio.run_coroutine_threadsafe(bar.listen(), client.loop.asyncio_loop)
     failed, ok = None, False
     try:
-        failed = _settle(client, keys, pause_timeout())
+        failed = _settle(client, keys, timeout)
         ok = failed is None
         if ok and shown is not None:  # the last counts (the scheduler says "finished")
             with contextlib.suppress(Exception):
@@ -564,11 +591,12 @@ def _run(persist: bool, collections, label, show, scheduler=None):
         show = bool(dask.config.get("cosmo_dask.progress", False))
     client = active_client(*collections) if scheduler is None else None
     if client is not None:
+        timeout = pause_timeout()
         display = StageProgress(label) if show else None
         futures = (client.persist if persist else client.compute)(list(collections))
         try:
             if not persist or display is not None:
-                _await_distributed(client, futures, display)
+                _await_distributed(client, futures, display, timeout)
             # an unshown persist returns at once: whatever reads it waits (and fails)
             return tuple(futures) if persist else tuple(client.gather(futures))
         except BaseException:
@@ -599,7 +627,7 @@ def wait(*collections, client=None) -> None:
     collections = [c for c in collections if c is not None]
     client = client or active_client(*collections)
     if client is not None:
-        _await_distributed(client, collections, None)
+        _await_distributed(client, collections, None, pause_timeout())
 
 
 def compute(*collections, label: str | None = None, show: bool | None = None,
