@@ -153,14 +153,14 @@ def test_pause_timeout_config_is_checked():
             progress.pause_timeout()
 
 
-def _cli(*args, timeout=100):
+def _cli(*args, timeout=240):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "cosmo_dask", "--cpu", "--workers", "2",
                            *args], capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=ROOT)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("command, verbose", [
     (["halos", "--domains", "8"], False),
     (["density", "--method", "pse"], True),
