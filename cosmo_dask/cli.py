@@ -187,6 +187,10 @@ def _cluster(args, needed: bool = True):
             address = args.scheduler
     extra = {} if args.dashboard_address is None else {
         "dashboard_address": args.dashboard_address}
+    if not args.verbose:  # a new local cluster's workers and scheduler log nothing to
+        # stderr (a failed task's "Compute Failed" block, its traceback): main reports the
+        # failure in one line; --verbose shows them
+        extra["silence_logs"] = logging.CRITICAL
     tls = (args.tls_ca_file, args.tls_cert, args.tls_key)
     if any(tls):
         if not all(tls):

@@ -436,8 +436,12 @@ def check_worker_paths(client, inputs=(), outputs=()) -> None:
     parents = [str(local_path(p).parent) for p in outputs if p]
     if not ins and not parents:
         return
-    missing, unwritable = client.submit(_paths_seen, ins, parents, pure=False,
-                                        key=f"check-paths-{os.getpid()}-{id(ins)}").result()
+    from .progress import wait
+
+    future = client.submit(_paths_seen, ins, parents, pure=False,
+                           key=f"check-paths-{os.getpid()}-{id(ins)}")
+    wait(future, client=client)  # bounded while the workers are paused
+    missing, unwritable = future.result()
     if missing:
         raise ClusterError(
             f"{missing[0]}: the workers cannot see this path; a store must be on a filesystem "

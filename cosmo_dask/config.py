@@ -11,6 +11,9 @@
 ``cosmo_dask.dashboard_address``  where a local cluster's dashboard listens
                             ("127.0.0.1:8787": this machine only; ":8787" for every
                             interface, "127.0.0.1:0" for a free port)
+``cosmo_dask.pause_timeout``  seconds a computation waits while every worker is paused
+                            (memory above ``distributed.worker.memory.pause``) before it
+                            fails with a ClusterError (30; None waits for ever)
 
 Override with ``dask.config.set({"cosmo_dask.chunk_size": 2**22})``, a YAML file in
 ``~/.config/dask/`` or the environment variable ``DASK_COSMO_DASK__CHUNK_SIZE``.
@@ -26,6 +29,7 @@ DEFAULTS = {
         "scheduler": None,
         "dashboard_address": "127.0.0.1:8787",
         "verify": True,
+        "pause_timeout": 30,
     }
 }
 

@@ -23,6 +23,15 @@ Counts come from a :class:`dask.callbacks.Callback` on the local schedulers and
 from distributed's ``MultiProgress`` scheduler plugin (keys grouped by
 prefix; tasks already finished when the computation is submitted are not
 counted) through a text subclass of ``MultiProgressBar``.
+
+Under a client the wait is on the futures, not on the display: the first task
+that fails ends it at once (the scheduler fails every task depending on it), its
+exception is raised and the other futures are cancelled. A shown :func:`persist`
+waits too and raises, so nothing is computed on a failed graph. While every
+worker is paused (its memory above ``distributed.worker.memory.pause``, so it runs
+nothing) for dask config ``cosmo_dask.pause_timeout`` seconds, the wait ends with
+a one-line :class:`~cosmo_dask.errors.ClusterError` (:func:`wait` for persisted
+collections does the same).
 """
 
 from __future__ import annotations
@@ -47,6 +56,11 @@ LOG_INTERVAL = 10.0
 UNLABELLED_MINIMUM = 0.5
 #: at most this many task kinds are named; the others are summed as "+N kinds"
 MAX_KINDS = 6
+#: seconds the display may take, once the work is done, to draw its final counts
+FINAL_DRAW_WAIT = 10.0
+#: seconds the scheduler waits for a displayed computation's keys to arrive (a graph
+#: cancelled before they are seen is not displayed, and leaves nothing behind)
+SETUP_WAIT = 60.0
 
 
 def worker_count() -> int:
@@ -349,13 +363,28 @@ def _text_multi_progress_bar():
             from distributed.protocol.pickle import dumps
 
             complete, keys, group_by = self.complete, self.keys, self.group_by
+            give_up_after = SETUP_WAIT  # the functions below run on the scheduler, which
+            # may not have cosmo_dask: they refer to nothing of this module
 
             async def setup(scheduler):
+                import asyncio
+                import time
+
                 p = MultiProgress(keys, scheduler, complete=complete, group_by=group_by)
+                # MultiProgress.setup waits until every key is on the scheduler: keys
+                # cancelled before it looks (a computation that failed at once) would
+                # keep it polling for the scheduler's life
+                give_up = time.monotonic() + give_up_after
+                while not p.keys.issubset(scheduler.tasks):
+                    if time.monotonic() > give_up:
+                        return None
+                    await asyncio.sleep(0.05)
                 await p.setup()
                 return p
 
-            def function(scheduler, p):
+            def function(scheduler, p=None):
+                if p is None:  # the keys never came, or went
+                    return {"all": {}, "remaining": {}, "status": "gone"}
                 prefixes = scheduler.task_prefixes
                 result = {
                     "all": {k: len(v) for k, v in p.all_keys.items()},
@@ -368,17 +397,24 @@ def _text_multi_progress_bar():
                     result.update(p.extra)
                 return result
 
+            def teardown(scheduler, p=None):  # the comm closed: the plugin goes too
+                if p is not None and scheduler.plugins.get(p.name) is p:
+                    scheduler.remove_plugin(name=p.name)
+
             client = self.client() if self.client else None
             self.comm = await connect(self.scheduler,
                                       **(client.connection_args if client else {}))
             try:
                 await self.comm.write({"op": "feed", "setup": dumps(setup),
                                        "function": dumps(function),
+                                       "teardown": dumps(teardown),
                                        "interval": self.interval})
                 while True:
                     response = await self.comm.read(
                         deserializers=client._deserializers if client else None)
                     self.status = response["status"]
+                    if self.status == "gone":
+                        break
                     self._draw_bar(**response)
                     if response["status"] in ("error", "finished"):
                         break
@@ -397,17 +433,156 @@ def _text_multi_progress_bar():
     return TextMultiProgressBar
 
 
-def _show_distributed(client, futures, display: StageProgress) -> None:
+# --------------------------------------------------------------------------- waiting
+#: seconds between checks for paused workers while a computation is awaited
+POLL_INTERVAL = 1.0
+
+
+def pause_timeout() -> float | None:
+    """Seconds every worker may stay paused before a computation gives up: dask config
+    ``cosmo_dask.pause_timeout`` (seconds, or a string such as ``"2 minutes"``; None
+    waits for ever). ParameterError for anything else."""
+    from dask.utils import parse_timedelta
+
+    from .errors import ParameterError
+
+    value = dask.config.get("cosmo_dask.pause_timeout", None)
+    if value is None:
+        return None
+    try:
+        seconds = None if isinstance(value, bool) else parse_timedelta(value, default="s")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or not 0 <= seconds < float("inf"):
+        raise ParameterError(f"dask config cosmo_dask.pause_timeout is {value!r}; expected "
+                             "seconds >= 0 (a number, or a string like '30s') or None")
+    return float(seconds)
+
+
+def _paused_workers(client) -> tuple[int, list[str]]:
+    """(number of workers, a description of each paused one) of ``client``'s cluster."""
+    workers = client.scheduler_info(n_workers=-1).get("workers", {}) or {}
+    paused = []
+    for address, w in workers.items():
+        if w.get("status") != "paused":
+            continue
+        limit = w.get("memory_limit") or 0
+        used = (w.get("metrics") or {}).get("memory") or 0
+        paused.append(f"{address} uses {used / 1e6:.0f} MB"
+                      + (f" of its {limit / 1e6:.0f} MB limit" if limit else ""))
+    return len(workers), paused
+
+
+def _paused_error(client, seconds: float, paused: list[str]):
+    from .errors import ClusterError
+
+    more = f", and {len(paused) - 1} more" if len(paused) > 1 else ""
+    return ClusterError(
+        f"every worker of the Dask cluster at {getattr(client.scheduler, 'address', '?')} "
+        f"has been paused for {seconds:g} s (memory above distributed.worker.memory.pause: "
+        f"{paused[0]}{more}), so no task can run: give the workers more memory "
+        "(memory_limit), fewer threads each or smaller chunks, or set dask config "
+        "cosmo_dask.pause_timeout to wait longer")
+
+
+async def _first_failure(futures):
+    """None once every future is finished, or the first that failed (erred or cancelled)
+    as soon as one does. Each is awaited as ``distributed.wait`` does: a result lost with
+    a worker is waited for again while the scheduler computes it anew."""
+    import asyncio
+
+    async def one(future):
+        await future._state.wait()
+        return future if future.status in ("error", "cancelled") else None
+
+    outcome = asyncio.get_running_loop().create_future()
+    left = [len(futures)]
+
+    def seen(task):  # O(1) per future, however many there are
+        if outcome.done() or task.cancelled():
+            return
+        if task.result() is not None:
+            outcome.set_result(task.result())
+            return
+        left[0] -= 1
+        if left[0] == 0:
+            outcome.set_result(None)
+
+    tasks = [asyncio.ensure_future(one(f)) for f in futures]
+    for t in tasks:
+        t.add_done_callback(seen)
+    try:
+        return await outcome
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _settle(client, futures, timeout: float | None):
+    """Block until every future is finished; return None, or the first future that failed
+    (erred or cancelled) as soon as one does. The scheduler fails every dependent of a
+    failed task at once, so one failure anywhere ends the wait.
+
+    Every :data:`POLL_INTERVAL` seconds the workers are looked at: ClusterError once
+    all of them have been paused (memory above distributed's pause threshold: they run
+    nothing) for ``timeout`` seconds (None: no limit)."""
+    import asyncio
+    import concurrent.futures
+
+    unique = list({f.key: f for f in futures}.values())
+    if not unique:
+        return None
+    outcome = asyncio.run_coroutine_threadsafe(_first_failure(unique),
+                                               client.loop.asyncio_loop)
+    paused_since = None
+    try:
+        while True:
+            try:
+                return outcome.result(timeout=POLL_INTERVAL)
+            except concurrent.futures.TimeoutError:
+                pass
+            if timeout is None:
+                continue
+            n_workers, paused = _paused_workers(client)
+            if not n_workers or len(paused) < n_workers:
+                paused_since = None
+                continue
+            now = time.monotonic()
+            paused_since = now if paused_since is None else paused_since
+            if now - paused_since >= timeout:
+                raise _paused_error(client, timeout, paused)
+    finally:
+        outcome.cancel()
+
+
+def _await_distributed(client, futures, display: StageProgress | None,
+                       timeout: float | None) -> None:
+    """Wait for ``futures`` (:func:`_settle`; ``timeout``: the pause timeout, seconds)
+    while ``display`` (if any) shows their progress; raise the first failed task's
+    exception. The display only reports: the futures decide when the wait ends, so keys
+    that can no longer complete (those of a failed computation) never hold it."""
     from distributed import futures_of
 
     keys = futures_of(futures)
-    bar = _text_multi_progress_bar()(keys, display, client)
-    ok = False
+    shown = None
+    if display is not None:
+        import asyncio
+
+        bar = _text_multi_progress_bar()(keys, display, client)
+        shown = asyncio.run_coroutine_threadsafe(bar.listen(), client.loop.asyncio_loop)
+    failed, ok = None, False
     try:
-        client.sync(bar.listen)
-        ok = bar.status != "error"
+        failed = _settle(client, keys, timeout)
+        ok = failed is None
+        if ok and shown is not None:  # the last counts (the scheduler says "finished")
+            with contextlib.suppress(Exception):
+                shown.result(timeout=FINAL_DRAW_WAIT)
     finally:
-        display.finish(ok)
+        if shown is not None:
+            shown.cancel()
+            display.finish(ok)
+    if failed is not None:
+        failed.result()  # raises the task's exception (CancelledError if cancelled)
 
 
 # --------------------------------------------------------------------------- compute / persist
@@ -416,11 +591,13 @@ def _run(persist: bool, collections, label, show, scheduler=None):
         show = bool(dask.config.get("cosmo_dask.progress", False))
     client = active_client(*collections) if scheduler is None else None
     if client is not None:
+        timeout = pause_timeout()
         display = StageProgress(label) if show else None
         futures = (client.persist if persist else client.compute)(list(collections))
         try:
-            if display is not None:
-                _show_distributed(client, futures, display)
+            if not persist or display is not None:
+                _await_distributed(client, futures, display, timeout)
+            # an unshown persist returns at once: whatever reads it waits (and fails)
             return tuple(futures) if persist else tuple(client.gather(futures))
         except BaseException:
             with contextlib.suppress(Exception):  # the scheduler may be gone
@@ -440,6 +617,17 @@ def _run(persist: bool, collections, label, show, scheduler=None):
         return result
     finally:
         counts.close(ok)
+
+
+def wait(*collections, client=None) -> None:
+    """Block until persisted collections (:func:`persist`) or futures are computed; raise
+    the first failed task's exception, or ClusterError when every worker stays paused
+    longer than dask config ``cosmo_dask.pause_timeout``. ``client``: the one holding
+    them (default: the one dask would use for them); nothing to wait for without one."""
+    collections = [c for c in collections if c is not None]
+    client = client or active_client(*collections)
+    if client is not None:
+        _await_distributed(client, collections, None, pause_timeout())
 
 
 def compute(*collections, label: str | None = None, show: bool | None = None,

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backend import array_module
 from ..errors import ParameterError
-from ..progress import active_client
+from ..progress import active_client, wait
 from .octree_model import DensityOctree
 from .parameters import (
     BLOCK_DEFAULT,
@@ -76,11 +76,11 @@ def column_workers(values):
     client = active_client(*values)
     if client is None:
         return None
-    from distributed import futures_of, wait
+    from distributed import futures_of
 
     futures = futures_of(values)
     for _ in range(3):
-        wait(futures)
+        wait(*values)  # a failed column raises here, before any deposit is built
         where = client.who_has(futures)
         if all(where.get(v.key) for v in values):
             return [sorted(where[v.key])[0] for v in values]

@@ -24,7 +24,7 @@ from ..checks import check_finite, check_positive_int
 from ..errors import ParameterError
 from ..gravity.parameters import THETA_DEFAULT, check_theta
 from ..models.cosmology import Cosmology
-from ..progress import active_client, format_seconds, persist
+from ..progress import active_client, format_seconds, persist, wait
 from ..spatial.fft import check_mesh_size
 from ..units import factor
 from . import store as st
@@ -168,9 +168,7 @@ def _wait(*arrays) -> None:
     kernels asynchronously: without this the step log would time kernel launches and
     charge the queued work to whichever later step waits for it)."""
     if active_client(*arrays) is not None:
-        from distributed import wait
-
-        wait([x for x in arrays if x is not None])
+        wait(*arrays)  # raises a failed task's error; bounded while workers are paused
     elif any(x is not None and device_of(x) == "gpu" for x in arrays):
         import cupy
 
