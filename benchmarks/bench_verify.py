@@ -14,6 +14,10 @@ Prints one JSON line per measurement and a summary (overhead = verified / unveri
 goal <= 0.05), and appends them to ``benchmarks/results/verify.jsonl``.
 
     python benchmarks/bench_verify.py [--n-side 256] [--repeat 7] [--threads 2]
+                                      [--device gpu]
+
+With ``--device gpu`` the chunks are read into CuPy arrays (the store-to-GPU path,
+whose CRC-32 runs on the host bytes before each copy).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--impl", choices=("fast", "zlib"), default="fast",
                     help="CRC-32 implementation: the fastest installed, or zlib's")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: read into CuPy chunks (open_snapshot(device='gpu'))")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--no-save", action="store_true", help="do not append to verify.jsonl")
     args = ap.parse_args(argv)
@@ -53,6 +59,7 @@ def main(argv=None) -> dict:
         chunk_manifest.crc32 = zarr_read.crc32 = zlib.crc32
     crc = zarr_read.crc32
     env = {"bench": "verify", "n_side": args.n_side, "threads": args.threads,
+           "device": args.device,
            "crc32": f"{getattr(crc, '__module__', None) or type(crc).__module__}.crc32",
            "host": platform.node(), "cpus": os.cpu_count(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -73,10 +80,14 @@ def main(argv=None) -> dict:
         nbytes = snap.pos.nbytes + snap.vel.nbytes
 
         def read(verify: bool) -> float:
-            s = open_snapshot(path, verify=verify)
+            s = open_snapshot(path, verify=verify, device=args.device)
             t0 = time.perf_counter()
             with dask.config.set(scheduler="threads", num_workers=args.threads):
                 dask.compute(s.pos, s.vel)
+            if args.device == "gpu":
+                import cupy
+
+                cupy.cuda.Device().synchronize()
             return time.perf_counter() - t0
 
         read(True), read(False)  # warm: page cache, imports, thread pool
