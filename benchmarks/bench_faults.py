@@ -112,12 +112,18 @@ def valid_store(cwd: Path, path: str, limit: float) -> bool:
 # --------------------------------------------------------------------------- the faults
 
 def errors_row(fault, command, rc, seconds, lines, limit):
+    """A row for a run that should fail: one ``cosmo-dask: ...`` line, no traceback, a
+    non-zero status within ``limit`` (the cluster's connection line and progress lines
+    are information, not errors)."""
     hang = rc is None
-    ok = (not hang) and rc != 0 and len(lines) == 1
+    said = [ln for ln in lines if ln.startswith("cosmo-dask:")]
+    traceback = any("Traceback" in ln or "Compute Failed" in ln for ln in lines)
+    ok = (not hang) and rc != 0 and len(said) == 1 and not traceback
     return {"fault": fault, "command": " ".join(command[:1]), "outcome":
             "hang" if hang else ("error" if rc != 0 else "silent"), "rc": rc,
-            "seconds": round(seconds, 2), "stderr_lines": len(lines),
-            "message": lines[-1][:200] if lines else "", "ok": ok, "limit_s": limit}
+            "seconds": round(seconds, 2), "error_lines": len(said),
+            "traceback": traceback, "message": (said or lines or [""])[-1][:200],
+            "ok": ok, "limit_s": limit}
 
 
 def fault_error(name, work: Path, base: Path, inject, command, limit):
