@@ -58,12 +58,18 @@ def _file_lock(path: str):
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        held.add(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (some network mounts): unlocked
+            locked = False
+        else:
+            locked = True
+            held.add(path)
         try:
             yield
         finally:
-            held.discard(path)
+            if locked:
+                held.discard(path)
     finally:
         os.close(fd)  # releases the lock
 
