@@ -46,7 +46,7 @@ import numpy as np
 from .parameters import SCHEMES
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def into_period(u, fn):
     """Mesh coordinate ``u`` brought into ``[0, fn)`` (so ``int()`` cannot overflow)."""
     if u < 0.0 or u >= fn:
@@ -54,7 +54,7 @@ def into_period(u, fn):
     return u
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def assignment_weights(u, order, w):
     """Leftmost node index and the ``order`` weights of mesh coordinate ``u``."""
     if order == 1:

@@ -85,7 +85,7 @@ _STACK = 16
 
 
 # --------------------------------------------------------------------------- geometry core
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _det6(s, t):
     """6 x signed volume of tetrahedron ``s[t]`` (``s`` is (K, 4, 3))."""
     ax = s[t, 1, 0] - s[t, 0, 0]
@@ -100,7 +100,7 @@ def _det6(s, t):
     return ax * (by * cz - bz * cy) - ay * (bx * cz - bz * cx) + az * (bx * cy - by * cx)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _cut(cur, d, p, q, ax, plane, out, t, slot):
     """out[t, slot] = point on edge p-q (p inside, q outside) where the plane cuts it."""
     w = d[p] / (d[p] - d[q])
@@ -109,7 +109,7 @@ def _cut(cur, d, p, q, ax, plane, out, t, slot):
     out[t, slot, ax] = plane
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _copy_pt(cur, p, out, t, slot):
     for c in range(3):
         out[t, slot, c] = cur[p, c]
@@ -354,7 +354,7 @@ _ZLEV = np.array([9, 7, 8, 2], dtype=np.int64)
 _FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]], dtype=np.int64)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _split_poly(Q, C, w, f, s, lo, hi, ax, c):
     """Cut polygon (``s``, ``f``) by the plane ``x[ax] = c``: the part below goes to
     (``lo``, ``f``), the part above to (``hi``, ``f``) (``w``: polygon stride). False if
@@ -427,7 +427,7 @@ def _split_poly(Q, C, w, f, s, lo, hi, ax, c):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _band(Q, C, w, f, s, k):
     """(xy area, xy integral of ``z - k``) of polygon (``s``, ``f``), signed by its
     orientation seen from +z (fan triangles from vertex 0, in vertex-relative units)."""

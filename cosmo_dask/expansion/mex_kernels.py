@@ -66,7 +66,7 @@ def n_terms(lmax: int) -> int:
     return (lmax + 1) ** 2
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _solid(x, y, z, lmax, T):
     """Regular normalised solid harmonics of (x, y, z) into ``T`` (float64, layout above)."""
     r2 = x * x + y * y + z * z

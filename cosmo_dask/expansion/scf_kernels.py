@@ -78,7 +78,7 @@ def anl_tilde(nmax: int, lmax: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- helpers
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _angles(x, y, z):
     """r, cos(theta), sin(theta), cos(phi), sin(phi); theta = phi = 0 on axis / at 0."""
     rho2 = x * x + y * y

@@ -8,9 +8,8 @@ x_j)``, ``phi_i = -G sum_j m_j P``, the factors here per unit mass (``K`` in
 * Gadget-2 cubic spline of support ``h`` (``h = 2.8 eps``, Springel 2005): Newtonian
   for ``r >= h``, inside ``u = r / h < 1`` the polynomials of :func:`spline_kp_inside`.
 
-All are plain cached ``@njit`` functions: LLVM inlines them into the kernels that
-call them (numba optimises a kernel after linking its callees), at a fraction of the
-compile time that numba-level ``inline="always"`` costs. The CUDA twins are
+All are ``@njit(inline="always")``, so a kernel calling them compiles the same
+arithmetic as if it were written in place. The CUDA twins are
 ``cosmo_dask/cuda/softening.cuh`` (``cd_inv_kp``, ``cd_spline_kp``).
 """
 
@@ -23,21 +22,21 @@ import numba
 __all__ = ["inverse_kp", "plummer_kp", "spline_kp", "spline_kp_inside"]
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def inverse_kp(inv):
     """``(K, P) = (inv^3, inv)`` from ``inv = 1 / sqrt(s2)`` in the dtype of ``inv``:
     Plummer with ``s2 = r^2 + eps^2``, Newtonian with ``s2 = r^2``."""
     return inv * inv * inv, inv
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def plummer_kp(r2, eps2):
     """Plummer ``(K, P)`` at squared separation ``r2`` and squared softening ``eps2``
     (``r2 + eps2 > 0``; float64 math)."""
     return inverse_kp(1.0 / math.sqrt(r2 + eps2))
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def spline_kp_inside(u, hinv):
     """Gadget-2 spline ``(K, P)`` inside the support: ``u = r / h`` in ``[0, 1)``,
     ``hinv = 1 / h`` (1/length; float64 math)."""
@@ -53,7 +52,7 @@ def spline_kp_inside(u, hinv):
     return k, p
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def spline_kp(r, h):
     """Gadget-2 spline ``(K, P)`` at separation ``r > 0`` for support ``h > 0`` (length
     units; float64 math): Newtonian for ``r >= h``."""

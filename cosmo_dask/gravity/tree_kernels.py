@@ -51,7 +51,7 @@ _FM = {"reassoc", "contract", "arcp"}  # reductions vectorise; no nnan/ninf assu
 
 
 # --------------------------------------------------------------------------- pair kernels
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _pair_kp(r2, eps2, h, kern, alpha):
     """(K, P) of one pair at squared distance r2 > 0 (float64 math)."""
     if kern == 0:
@@ -66,7 +66,7 @@ def _pair_kp(r2, eps2, h, kern, alpha):
     return k, p
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _derivs(r, alpha):
     """(g, D1, D2, D3) of the Newtonian (alpha=0) or truncated kernel at r > 0."""
     inv = 1.0 / r
@@ -115,7 +115,7 @@ def _p2p_plummer(tx, ty, tz, sx, sy, sz, sm, ns, eps2):
     return ax, ay, az, pp
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _p2p_general(tx, ty, tz, sx, sy, sz, sm, ns, eps2, h, kern, alpha, cut2, box):
     ft = sx.dtype.type
     ax = 0.0
@@ -193,7 +193,7 @@ def _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, use_q):
     return ax, ay, az, pp
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, box, use_q):
     ax = 0.0
     ay = 0.0
@@ -241,7 +241,7 @@ def _m2p_general(x0, y0, z0, cx, cy, cz, cm, q, cs, nc, eps2, h, kern, alpha, bo
 
 
 # --------------------------------------------------------------------------- group driver
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _nearest(d, box):
     """Separation ``d`` (float64) of the nearest periodic image, for ``box > 0``."""
     return d - box * np.rint(d / box)

@@ -94,7 +94,7 @@ class InteractionLists:
         return int(self.cell_ptr.shape[0] - 1)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _axis_gap(p, lo, hi, box):
     """Distance along one axis from coordinate p to [lo, hi] (minimum image if box > 0)."""
     if box > 0.0:
@@ -111,7 +111,7 @@ def _axis_gap(p, lo, hi, box):
     return 0.0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _axis_far(p, lo, hi, box):
     """Largest distance along one axis from coordinate p to a point of [lo, hi]
     (minimum image if box > 0)."""
@@ -122,7 +122,7 @@ def _axis_far(p, lo, hi, box):
     return abs(d) + 0.5 * (hi - lo)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _box_gap(alo, ahi, blo, bhi, box):
     """Smallest and largest axis distances between two boxes (minimum image if box > 0)."""
     ca = 0.5 * (alo + ahi)
@@ -136,7 +136,7 @@ def _box_gap(alo, ahi, blo, bhi, box):
     return (g if g > 0.0 else 0.0), d + h
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _classify(glo, ghi, n, s_lo, s_hi, s_com, s_bmax, inv_theta2, box, r_cut2, cut, bcap):
     """0: drop, 1: accept (M2P), 2: open."""
     d2 = 0.0

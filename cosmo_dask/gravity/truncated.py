@@ -36,8 +36,8 @@ L4 <= 1e-7 acceptance is met in float64.
 Three evaluators share one table:
 
 * NumPy/CuPy arrays: :func:`T_table` (and :func:`T_exact`, :func:`erfc`);
-* numba: :func:`T_table_nb` / :func:`T_exact_nb` (cached ``@njit``, inlined by
-  LLVM), callable from any ``@njit`` kernel;
+* numba: :func:`T_table_nb` / :func:`T_exact_nb` (``inline="always"``),
+  callable from any ``@njit`` kernel;
 * CUDA: :data:`CUDA_SOURCE`, device functions to paste into a RawKernel
   source (see its docstring).
 
@@ -188,14 +188,14 @@ def T_table(x, level: int = 4):
 
 
 # --------------------------------------------------------------------------- numba
-@numba.njit(cache=True)
+@numba.njit(inline="always", cache=True)
 def T_exact_nb(x):
     """Exact ``T(x)`` for a numba scalar (computed in float64, returned as float64)."""
     xd = np.float64(x)
     return math.erfc(xd) + 1.1283791670955126 * xd * math.exp(-xd * xd)
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always", cache=True)
 def T_table_nb(x, table, level):
     """``T(x)`` from ``table`` (shape (512, 5), float32 or float64) at Taylor ``level``.
 

@@ -34,7 +34,7 @@ _NCELL = 1 << MORTON_BITS
 
 
 # --------------------------------------------------------------------------- bit spreading
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _spread(v):
     """Spread the low 21 bits of ``v`` (uint64) to every third bit."""
     x = v & np.uint64(0x1FFFFF)
