@@ -313,8 +313,16 @@ def warm_kernels(directory, n_side: int = 16) -> None:
     lock of :mod:`cosmo_dask.compile_cache` in every process, each kernel compiles once,
     in whichever process needs it first, and the others load it. The workers compile
     the kernels of the stages they reach first while this process compiles those of the
-    later stages. Stages whose kernels the small box does not reach (none in the demo)
-    compile in the workers as before.
+    later stages. Kernels, or signatures, that the small box does not reach compile in
+    the workers as before (the warm-up saves time, it is never needed for a result).
+
+    Parameters
+    ----------
+    directory : str or pathlib.Path
+        Where the small box's stores are written (the caller removes it).
+    n_side : int, optional
+        Particles per side of the small box (its box is ``100 n_side / 64`` Mpc/h, the
+        demo's mean density).
     """
     from .compile_cache import install
 
