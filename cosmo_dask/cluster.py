@@ -289,6 +289,7 @@ def connect(
                 options["threads_per_worker"] = threads_per_worker
             cluster = LocalCluster(**options)
         client = _owning_client(cluster, quiet)
+        _compile_once(client)
     if not quiet:
         kind = type(getattr(client, "cluster", None)).__name__
         kind = "existing scheduler" if kind == "NoneType" else kind
@@ -300,6 +301,17 @@ def connect(
             flush=True,
         )
     return client
+
+
+def _compile_once(client) -> None:
+    """Make the processes of a local cluster that cosmo_dask started (its workers and
+    this client) compile each numba kernel once between them: the first to need it
+    compiles it, the others wait and load it from numba's cache
+    (:mod:`cosmo_dask.compile_cache`)."""
+    from .compile_cache import CompileLockPlugin, install
+
+    install()
+    client.register_plugin(CompileLockPlugin())
 
 
 def dashboard_of(client, timeout: float = 2.0) -> str:

@@ -8,8 +8,13 @@ each append one).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -187,10 +192,12 @@ def stage_pse(ctx) -> None:
     patch = 16 if n >= 16 else 4
     level = max(0, int(np.ceil(np.log2(n / patch))))  # finest cells = Lagrangian spacing
     t0 = time.perf_counter()
-    octree = pse_density(snap, patch_size=patch, max_level=level)
+    octree = pse_density(snap, patch_size=patch, max_level=level,
+                         strategy=ctx.get("pse_strategy", "auto"))
     path = octree.to_zarr(ctx["dir"] / "pse.zarr", overwrite=True)
     png = ctx["dir"] / "pse_slice.png"
-    octree.plot_slice(path=png)
+    if ctx.get("plot", True):
+        octree.plot_slice(path=png)
     total = octree.total_mass()
     want = float(snap.particle_masses().sum().compute())
     ctx["pse_mass_error"] = total / want - 1
@@ -211,7 +218,7 @@ def stage_expansion(ctx) -> None:
     from .models import hernquist
 
     say = ctx["say"]
-    n = 50_000
+    n = ctx.get("expansion_n", 50_000)
     snap = hernquist(n, scale=1.0, mass=1.0, seed=ctx["seed"])
     pos = snap.pos.astype(np.float64)
     r = da.sqrt((pos**2).sum(axis=1))
@@ -261,6 +268,7 @@ def stage_gravity(ctx) -> None:
     say = ctx["say"]
     tree = importlib.util.find_spec("cosmo_dask.gravity.tree_graph") is not None
     method, n = ("tree", 20_000) if tree else ("direct", 4_000)
+    n = ctx.get("gravity_n", n)
     eps = 0.01
     snap = plummer(n, seed=ctx["seed"], precision="float64", chunks=n // 4)
     path = ctx["dir"] / "gravity.zarr"
@@ -269,7 +277,7 @@ def stage_gravity(ctx) -> None:
                            out=path, overwrite=True)
     dt = time.perf_counter() - t0
     pos = snap.pos.compute()
-    targets = np.sort(np.random.default_rng(ctx["seed"]).choice(n, 1000, replace=False))
+    targets = np.sort(np.random.default_rng(ctx["seed"]).choice(n, min(n, 1000), replace=False))
     ref = _reference_forces(targets, pos, snap.particle_mass, snap.G, eps)
     got = acc[targets].compute().astype(np.float64)
     err = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
@@ -289,6 +297,92 @@ STAGES: list[Callable[[dict], None]] = [stage_generate, stage_inspect, stage_sim
                                          stage_halos,
                                          stage_density, stage_pse, stage_expansion,
                                          stage_gravity]
+
+
+#: the stages the warm-up runs, in its order: the stages the demo reaches last first, so
+#: that the warm-up and the cluster's workers meet in the middle
+WARM_ORDER = ("gravity", "expansion", "generate", "simulate", "pse", "density", "halos")
+
+
+def warm_kernels(directory, n_side: int = 16) -> None:
+    """Compile (or load from numba's cache) the kernels of the demo's stages by running
+    them on a small box in this process (dask's synchronous scheduler, one core), in
+    :data:`WARM_ORDER`.
+
+    Run by :func:`run_demo` in a subprocess beside a cluster's workers: with the compile
+    lock of :mod:`cosmo_dask.compile_cache` in every process, each kernel compiles once,
+    in whichever process needs it first, and the others load it. The workers compile
+    the kernels of the stages they reach first while this process compiles those of the
+    later stages. Kernels, or signatures, that the small box does not reach compile in
+    the workers as before (the warm-up saves time, it is never needed for a result).
+
+    Parameters
+    ----------
+    directory : str or pathlib.Path
+        Where the small box's stores are written (the caller removes it).
+    n_side : int, optional
+        Particles per side of the small box (its box is ``100 n_side / 64`` Mpc/h, the
+        demo's mean density).
+    """
+    from .compile_cache import install
+
+    install()
+    ctx = {"dir": Path(directory), "n_side": n_side, "box_size": 100.0 * n_side / 64,
+           "redshift": 49.0, "n_steps": 1, "seed": 1, "client": None,
+           "say": lambda _: None, "pse_strategy": "reduce", "plot": False,
+           "gravity_n": 2_000, "expansion_n": 5_000}
+    ctx["dir"].mkdir(parents=True, exist_ok=True)
+    stages = {stage.__name__.removeprefix("stage_"): stage for stage in STAGES}
+    with dask.config.set(scheduler="sync"):
+        for name in WARM_ORDER:
+            if name in stages:
+                stages[name](ctx)
+
+
+def _warm_marker() -> Path | None:
+    """The file that says the demo ran to the end with these sources and this numba: in the
+    numba cache directory of a package kernel (``None`` when it cannot be made)."""
+    import numba
+
+    from .spatial import morton
+
+    cache = getattr(getattr(morton._cell_keys_kernel, "_cache", None), "cache_path", None)
+    if cache is None:
+        return None
+    digest = hashlib.sha1(numba.__version__.encode())
+    root = Path(__file__).resolve().parent
+    for src in sorted(root.rglob("*.py")):
+        st = src.stat()
+        digest.update(f"{src.relative_to(root)}:{st.st_mtime_ns}:{st.st_size};".encode())
+    return Path(cache) / f"cosmo-dask-demo-warm-{digest.hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def _warm_up_beside(client):
+    """Run :func:`warm_kernels` in a subprocess while the body runs (the demo's stages on
+    the cluster); skipped when the kernels are known to be cached already (the demo ran
+    to the end with these sources and this numba before) or ``COSMO_DASK_DEMO_WARM=0``."""
+    marker = None
+    if client is not None and os.environ.get("COSMO_DASK_DEMO_WARM", "1") != "0":
+        with contextlib.suppress(Exception):
+            marker = _warm_marker()
+    if marker is None or marker.exists():
+        yield
+        return
+    work = tempfile.mkdtemp(prefix="cosmo-dask-warm-")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from cosmo_dask.demo import warm_kernels; "
+         "warm_kernels(sys.argv[1])", work],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+        with contextlib.suppress(OSError):  # the stages ran: their kernels are cached
+            marker.touch()
+    finally:
+        if proc.poll() is None:  # the stages are done: what it would compile is not needed
+            proc.kill()
+        proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_demo(
@@ -326,8 +420,9 @@ def run_demo(
         say(f"[cluster] {len(info.get('workers', {}))} workers; dashboard {client.dashboard_link}")
     t0 = time.perf_counter()
     try:
-        for stage in STAGES:
-            stage(ctx)
+        with _warm_up_beside(client):
+            for stage in STAGES:
+                stage(ctx)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -39,3 +39,18 @@ def test_lazy_top_level_names():
     assert {"io", "gravity", "connect"} <= set(dir(cosmo_dask))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         cosmo_dask.nope  # noqa: B018
+
+
+def test_cli_help_loads_no_heavy_module():
+    # `cosmo-dask --help` builds the whole parser (every subcommand's options) and exits
+    out = _run("import sys\nfrom cosmo_dask.cli import main\ntry:\n    main(['--help'])\n"
+               "except SystemExit:\n    pass\n"
+               f"print('HEAVY', ' '.join(m for m in {HEAVY + ('matplotlib', 'scipy')!r} "
+               "if m in sys.modules))")
+    assert out.strip().splitlines()[-1] == "HEAVY"
+
+
+def test_connect_and_compile_lock_leave_import_light():
+    # the compile lock (cosmo_dask.compile_cache) is imported by connect(), not by the package
+    out = _run("import sys, cosmo_dask; print('compile_cache' in ' '.join(sys.modules))")
+    assert out.strip() == "False"

@@ -105,7 +105,7 @@ _SIDE_MARGIN = 1e-6
 _MAX_CELLS_PER_AXIS = 1 << 20
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _wrap(x, L):
     """``x`` taken into ``[0, L)``; values at or beyond the ends included."""
     if x < 0.0 or x >= L:
@@ -278,7 +278,7 @@ def _lower_bound(keys, target, hint):
     return l
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _find(parent, i):
     while parent[i] != i:
         p = parent[parent[i]]
@@ -287,7 +287,7 @@ def _find(parent, i):
     return i
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _union(parent, i, j):
     ri = _find(parent, i)
     rj = _find(parent, j)
@@ -354,7 +354,7 @@ def _last_axis_runs(c, n, periodic, lo, hi):
     return 1
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
     """True when particles ``i`` and ``j`` (sorted order) are within the linking length.
 
@@ -380,7 +380,7 @@ def _pair(spos, i, j, L0, L1, L2, h0, h1, h2, ll2):
     return d2 + e * e + f * f <= ll2
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks):
     """The neighbour cells of occupied cell ``a`` with a larger id, as runs
     ``blocks[t] = (lo, hi)`` of occupied-cell indices (``t < `` the count returned, at
@@ -423,7 +423,7 @@ def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, bloc
     return k
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _half_periods(periods):
     """``(L0, L1, L2, h0, h1, h2)``: periods and half periods (inf on open axes)."""
     L0 = periods[0]
@@ -470,7 +470,7 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent, 
                         _union(parent, i, j)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _count_row(x, y, z, i, j0, j1, L0, L1, L2, h0, h1, h2, ll2, friends):
     """Friends of particle ``i`` among ``j0 <= j < j1``, added to both sides.
 
@@ -551,7 +551,7 @@ _MAX_SUB_PER_AXIS = 1024
 _INSERTION_SORT_MAX = 24
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _axis_range(rmin, rmax, L, h):
     """``(ok, lo, hi)``: the range of ``|d|`` for every pair whose raw difference
     ``fl(x_i - x_j)`` lies in ``[rmin, rmax]``, after :func:`_pair`'s minimum-image
@@ -574,7 +574,7 @@ def _axis_range(rmin, rmax, L, h):
     return True, 0.0, max(-dmin, dmax)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
                 L0, L1, L2, h0, h1, h2, ll2):
     """Whether all pairs between box ``[a, b]`` and box ``[c, e]`` (per-axis lows and
@@ -598,7 +598,7 @@ def _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
     return 0
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _sub_key(spos, k, periods, dims, origin, inv, k0, k1, k2):
     """Fine sub-cell of particle ``k`` inside its coarse cell."""
     s0 = 0
@@ -762,7 +762,7 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
     return unit_start[:nu + 1].copy(), cell_unit, unit_box[:nu].copy(), boxes[:nb].copy()
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _unit_lohi(spos, unit_start, unit_box, boxes, u):
     k = unit_box[u]
     if k >= 0:
@@ -774,7 +774,7 @@ def _unit_lohi(spos, unit_start, unit_box, boxes, u):
     return (x, x, y, y, z, z)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _link_units(spos, unit_start, unit_box, boxes, parent, u, ri, v,
                 L0, L1, L2, h0, h1, h2, ll2):
     """Join unit ``v`` to unit ``u`` (root ``ri``; each unit already one set) when some
@@ -827,7 +827,7 @@ def _link_units(spos, unit_start, unit_box, boxes, parent, u, ri, v,
     return rj
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _one_set(parent, unit_start, ua, ub, r):
     """Whether units ``ua .. ub-1`` all have root ``r``."""
     for u in range(ua, ub):
@@ -836,7 +836,7 @@ def _one_set(parent, unit_start, ua, ub, r):
     return True
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _cell_root(parent, unit_start, cell_unit, cell_set, c):
     """Root of coarse cell ``c``'s set when all its units are in one set, else -1.
 

@@ -1,0 +1,62 @@
+"""The demo's kernel warm-up: a subprocess beside the stages on a cold cache only."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosmo_dask import demo
+
+
+class FakeProc:
+    started: list = []
+
+    def __init__(self, args, **kwargs):
+        self.args, self.killed, self.running = args, False, True
+        FakeProc.started.append(self)
+
+    def poll(self):
+        return None if self.running else 0
+
+    def kill(self):
+        self.killed, self.running = True, False
+
+    def wait(self, timeout=None):
+        return 0
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    FakeProc.started = []
+    monkeypatch.setattr(demo.subprocess, "Popen", FakeProc)
+    marker = tmp_path / "marker"
+    monkeypatch.setattr(demo, "_warm_marker", lambda: marker)
+    monkeypatch.delenv("COSMO_DASK_DEMO_WARM", raising=False)
+    return marker
+
+
+def test_cold_cache_starts_the_warm_up_and_marks_a_finished_demo(fake):
+    with demo._warm_up_beside(client=object()):
+        assert len(FakeProc.started) == 1
+        assert "warm_kernels" in " ".join(FakeProc.started[0].args)
+    assert FakeProc.started[0].killed  # the stages are done: the warm-up is stopped
+    assert fake.exists()
+    with demo._warm_up_beside(client=object()):  # marked: the kernels are cached
+        pass
+    assert len(FakeProc.started) == 1
+
+
+def test_failed_stages_leave_no_mark(fake):
+    with pytest.raises(RuntimeError), demo._warm_up_beside(client=object()):
+        raise RuntimeError("stage failed")
+    assert FakeProc.started[0].killed
+    assert not fake.exists()
+
+
+def test_no_warm_up_without_a_cluster_or_when_switched_off(fake, monkeypatch):
+    with demo._warm_up_beside(client=None):
+        pass
+    monkeypatch.setenv("COSMO_DASK_DEMO_WARM", "0")
+    with demo._warm_up_beside(client=object()):
+        pass
+    assert FakeProc.started == []
+    assert not fake.exists()
