@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -145,13 +146,13 @@ def fault_error(name, work: Path, base: Path, inject, command, limit):
 
 
 def kill_when(name, d: Path, args, *, ready, limit, check):
-    """Start ``args`` in ``d`` (stdout to ``d/stdout.txt``), SIGKILL its process group once
-    ``ready(d)`` holds (polled every 20 ms, at most ``limit`` s), then let ``check(d)`` say
-    what is left (``(outcome, ok)``)."""
+    """Start ``args`` in ``d`` (stdout and stderr to ``d/stdout.txt``), SIGKILL its process
+    group once ``ready(d)`` holds (polled every 20 ms, at most ``limit`` s), then let
+    ``check(d)`` say what is left (``(outcome, ok)``)."""
     d.mkdir(exist_ok=True)
     with open(d / "stdout.txt", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "cosmo_dask", "--workers", "2",
-                                 *args], cwd=d, stdout=log, stderr=subprocess.DEVNULL,
+                                 *args], cwd=d, stdout=log, stderr=log,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                 start_new_session=True)
         t0 = time.perf_counter()
@@ -426,10 +427,14 @@ def main() -> None:
         if want("kill-between-renames"):
             d = work / "kill-between-renames"
             d.mkdir()
-            shutil.copytree(base, d / ".k.zarr.old-0123456789ab")
-            shutil.copytree(base, d / ".k.zarr.tmp-0123456789ab")
-            for marker in (d / ".k.zarr.tmp-0123456789ab").glob(".cosmo_dask-writer*"):
-                marker.unlink()
+            token = "0123456789ab"
+            shutil.copytree(base, d / f".k.zarr.old-{token}")
+            shutil.copytree(base, d / f".k.zarr.tmp-{token}")
+            # the writer's marker, naming a process that has ended (a killed writer)
+            gone = subprocess.Popen([sys.executable, "-c", "pass"])
+            gone.wait()
+            (d / f".k.zarr.tmp-{token}.writer").write_text(json.dumps(
+                {"host": socket.gethostname(), "pid": gone.pid, "start": time.time() - 5}))
             t0 = time.perf_counter()
             state, ok = target_state(d, tree_hash(base))
             emit({"fault": "kill-between-renames", "command": "clean", "outcome": state,
