@@ -22,6 +22,7 @@ checks a deleted chunk would silently read as zeros.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -197,41 +198,55 @@ def checksum_error(what: str, key: str) -> ChecksumError:
                          "re-create the store (verify=False or --no-verify reads it anyway)")
 
 
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """CRC-32 of ``A + B`` from ``crc1 = crc32(A)``, ``crc2 = crc32(B)`` and ``len(B)``
-    (zlib's ``crc32_combine``: the CRC register advanced over ``len2`` zero bytes in
-    GF(2)), for pieces of one chunk checksummed by different threads."""
-    def times(mat, vec):
-        out, i = 0, 0
-        while vec:
-            if vec & 1:
-                out ^= mat[i]
-            vec >>= 1
-            i += 1
-        return out
+def _gf2_times(mat: tuple[int, ...], vec: int) -> int:
+    """The 32x32 GF(2) matrix ``mat`` (its columns as ints) times the bit vector ``vec``."""
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
 
+
+@functools.lru_cache(maxsize=256)
+def _zeros_operator(length: int) -> tuple[int, ...]:
+    """The GF(2) matrix that advances a CRC-32 register over ``length`` zero bytes (zlib's
+    ``crc32_combine`` squarings, composed into one matrix). Cached: the pieces of a read
+    come in a few lengths, so each read combines in O(32) operations per piece."""
     def square(mat):
-        return [times(mat, m) for m in mat]
+        return tuple(_gf2_times(mat, m) for m in mat)
 
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+    def compose(a, b):  # a after b
+        return tuple(_gf2_times(a, m) for m in b)
+
+    result = tuple(1 << n for n in range(32))  # identity
+    odd = (0xEDB88320,) + tuple(1 << n for n in range(31))  # one zero bit
     even = square(odd)  # two zero bits
     odd = square(even)  # four zero bits
     while True:
         even = square(odd)
-        if len2 & 1:
-            crc1 = times(even, crc1)
-        len2 >>= 1
-        if not len2:
+        if length & 1:
+            result = compose(even, result)
+        length >>= 1
+        if not length:
             break
         odd = square(even)
-        if len2 & 1:
-            crc1 = times(odd, crc1)
-        len2 >>= 1
-        if not len2:
+        if length & 1:
+            result = compose(odd, result)
+        length >>= 1
+        if not length:
             break
-    return crc1 ^ crc2
+    return result
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32 of ``A + B`` from ``crc1 = crc32(A)``, ``crc2 = crc32(B)`` and ``len(B)``
+    (zlib's ``crc32_combine``: the CRC register advanced over ``len2`` zero bytes in
+    GF(2)), for pieces of one chunk checksummed by different threads."""
+    if len2 <= 0:
+        return crc1
+    return _gf2_times(_zeros_operator(len2), crc1) ^ crc2
 
 
 def _chunk_index(rel: str, encoding: dict) -> tuple[int, ...] | None:
