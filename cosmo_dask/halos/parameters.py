@@ -133,7 +133,9 @@ def check_fof(snap, linking_length: Any = LINKING_LENGTH_DEFAULT, *, absolute: b
     centers = check_centers(centers)
     ll = check_linking_length(snap, linking_length, absolute)
     check_integer(min_members, "min_members", MIN_MEMBERS_MIN)
-    if min_members > max(snap.n_particles, MIN_MEMBERS_MIN):
+    # an empty snapshot gives an empty catalog; a non-empty one cannot hold a halo larger
+    # than itself
+    if snap.n_particles and min_members > max(snap.n_particles, MIN_MEMBERS_MIN):
         raise ParameterError(f"min_members must be at most the {snap.n_particles} particles "
                              f"(a halo holds at most all of them), got {min_members}")
     check_integer(min_friends, "min_friends", MIN_FRIENDS_MIN)
