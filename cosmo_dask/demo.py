@@ -370,10 +370,15 @@ def _warm_up_beside(client):
         yield
         return
     work = tempfile.mkdtemp(prefix="cosmo-dask-warm-")
+    # the same copy of cosmo_dask as this process (numba files its cache by the source's
+    # directory): first on the path, and the working directory a temporary one, so that a
+    # checkout in the current directory does not shadow an installed package
+    here = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from cosmo_dask.demo import warm_kernels; "
-         "warm_kernels(sys.argv[1])", work],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
+         "from cosmo_dask.demo import warm_kernels; warm_kernels(sys.argv[1])", work, here],
+        cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
     try:
         yield
         with contextlib.suppress(OSError):  # the stages ran: their kernels are cached
