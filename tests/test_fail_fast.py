@@ -71,13 +71,12 @@ def _graph(tag: str):
 
 
 @pytest.mark.timeout(60)
-def test_failed_persist_raises_and_nothing_waits_on_it(client, capsys):
+def test_failed_persist_raises_and_nothing_waits_on_it(client):
     """A shown persist that fails raises (it used to return its failed futures); a
     computation over failed futures raises at once, display on (it used to wait on keys
     that can never complete)."""
     with pytest.raises(RuntimeError, match="bad chunk"):
         progress.persist(_graph(uuid.uuid4().hex[:8]), label="columns", show=True)
-    assert "failed after" in capsys.readouterr().err
     (failed,) = progress.persist(_graph(uuid.uuid4().hex[:8]), show=False)
     later = dask.delayed(len)(failed, dask_key_name=f"fof-count-{uuid.uuid4().hex[:8]}")
     with pytest.raises(RuntimeError, match="bad chunk"):
