@@ -221,22 +221,14 @@ def _zeros_operator(length: int) -> tuple[int, ...]:
         return tuple(_gf2_times(a, m) for m in b)
 
     result = tuple(1 << n for n in range(32))  # identity
-    odd = (0xEDB88320,) + tuple(1 << n for n in range(31))  # one zero bit
-    even = square(odd)  # two zero bits
-    odd = square(even)  # four zero bits
-    while True:
-        even = square(odd)
+    op = (0xEDB88320,) + tuple(1 << n for n in range(31))  # one zero bit
+    for _ in range(3):
+        op = square(op)  # one zero byte
+    while length:  # the operators of the set bits of length, composed
         if length & 1:
-            result = compose(even, result)
+            result = compose(op, result)
+        op = square(op)
         length >>= 1
-        if not length:
-            break
-        odd = square(even)
-        if length & 1:
-            result = compose(odd, result)
-        length >>= 1
-        if not length:
-            break
     return result
 
 
