@@ -290,28 +290,11 @@ def test_class_rows(rng, min_members):
     np.testing.assert_array_equal(got, _class_rows_reference(cls, ids, crossing, min_members))
 
 
-# ---------------------------------------------------------------- friend counts by node pairs
-# The counts come from pairs of tree nodes (boxes decide all-friends / no-friends, only
-# undecided leaves are tested pair by pair): they must equal the exact pair path's and the
-# independent references on sets whose cells hold many more particles than a leaf.
-
-
-def _exact_counts(pos, periods, ll):
-    """Counts from the exact pair path (every pair of neighbouring cells tested), in
-    input order."""
-    from cosmo_dask.halos import fof_kernels as fk
-
-    pos = np.ascontiguousarray(pos)
-    per = np.asarray(periods, dtype=np.float64)
-    m = len(pos)
-    keys, dims, _, _ = fk._cell_ids(pos, per, ll)
-    perm, skeys = fk._radix_argsort(keys, int(dims.prod() - 1), np.empty(m, np.int32),
-                                    np.empty(m, np.int32), np.empty(m, np.int64))
-    spos = fk._sorted_positions(pos, perm)
-    cell_keys, cell_start = fk._occupied_cells(skeys, perm)
-    out = np.empty(m, dtype=np.int32)
-    out[perm] = fk._friend_counts_exact(spos, cell_keys, cell_start, dims, per, ll)
-    return out
+# ---------------------------------------------------------------- friend counts in dense cells
+# The counting pass leaves the minimum-image step out of blocks of cells that are
+# neighbours without wrapping (at least four cells per period): the counts must equal the
+# independent references on dense sets straddling the box's faces and edges, with few
+# and many cells per period.
 
 
 def _dense_set(rng, box, m=6000):
@@ -325,53 +308,32 @@ def _dense_set(rng, box, m=6000):
     return np.concatenate([pos, rng.random((m // 4, 3)) * box])
 
 
-@pytest.mark.parametrize("leaf", [1, 3, 32])
 @pytest.mark.parametrize("periods", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 0.0, 1.0)])
-def test_friend_counts_dense_equal_exact_path(rng, monkeypatch, leaf, periods):
-    from cosmo_dask.halos import fof_kernels
-
-    monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", leaf)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", leaf)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)  # the trees always
-    pos = _dense_set(rng, 1.0)
+@pytest.mark.parametrize("ll", [0.01, 0.26, 0.34])  # 100, 3 and 2 cells per period
+def test_friend_counts_dense_equal_reference(rng, periods, ll):
+    pos = _dense_set(rng, 1.0, 6000 if ll < 0.1 else 1500)
     pos = np.where(np.asarray(periods) > 0, np.mod(pos, 1.0), pos)
-    ll = 0.01
     for dt in (np.float64, np.float32):
         p = pos.astype(dt)
         root, friends = fof_local(p, periods, ll)
-        exact = _exact_counts(p, periods, ll)
-        np.testing.assert_array_equal(friends, exact)
         ref_root, ref_friends = _reference(p.astype(np.float64), periods, ll)
         np.testing.assert_array_equal(friends, ref_friends)
         np.testing.assert_array_equal(root, ref_root)
-        assert friends.max() > 100  # cells far fuller than a leaf: the trees are used
+        assert friends.max() > 100  # cells far fuller than a few particles
 
 
-@pytest.mark.parametrize("leaf", [1, 4])
-def test_friend_counts_ties_at_linking_length(monkeypatch, leaf):
-    """Lattices whose neighbours lie exactly at ll (and at sqrt(2) ll, sqrt(3) ll): pairs
-    at distance == ll are friends; node boxes at exactly ll decide "all friends"."""
-    from cosmo_dask.halos import fof_kernels
-
-    monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", leaf)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", leaf)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)  # the trees always
+def test_friend_counts_ties_at_linking_length():
+    """Lattices whose neighbours lie exactly at ll (and at sqrt(2) ll, sqrt(3) ll), also
+    across the periodic faces: pairs at distance == ll are friends."""
     g = np.indices((12, 12, 12)).reshape(3, -1).T * 0.25
     g = np.repeat(g, 3, axis=0)  # stacks of identical points
     for ll, periods in ((0.25, (3.0, 3.0, 3.0)), (0.5, (3.0, 0.0, 3.0)),
-                        (0.25 * np.sqrt(3.0), (0.0, 0.0, 0.0))):
+                        (0.25 * np.sqrt(3.0), (0.0, 0.0, 0.0)), (0.75, (3.0, 3.0, 3.0))):
         root, friends = fof_local(g, periods, ll)
-        np.testing.assert_array_equal(friends, _exact_counts(g, periods, ll))
         np.testing.assert_array_equal(friends, _reference(g, periods, ll, brute=True)[1])
 
 
 @pytest.mark.parametrize("k", [3, 40])
-def test_friend_counts_min_friends_cores_dense(rng, monkeypatch, k):
-    from cosmo_dask.halos import fof_kernels
-
-    monkeypatch.setattr(fof_kernels, "_COUNT_LEAF", 2)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_MIN", 2)
-    monkeypatch.setattr(fof_kernels, "_COUNT_TREE_SHARE", 0.0)
+def test_friend_counts_min_friends_cores_dense(rng, k):
     pos = np.mod(_dense_set(rng, 1.0, 3000), 1.0)
-    root, friends = _check(pos, [1.0, 1.0, 1.0], 0.01, min_friends=k)
-    np.testing.assert_array_equal(friends, _exact_counts(pos, [1.0, 1.0, 1.0], 0.01))
+    _check(pos, [1.0, 1.0, 1.0], 0.01, min_friends=k)

@@ -22,26 +22,17 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    so each unordered pair of cells, and each pair of particles, is examined
    once. Periodic axes with fewer than three cells have their neighbour
    offsets deduplicated.
-4. Friend counts (``count_friends``, the default, or ``min_friends > 1``): the exact
-   pair path (``_friend_counts_exact``) tests every particle pair of neighbouring
-   cells once, a branch-free loop over coordinate arrays (so that it vectorises)
-   with :func:`_pair`'s arithmetic (distance ``<= ll``, minimum image on periodic
-   axes) adding one to both counts of each friend pair. Where cells with more than
-   ``_COUNT_TREE_MIN`` particles hold at least ``_COUNT_TREE_SHARE`` of them, the
-   counts are summed over pairs of *nodes* instead: each such cell is ordered by a
-   Morton key inside it and cut into an octree (leaves of at most ``_COUNT_LEAF``
-   particles; levels holding one octant are skipped), any other cell is one leaf,
-   and the stencil of step 3 is walked over node pairs. Two nodes whose bounding
-   boxes prove every particle pair friends add each other's size to their members
-   (per-node sums pushed down to the rows at the end; a node with itself adds
-   ``size - 1``); boxes that prove no pair friends are skipped; otherwise the larger
-   node is split (a node with itself: each pair of its children), and two undecided
-   leaves are tested row by row, each row first against the other leaf's box. The
-   box tests are step 5's, exact, so the counts equal the pair path's. In dense
-   cells the work follows the node pairs near each linking sphere's surface rather
-   than every pair of neighbouring cells; with tens to hundreds of friends per
-   particle that surface is most of the sphere, so the gain is modest (about 1.3x
-   on Plummer cores of 10^3-10^5 mean densities). With ``min_friends = k > 1`` a
+4. Friend counts (``count_friends``, the default, or ``min_friends > 1``): every
+   particle pair of neighbouring cells is tested once, a branch-free loop over float64
+   coordinate arrays (so that it vectorises) with :func:`_pair`'s arithmetic (distance
+   ``<= ll``, minimum image on periodic axes) adding one to both counts of each friend
+   pair; blocks of cells that are neighbours without wrapping around a period (at
+   least four cells per period) skip the minimum-image step, which cannot change
+   their answer. The cost follows the pairs of neighbouring cells' particles, about
+   1.5-3 ns a pair on one core (2^20 clustered points with 16 to 155 friends per
+   particle on average: 0.3-1.2 s); counting over pairs of tree nodes whose bounding
+   boxes decide many pairs at once was tried and was 2x slower at up to 2,400 friends
+   a particle. With ``min_friends = k > 1`` a
    second pass links the friend pairs whose two members both have at least ``k``
    friends in a union-find forest (path halving, the smaller index becomes the
    root).
@@ -470,49 +461,70 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent, 
                         _union(parent, i, j)
 
 
-@numba.njit(cache=True)
-def _count_row(x, y, z, i, j0, j1, L0, L1, L2, h0, h1, h2, ll2, friends):
-    """Friends of particle ``i`` among ``j0 <= j < j1``, added to both sides.
-
-    Branch-free, so that the loop vectorises; the arithmetic is :func:`_pair`'s
-    (float64 differences, one minimum-image shift, ``(dx*dx + dy*dy) + dz*dz <= ll2``;
-    subtracting or adding ``L * False`` is exact), so the counts are the same."""
-    xi = np.float64(x[i])
-    yi = np.float64(y[i])
-    zi = np.float64(z[i])
-    c = 0
-    for j in range(j0, j1):
-        d = xi - np.float64(x[j])
-        d = d - L0 * (d > h0) + L0 * (d < -h0)
-        e = yi - np.float64(y[j])
-        e = e - L1 * (e > h1) + L1 * (e < -h1)
-        f = zi - np.float64(z[j])
-        f = f - L2 * (f > h2) + L2 * (f < -h2)
-        k = np.int32(d * d + e * e + f * f <= ll2)
-        c += k
-        friends[j] += k
-    friends[i] += c
-
-
 @numba.njit(cache=True, nogil=True)
-def _count_rows(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, friends):
-    """:func:`_count_row` for rows ``i0 <= i < i1`` against ``j0 <= j < j1``, or with
-    ``j0 < 0`` each row against the rows after it up to ``i1`` (the pairs inside a
-    range); one compiled loop for the counting pass's call sites."""
+def _count_block(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends):
+    """Friends of rows ``i0 <= i < i1`` among ``j0 <= j < j1`` (with ``j0 < 0``: among
+    the rows after ``i`` up to ``i1``, the pairs inside a cell), added to both sides.
+
+    ``x, y, z`` are float64 coordinate arrays (sorted order), so that the branch-free
+    inner loops vectorise. The arithmetic is :func:`_pair`'s (float64 differences, one
+    minimum-image shift, ``(dx*dx + dy*dy) + dz*dz <= ll2``; subtracting or adding
+    ``L * False`` is exact), so the counts are the same. With ``wrap`` False the shift
+    is left out: the caller passes False only for cells whose indices differ by at
+    most one on every axis with at least four cells per period, whose pairs have
+    ``|d| <= h`` or, just past a cell edge by rounding, are far beyond ``ll`` either
+    way, so the counts are unchanged."""
     for i in range(i0, i1):
-        if j0 < 0:
-            _count_row(x, y, z, i, i + 1, i1, L0, L1, L2, h0, h1, h2, ll2, friends)
+        xi = x[i]
+        yi = y[i]
+        zi = z[i]
+        lo = i + 1 if j0 < 0 else j0
+        hi = i1 if j0 < 0 else j1
+        c = 0
+        if wrap:
+            for j in range(lo, hi):
+                d = xi - x[j]
+                d = d - L0 * (d > h0) + L0 * (d < -h0)
+                e = yi - y[j]
+                e = e - L1 * (e > h1) + L1 * (e < -h1)
+                f = zi - z[j]
+                f = f - L2 * (f > h2) + L2 * (f < -h2)
+                k = np.int32(d * d + e * e + f * f <= ll2)
+                c += k
+                friends[j] += k
         else:
-            _count_row(x, y, z, i, j0, j1, L0, L1, L2, h0, h1, h2, ll2, friends)
+            for j in range(lo, hi):
+                d = xi - x[j]
+                e = yi - y[j]
+                f = zi - z[j]
+                k = np.int32(d * d + e * e + f * f <= ll2)
+                c += k
+                friends[j] += k
+        friends[i] += c
+
+
+@numba.njit(cache=True)
+def _cell_axes(key, dims):
+    """The three cell indices of cell id ``key``."""
+    nyz = dims[1] * dims[2]
+    cx = key // nyz
+    rem = key - cx * nyz
+    cy = rem // dims[2]
+    return cx, cy, rem - cy * dims[2]
 
 
 @numba.njit(cache=True, nogil=True)
 def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
-    """Friend counts: every particle pair of neighbouring cells tested once (positions
-    as three coordinate arrays in sorted order, so that the pair loop vectorises)."""
+    """Friend counts: every particle pair of neighbouring cells tested once (each
+    unordered pair of cells once, by :func:`_neighbour_blocks`), without the
+    minimum-image step where no pair needs it (see :func:`_count_block`)."""
     nocc = cell_keys.shape[0]
     L0, L1, L2, h0, h1, h2 = _half_periods(periods)
     ll2 = ll * ll
+    few = False  # a periodic axis of fewer than four cells: every block takes the shift
+    for a in range(3):
+        if periods[a] > 0.0 and dims[a] < 4:
+            few = True
     xs = np.empty(3, dtype=np.int64)
     ys = np.empty(3, dtype=np.int64)
     zlo = np.empty(2, dtype=np.int64)
@@ -522,21 +534,24 @@ def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
     for a in range(nocc):
         sa = cell_start[a]
         ea = cell_start[a + 1]
-        for i in range(sa, ea):
-            _count_row(x, y, z, i, i + 1, ea, L0, L1, L2, h0, h1, h2, ll2, friends)
+        _count_block(x, y, z, sa, ea, -1, -1, L0, L1, L2, h0, h1, h2, ll2, few, friends)
+        ax, ay, az = _cell_axes(cell_keys[a], dims)
         nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
         for t in range(nb):
-            sb = cell_start[blocks[t, 0]]
-            eb = cell_start[blocks[t, 1]]
-            for i in range(sa, ea):
-                _count_row(x, y, z, i, sb, eb, L0, L1, L2, h0, h1, h2, ll2, friends)
+            wrap = few
+            for b in (blocks[t, 0], blocks[t, 1] - 1):  # a run along the last axis
+                bx, by, bz = _cell_axes(cell_keys[b], dims)
+                if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
+                    wrap = True
+            _count_block(x, y, z, sa, ea, cell_start[blocks[t, 0]], cell_start[blocks[t, 1]],
+                         L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
 
 
-def _friend_counts_exact(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
-    """int32 friend count of every particle (sorted order; cells contiguous), every
-    pair of neighbouring cells tested (the reference for :func:`_friend_counts`)."""
+def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous): every pair
+    of neighbouring cells tested once (:func:`_count_pass`)."""
     friends = np.zeros(spos.shape[0], dtype=np.int32)
-    x, y, z = (np.ascontiguousarray(spos[:, a]) for a in range(3))
+    x, y, z = (np.ascontiguousarray(spos[:, a], dtype=np.float64) for a in range(3))
     _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends)
     return friends
 
@@ -973,434 +988,6 @@ def _sub_cells(periods, inv, ll):
     return ks
 
 
-# ----------------------------------------------------------------------------- friend counts
-# Friend counts by node pairs (see the module docstring, step 4): each coarse cell with
-# more than _COUNT_TREE_MIN particles is ordered by a Morton key inside the cell and cut
-# into a small octree; the cell stencil is walked over pairs of nodes. Any other cell is
-# a leaf with no node of its own (node id -1 - cell).
-
-#: largest leaf of the counting trees (particles)
-_COUNT_LEAF = 32
-#: cells with at most this many particles (at least _COUNT_LEAF) get no tree: their
-#: pairs are tested directly (trees pay only in denser cells; 2^20 clustered points,
-#: b = 0.2: about 1.3x faster than the pair path on Plummer cores of 10^3-10^5 mean
-#: densities, the same on halo_blobs)
-_COUNT_TREE_MIN = 64
-#: the trees are used only when cells with more than _COUNT_TREE_MIN particles hold at
-#: least this share of the particles; otherwise the pair path (``_friend_counts_exact``)
-#: counts, with nothing more to compile
-_COUNT_TREE_SHARE = 0.25
-#: Morton bits per axis inside a coarse cell (deeper nodes are leaves whatever their size)
-_COUNT_LEVELS = 10
-
-
-@numba.njit(cache=True, inline="always")
-def _morton3(q0, q1, q2, levels):
-    """Interleaved bits of three non-negative cell coordinates (``levels`` bits each)."""
-    k = 0
-    for b in range(levels - 1, -1, -1):
-        k = (k << 3) | (((q0 >> b) & 1) << 2) | (((q1 >> b) & 1) << 1) | ((q2 >> b) & 1)
-    return k
-
-
-@numba.njit(cache=True, nogil=True)
-def _range_box(x, y, z, s, e):
-    """Bounding box (float64 ``lo0, hi0, lo1, hi1, lo2, hi2``) of rows ``s .. e-1``."""
-    lo0 = np.float64(x[s])
-    lo1 = np.float64(y[s])
-    lo2 = np.float64(z[s])
-    hi0 = lo0
-    hi1 = lo1
-    hi2 = lo2
-    for k in range(s + 1, e):
-        a = np.float64(x[k])
-        b = np.float64(y[k])
-        c = np.float64(z[k])
-        lo0 = min(lo0, a)
-        hi0 = max(hi0, a)
-        lo1 = min(lo1, b)
-        hi1 = max(hi1, b)
-        lo2 = min(lo2, c)
-        hi2 = max(hi2, c)
-    return lo0, hi0, lo1, hi1, lo2, hi2
-
-
-@numba.njit(cache=True, nogil=True)
-def _count_trees(spos, cell_start, leaf, levels, tree_min):
-    """The counting trees (leaves of at most ``leaf`` particles) of the occupied cells
-    with more than ``tree_min`` particles.
-
-    Returns ``(x, y, z, order, cell_node, ranges, child, box)``: the coordinates in
-    tree order (such cells' rows reordered by Morton key inside the cell; ``order[k]``
-    is the sorted row of tree row ``k``), the root node of each cell (-1 for a cell of
-    one leaf, which has no node), each node's rows ``ranges[t] = (start, end)``, its
-    children ``child[t] = (first, end)`` node indices (equal for a leaf; children come
-    after their parent) and its bounding box ``box[t]`` (``lo0, hi0, lo1, hi1, lo2,
-    hi2``, in the coordinates' dtype: the extremes are coordinates, so exact).
-    """
-    m = spos.shape[0]
-    ncell = cell_start.shape[0] - 1
-    itype = cell_start.dtype
-    x = np.empty(m, dtype=spos.dtype)
-    y = np.empty(m, dtype=spos.dtype)
-    z = np.empty(m, dtype=spos.dtype)
-    order = np.empty(m, dtype=itype)
-    for k in range(m):
-        x[k] = spos[k, 0]
-        y[k] = spos[k, 1]
-        z[k] = spos[k, 2]
-        order[k] = k
-    cell_node = np.full(ncell, -1, dtype=itype)
-    nbig = 0
-    maxn = 1
-    for c in range(ncell):
-        n = cell_start[c + 1] - cell_start[c]
-        if n > tree_min:
-            nbig += n
-            maxn = max(maxn, n)
-    cap = 2 * (nbig // max(leaf, 1)) + 16
-    ranges = np.empty((cap, 2), dtype=itype)
-    child = np.empty((cap, 2), dtype=itype)
-    box = np.empty((cap, 6), dtype=spos.dtype)
-    skeys = np.empty(maxn, dtype=np.int64)  # the cell's Morton keys in tree order
-    maxkey = (1 << (3 * levels)) - 1
-    tx = np.empty(maxn, dtype=spos.dtype)
-    ty = np.empty(maxn, dtype=spos.dtype)
-    tz = np.empty(maxn, dtype=spos.dtype)
-    stack = np.empty((8 * levels + 64, 2), dtype=np.int64)  # (node, level)
-    scale = float(1 << levels)
-    qmax = (1 << levels) - 1
-    nn = 0
-    for c in range(ncell):
-        s = cell_start[c]
-        e = cell_start[c + 1]
-        n = e - s
-        if n <= tree_min:
-            continue
-        # Morton keys relative to the cell's bounding box (any monotone binning serves:
-        # the node boxes below are the particles' own extremes)
-        lo0, hi0, lo1, hi1, lo2, hi2 = _range_box(x, y, z, s, e)
-        w0 = scale / (hi0 - lo0) if hi0 > lo0 else 0.0
-        w1 = scale / (hi1 - lo1) if hi1 > lo1 else 0.0
-        w2 = scale / (hi2 - lo2) if hi2 > lo2 else 0.0
-        keys = np.empty(n, dtype=np.int64)  # sorted with the module's radix sort
-        for q in range(n):
-            q0 = min(int((np.float64(x[s + q]) - lo0) * w0), qmax)
-            q1 = min(int((np.float64(y[s + q]) - lo1) * w1), qmax)
-            q2 = min(int((np.float64(z[s + q]) - lo2) * w2), qmax)
-            keys[q] = _morton3(q0, q1, q2, levels)
-        perm, sk = _radix_argsort(keys, maxkey, np.empty(n, itype), np.empty(n, itype),
-                                  np.empty(n, np.int64))
-        for q in range(n):
-            p = perm[q]
-            tx[q] = x[s + p]
-            ty[q] = y[s + p]
-            tz[q] = z[s + p]
-            skeys[q] = sk[q]
-        for q in range(n):
-            x[s + q] = tx[q]
-            y[s + q] = ty[q]
-            z[s + q] = tz[q]
-            order[s + q] = s + perm[q]
-        # the root; nodes are made, with their boxes, when their parent splits
-        if nn == ranges.shape[0]:
-            ranges, child, box = _grown_nodes(ranges, child, box, nn)
-        cell_node[c] = nn
-        ranges[nn, 0] = s
-        ranges[nn, 1] = e
-        box[nn, 0] = lo0
-        box[nn, 1] = hi0
-        box[nn, 2] = lo1
-        box[nn, 3] = hi1
-        box[nn, 4] = lo2
-        box[nn, 5] = hi2
-        stack[0, 0] = nn
-        stack[0, 1] = 0
-        top = 1
-        nn += 1
-        # split nodes by octant, level by level (levels holding one octant are skipped)
-        while top > 0:
-            top -= 1
-            t = stack[top, 0]
-            lev = stack[top, 1]
-            a = ranges[t, 0] - s
-            b = ranges[t, 1] - s
-            child[t, 0] = nn
-            child[t, 1] = nn
-            if b - a <= leaf:
-                continue
-            while lev < levels:
-                shift = 3 * (levels - 1 - lev)
-                if (skeys[a] >> shift) & 7 != (skeys[b - 1] >> shift) & 7:
-                    break
-                lev += 1
-            if lev == levels:  # identical keys: a leaf whatever its size
-                continue
-            shift = 3 * (levels - 1 - lev)
-            q = a
-            while q < b:
-                r = q + 1
-                o = (skeys[q] >> shift) & 7
-                while r < b and (skeys[r] >> shift) & 7 == o:
-                    r += 1
-                if nn == ranges.shape[0]:
-                    ranges, child, box = _grown_nodes(ranges, child, box, nn)
-                ranges[nn, 0] = s + q
-                ranges[nn, 1] = s + r
-                u0, v0, u1, v1, u2, v2 = _range_box(x, y, z, s + q, s + r)
-                box[nn, 0] = u0
-                box[nn, 1] = v0
-                box[nn, 2] = u1
-                box[nn, 3] = v1
-                box[nn, 4] = u2
-                box[nn, 5] = v2
-                child[nn, 0] = nn
-                child[nn, 1] = nn
-                if top == stack.shape[0]:
-                    st2 = np.empty((2 * top, 2), dtype=np.int64)
-                    st2[:top] = stack
-                    stack = st2
-                stack[top, 0] = nn
-                stack[top, 1] = lev + 1
-                top += 1
-                nn += 1
-                q = r
-            child[t, 1] = nn
-    return x, y, z, order, cell_node, ranges[:nn], child[:nn], box[:nn]
-
-
-@numba.njit(cache=True, nogil=True)
-def _grown_nodes(ranges, child, box, nn):
-    """The node arrays with twice the room, the first ``nn`` rows kept."""
-    r2 = np.empty((2 * nn, 2), dtype=ranges.dtype)
-    r2[:nn] = ranges[:nn]
-    c2 = np.empty((2 * nn, 2), dtype=child.dtype)
-    c2[:nn] = child[:nn]
-    b2 = np.empty((2 * nn, 6), dtype=box.dtype)
-    b2[:nn] = box[:nn]
-    return r2, c2, b2
-
-
-@numba.njit(cache=True, inline="always")
-def _node_rows(t, ranges, cell_start):
-    """Rows ``(start, end)`` of node ``t`` (a tree node, or ``-1 - cell``)."""
-    if t >= 0:
-        return ranges[t, 0], ranges[t, 1]
-    return cell_start[-1 - t], cell_start[-t]
-
-
-@numba.njit(cache=True, nogil=True)
-def _node_box(t, box, x, y, z, s, e):
-    """Bounding box of node ``t`` with rows ``s .. e-1`` (float64 extremes)."""
-    if t >= 0:
-        return (np.float64(box[t, 0]), np.float64(box[t, 1]), np.float64(box[t, 2]),
-                np.float64(box[t, 3]), np.float64(box[t, 4]), np.float64(box[t, 5]))
-    return _range_box(x, y, z, s, e)
-
-
-@numba.njit(cache=True, nogil=True)
-def _node_add(t, v, acc, friends, s, e):
-    """``v`` more friends for every row of node ``t`` (a tree node's through ``acc``)."""
-    if t >= 0:
-        acc[t] += v
-    else:
-        for k in range(s, e):
-            friends[k] += v
-
-
-@numba.njit(cache=True, nogil=True)
-def _box_test(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2, L0, L1, L2, h0, h1, h2, ll2):
-    """:func:`_box_status`, compiled once for the counting pass's call sites."""
-    return _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
-                       L0, L1, L2, h0, h1, h2, ll2)
-
-
-@numba.njit(cache=True, nogil=True)
-def _stencil_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks):
-    """:func:`_neighbour_blocks`, compiled once for the counting pass."""
-    return _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
-
-
-@numba.njit(cache=True, nogil=True)
-def _tree_count_pass(x, y, z, cell_start, cell_node, ranges, child, box, cell_keys, dims,
-                     periods, ll, friends, acc):
-    """Friend counts over pairs of tree nodes (``friends`` per tree row, ``acc`` per
-    tree node: counts shared by all rows below the node; both int32, zeroed by the
-    caller).
-
-    The coarse-cell stencil of :func:`_count_pass` gives each unordered pair of
-    neighbouring cells once, and each cell with itself; a pair of nodes is decided by
-    their bounding boxes (:func:`_box_status`, exact) when all or none of its particle
-    pairs are friends, else the larger node is split (a node with itself: each pair of
-    its children), and two leaves take the pair test row by row (a row is first tested
-    against the other leaf's box). Cells of one leaf test their rows against runs of
-    neighbouring one-leaf cells directly."""
-    nocc = cell_keys.shape[0]
-    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
-    ll2 = ll * ll
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
-    stack = np.empty((1024, 2), dtype=np.int64)
-    for a in range(nocc):
-        sa = cell_start[a]
-        ea = cell_start[a + 1]
-        ra = np.int64(cell_node[a])
-        small = ra < 0
-        top = 0
-        if small:  # its pairs inside, as on the exact path
-            ra = -1 - a
-            _count_rows(x, y, z, sa, ea, -1, -1, L0, L1, L2, h0, h1, h2, ll2, friends)
-        else:
-            stack[0, 0] = ra
-            stack[0, 1] = ra
-            top = 1
-        nb = _stencil_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
-        for t in range(nb):
-            run = -1  # rows of consecutive one-leaf cells, tested as one range
-            for b in range(blocks[t, 0], blocks[t, 1] + 1):
-                if b < blocks[t, 1] and small and cell_node[b] < 0:
-                    if run < 0:
-                        run = cell_start[b]
-                    continue
-                if run >= 0:
-                    _count_rows(x, y, z, sa, ea, run, cell_start[b], L0, L1, L2, h0, h1,
-                                h2, ll2, friends)
-                    run = -1
-                if b == blocks[t, 1]:
-                    break
-                if top == stack.shape[0]:
-                    st2 = np.empty((2 * top, 2), dtype=np.int64)
-                    st2[:top] = stack
-                    stack = st2
-                stack[top, 0] = ra
-                stack[top, 1] = cell_node[b] if cell_node[b] >= 0 else -1 - b
-                top += 1
-        while top > 0:
-            top -= 1
-            p = stack[top, 0]
-            q = stack[top, 1]
-            ps, pe = _node_rows(p, ranges, cell_start)
-            if p == q:  # a tree node with itself
-                if _box_test(np.float64(box[p, 0]), np.float64(box[p, 1]),
-                               np.float64(box[p, 2]), np.float64(box[p, 3]),
-                               np.float64(box[p, 4]), np.float64(box[p, 5]),
-                               np.float64(box[p, 0]), np.float64(box[p, 1]),
-                               np.float64(box[p, 2]), np.float64(box[p, 3]),
-                               np.float64(box[p, 4]), np.float64(box[p, 5]),
-                               L0, L1, L2, h0, h1, h2, ll2) > 0:
-                    acc[p] += pe - ps - 1
-                    continue
-                c0 = child[p, 0]
-                c1 = child[p, 1]
-                if c0 == c1:
-                    _count_rows(x, y, z, ps, pe, -1, -1, L0, L1, L2, h0, h1, h2, ll2,
-                                friends)
-                    continue
-                need = top + (c1 - c0) * (c1 - c0 + 1) // 2
-                if need > stack.shape[0]:
-                    st2 = np.empty((2 * need, 2), dtype=np.int64)
-                    st2[:top] = stack[:top]
-                    stack = st2
-                for u in range(c0, c1):
-                    for v in range(u, c1):
-                        stack[top, 0] = u
-                        stack[top, 1] = v
-                        top += 1
-                continue
-            qs, qe = _node_rows(q, ranges, cell_start)
-            a0, b0, a1, b1, a2, b2 = _node_box(p, box, x, y, z, ps, pe)
-            c0, e0, c1, e1, c2, e2 = _node_box(q, box, x, y, z, qs, qe)
-            st = _box_test(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
-                             L0, L1, L2, h0, h1, h2, ll2)
-            if st < 0:
-                continue
-            if st > 0:
-                _node_add(p, qe - qs, acc, friends, ps, pe)
-                _node_add(q, pe - ps, acc, friends, qs, qe)
-                continue
-            pleaf = p < 0 or child[p, 0] == child[p, 1]
-            qleaf = q < 0 or child[q, 0] == child[q, 1]
-            if pleaf and qleaf:
-                for i in range(ps, pe):
-                    xi = np.float64(x[i])
-                    yi = np.float64(y[i])
-                    zi = np.float64(z[i])
-                    sp = _box_test(xi, xi, yi, yi, zi, zi, c0, e0, c1, e1, c2, e2,
-                                     L0, L1, L2, h0, h1, h2, ll2)
-                    if sp < 0:
-                        continue
-                    if sp > 0:
-                        friends[i] += qe - qs
-                        _node_add(q, 1, acc, friends, qs, qe)
-                        continue
-                    _count_rows(x, y, z, i, i + 1, qs, qe, L0, L1, L2, h0, h1, h2, ll2,
-                                friends)
-                continue
-            # split the larger node (a leaf is never split)
-            if qleaf or (not pleaf and pe - ps >= qe - qs):
-                s0 = child[p, 0]
-                s1 = child[p, 1]
-                other = q
-            else:
-                s0 = child[q, 0]
-                s1 = child[q, 1]
-                other = p
-            need = top + (s1 - s0)
-            if need > stack.shape[0]:
-                st2 = np.empty((2 * need, 2), dtype=np.int64)
-                st2[:top] = stack[:top]
-                stack = st2
-            for u in range(s0, s1):
-                stack[top, 0] = u
-                stack[top, 1] = other
-                top += 1
-    # the node sums down to the rows: parents come before their children
-    for t in range(ranges.shape[0]):
-        v = acc[t]
-        if v == 0:
-            continue
-        c0 = child[t, 0]
-        c1 = child[t, 1]
-        if c0 == c1:
-            for k in range(ranges[t, 0], ranges[t, 1]):
-                friends[k] += v
-        else:
-            for u in range(c0, c1):
-                acc[u] += v
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter_counts(tree_friends, order, out):
-    """``out[order[k]] = tree_friends[k]``: counts from tree order to sorted order."""
-    for k in range(order.shape[0]):
-        out[order[k]] = tree_friends[k]
-
-
-def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
-    """int32 friend count of every particle (sorted order; cells contiguous): by pairs
-    of tree nodes (:func:`_tree_count_pass`) where dense cells hold at least
-    ``_COUNT_TREE_SHARE`` of the particles, else by :func:`_friend_counts_exact`; the
-    same counts either way."""
-    tree_min = max(_COUNT_TREE_MIN, _COUNT_LEAF)
-    sizes = np.diff(cell_start)
-    if sizes[sizes > tree_min].sum() < _COUNT_TREE_SHARE * spos.shape[0]:
-        return _friend_counts_exact(spos, cell_keys, cell_start, dims, periods, ll)
-    x, y, z, order, cell_node, ranges, child, box = _count_trees(
-        spos, cell_start, _COUNT_LEAF, _COUNT_LEVELS, tree_min)
-    tree_friends = np.zeros(spos.shape[0], dtype=np.int32)
-    acc = np.zeros(ranges.shape[0], dtype=np.int32)
-    _tree_count_pass(x, y, z, cell_start, cell_node, ranges, child, box, cell_keys, dims,
-                     periods, ll, tree_friends, acc)
-    del x, y, z, cell_node, ranges, child, box, acc
-    friends = np.empty(spos.shape[0], dtype=np.int32)
-    _scatter_counts(tree_friends, order, friends)
-    return friends
-
-
 @numba.njit(cache=True, nogil=True)
 def _scan_coordinates(pos, periods):
     """(all finite, every periodic coordinate inside [0, L)) without temporaries."""
@@ -1505,8 +1092,8 @@ def _input_order(parent, perm, friends):
 def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
-    about 24 bytes per particle, or the friend counts, 28 with float32 positions on
-    the pair path and about 36 with the counting trees).
+    about 24 bytes per particle, or the friend counts: 24 bytes of float64 coordinates
+    and 4 of counts beside the sorted positions).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
@@ -1585,7 +1172,7 @@ def fof_local(
         with fewer friends stay single (DBSCAN-like variant).
     count_friends : bool, optional
         Whether to return the friend counts (default True); they cost a pass of
-        their own (over pairs of tree nodes, see the module docstring), so ask
+        their own (over the pairs of neighbouring cells, see the module docstring), so ask
         only when a result reads them. With ``False`` and ``min_friends == 1``
         ``friends`` is ``None``. With ``min_friends > 1`` the counts are
         computed anyway (they decide the links) and returned.
