@@ -1,5 +1,8 @@
 """CUDA C kernels run on the host, for tests on machines without a GPU.
 
+:func:`host_kernels` compiles a kernel source of the package, ``cosmo_dask/cuda/<name>.cu``
+with its defines, from the very text the GPU compiles (:func:`cosmo_dask.cuda.source`);
+:class:`HostKernels` takes any source text (test kernels of the shared headers).
 The kernel source is compiled as C++ (g++, no fused multiply-adds, the shared headers of
 :mod:`cosmo_dask.cuda` on the include path) with a small shim:
 ``__global__``/``__device__`` vanish, ``blockIdx``/``threadIdx``/``blockDim``/``gridDim``
@@ -37,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cosmo_dask import cuda
 from cosmo_dask.cuda import HEADER_DIR, HEADERS, header_text
 
 SHIM = r"""
@@ -130,6 +134,8 @@ _C_TYPES = {"double": np.float64, "float": np.float32, "long long": np.int64,
 def signatures(source: str) -> dict:
     """``name -> [(numpy type, is pointer), ...]`` of every ``extern "C"`` kernel."""
     typedefs = dict((b, a) for a, b in re.findall(r"typedef\s+([\w ]+?)\s+(\w+)\s*;", source))
+    # types given as defines (``#define COORD_T double`` before ``typedef COORD_T coord_t;``)
+    typedefs.update(re.findall(r"^#define\s+(\w+)\s+([\w ]+?)\s*$", source, flags=re.M))
 
     def resolve(t):
         while t in typedefs:
@@ -146,6 +152,12 @@ def signatures(source: str) -> dict:
             sig.append((resolve(ctype), pointer))
         out[name] = sig
     return out
+
+
+def host_kernels(name: str, defines=(), order: str = "serial", threads: int = 7):
+    """The kernels of the package's ``cosmo_dask/cuda/<name>.cu`` with ``defines`` (the text
+    :func:`cosmo_dask.cuda.source` gives the GPU), run on the host."""
+    return HostKernels(cuda.source(name, defines), order, threads)
 
 
 class HostKernels:

@@ -1,9 +1,10 @@
 """The shared device math: CUDA headers of ``cosmo_dask/cuda`` and their numba twins.
 
 * every header is in the package and named in its package data, every ``#include`` of a
-  kernel source names one of them, and no kernel source (a string holding CUDA code in a
-  module of the package or of ``benchmarks/``) defines a centralised device function
-  again or spells out the spline polynomial, a minimum image or a box wrap itself;
+  kernel source names one of them, and no kernel source (a ``.cu`` file of
+  ``cosmo_dask/cuda``, or a string holding CUDA code in a module of the package or of
+  ``benchmarks/``) defines a centralised device function again or spells out the spline
+  polynomial, a minimum image or a box wrap itself;
 * the numba softening factors (:mod:`cosmo_dask.gravity.softening_kernels`) and the CUDA
   ones (``softening.cuh``, ``periodic.cuh``, compiled as C++ on the host by
   ``tests/cuda_host.py``) against independent NumPy float64 formulas;
@@ -27,11 +28,16 @@ from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.softening_kernels import plummer_kp, spline_kp
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted((ROOT / "cosmo_dask").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+SOURCES = (sorted((ROOT / "cosmo_dask").rglob("*.py")) + sorted(HEADER_DIR.glob("*.cu"))
+           + sorted((ROOT / "benchmarks").glob("*.py")))
 
 
 def _cuda_strings(path: Path):
-    """String constants of a module that hold CUDA code."""
+    """The CUDA code of a kernel source (``.cu``) or the string constants of a module that
+    hold CUDA code."""
+    if path.suffix == ".cu":
+        yield path.read_text()
+        return
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if "__global__" in node.value or "__device__" in node.value:
@@ -237,9 +243,7 @@ def test_tet_clip_header_on_host_equals_numba(rng):
     if cuda_host.compiler() is None:
         pytest.skip("needs a C++ compiler (g++)")
     from cosmo_dask.density import tet_cube_volume
-    from cosmo_dask.density.tet_volume_gpu import _CUDA_SOURCE
-
-    kern = cuda_host.HostKernels("typedef double real;\n" + _CUDA_SOURCE)
+    kern = cuda_host.host_kernels("tet_volume", {"REAL": "double"})
     tets = rng.uniform(-1, 2, size=(60, 4, 3))
     lo = rng.uniform(-1.0, 2.0, size=(40, 3))
     h = rng.uniform(0.1, 1.5, size=40)

@@ -54,8 +54,8 @@ class _Host:
         self.order = order
 
     def kernels(self, coord, sort, index):
-        return cuda_host.HostKernels(fof_kernels_gpu.cuda_source(coord, sort, index),
-                                     self.order)
+        return cuda_host.host_kernels("fof", fof_kernels_gpu.cuda_defines(coord, sort, index),
+                                      self.order)
 
     def fof(self, pos, periods, ll, min_friends=1, count_friends=True):
         return fof_kernels_gpu.fof_local_with(np, self.kernels, pos, periods, ll, min_friends,

@@ -38,8 +38,8 @@ Three evaluators share one table:
 * NumPy/CuPy arrays: :func:`T_table` (and :func:`T_exact`, :func:`erfc`);
 * numba: :func:`T_table_nb` / :func:`T_exact_nb` (``inline="always"``),
   callable from any ``@njit`` kernel;
-* CUDA: :data:`CUDA_SOURCE`, device functions to paste into a RawKernel
-  source (see its docstring).
+* CUDA: the header ``cosmo_dask/cuda/truncated.cuh`` (:data:`CUDA_SOURCE`), included
+  by kernel sources.
 
 Fit (float32 GPU tree kernels)
 ------------------------------
@@ -69,13 +69,14 @@ import math
 import numba
 import numpy as np
 
+from ..cuda import define_lines, header_text
 from ..errors import ParameterError
 
 __all__ = [
     "TABLE_NODES", "TABLE_XMAX", "TABLE_LEVELS", "TABLE_STRIDE", "CUDA_SOURCE",
     "T_exact", "erfc", "T_derivatives", "make_table", "get_table", "T_table",
     "T_exact_nb", "T_table_nb", "table_relative_errors", "check_level",
-    "ERFCX_FIT", "ERFCX_FIT_CENTRE", "CUDA_FIT_SOURCE", "erfcx_fit_coefficients",
+    "ERFCX_FIT", "ERFCX_FIT_CENTRE", "CUDA_FIT_SOURCE", "fit_defines", "erfcx_fit_coefficients",
     "T_fit", "fit_relative_errors",
 ]
 
@@ -217,37 +218,9 @@ def T_table_nb(x, table, level):
 
 
 # --------------------------------------------------------------------------- CUDA
-CUDA_SOURCE = r"""
-// ---- cosmo_dask.gravity.truncated: T(x) = erfc(x) + 2x/sqrt(pi) exp(-x^2) ----
-// Table: 512 nodes x_n = n*h, h = 3/511, row n = T^(k)(x_n)/k!, k = 0..4 (stride 5).
-// cd_trunc_T<real, level>(x, tab): level 0..4 -> table (x > 3 -> exact); level < 0 -> exact.
-// cd_erfc(x): erfc in the precision of x. Pass tab in global memory (read via __ldg).
-#ifndef CD_TRUNCATED_DEFINED
-#define CD_TRUNCATED_DEFINED
-__device__ __forceinline__ float cd_erfc(float x) { return erfcf(x); }
-__device__ __forceinline__ double cd_erfc(double x) { return erfc(x); }
-__device__ __forceinline__ float cd_exp(float x) { return expf(x); }
-__device__ __forceinline__ double cd_exp(double x) { return exp(x); }
-
-template <typename cd_real>
-__device__ __forceinline__ cd_real cd_trunc_T_exact(cd_real x) {
-    return cd_erfc(x) + (cd_real)1.1283791670955126 * x * cd_exp(-x * x);
-}
-
-template <typename cd_real, int cd_level>
-__device__ __forceinline__ cd_real cd_trunc_T(cd_real x, const cd_real* __restrict__ tab) {
-    if (cd_level < 0 || x > (cd_real)3) return cd_trunc_T_exact<cd_real>(x);
-    int n = (int)(x * (cd_real)170.33333333333334 + (cd_real)0.5);
-    n = n > 511 ? 511 : n;
-    const cd_real d = x - (cd_real)n * (cd_real)(3.0 / 511.0);
-    const cd_real* row = tab + 5 * n;
-    cd_real out = __ldg(row + (cd_level < 0 ? 0 : cd_level));
-#pragma unroll
-    for (int k = (cd_level < 0 ? 0 : cd_level) - 1; k >= 0; --k) out = __ldg(row + k) + d * out;
-    return out;
-}
-#endif
-"""
+#: CUDA device functions ``cd_trunc_T<real, level>(x, tab)`` and ``cd_erfc(x)``: the text of
+#: the shared header ``cosmo_dask/cuda/truncated.cuh`` (``#include "truncated.cuh"``)
+CUDA_SOURCE = header_text("truncated.cuh")
 
 
 # --------------------------------------------------------------------------- fit
@@ -304,42 +277,16 @@ def fit_relative_errors(n_samples: int = 2**20 + 1, dtype=np.float32) -> dict[st
             "erfc": float(np.max(np.abs(ec.astype(np.float64) - ref_ec) / ref_ec))}
 
 
-def _cuda_fit_source() -> str:
-    horner = "\n".join(f"    E = fmaf(E, u, {float(np.float32(c)):.9e}f);"
-                       for c in ERFCX_FIT[-2::-1])
-    return (r"""
-// ---- cosmo_dask.gravity.truncated: T(x) and erfc(x) from exp(-x^2) and a fit ----
-// cd_trunc_fit(x, T, ec, e): T(x), erfc(x) and exp(-x^2). float: E(x) = exp(x^2) erfc(x)
-// from the degree-12 polynomial ERFCX_FIT in u = x - 3/2 on [0, 3] (exact functions
-// beyond); double: exact functions.
-#ifndef CD_TRUNC_FIT_DEFINED
-#define CD_TRUNC_FIT_DEFINED
-__device__ __forceinline__ void cd_trunc_fit(const float x, float& T, float& ec, float& e) {
-    if (x > 3.0f) {
-        ec = erfcf(x);
-        e = expf(-x * x);
-        T = ec + 1.1283791670955126f * x * e;
-        return;
-    }
-    const float u = x - 1.5f;
-    float E = """ + f"{float(np.float32(ERFCX_FIT[-1])):.9e}f;" + "\n" + horner + r"""
-    e = exp2f(-(x * x) * 1.4426950408889634f);
-    ec = e * E;
-    T = e * fmaf(1.1283791670955126f, x, E);
-}
-__device__ __forceinline__ void cd_trunc_fit(const double x, double& T, double& ec,
-                                             double& e) {
-    ec = erfc(x);
-    e = exp(-x * x);
-    T = ec + 1.1283791670955126 * x * e;
-}
-#endif
-""")
+def fit_defines() -> dict[str, str]:
+    """The float32 coefficients of :data:`ERFCX_FIT` as the defines ``CD_ERFCX_FIT_k``
+    (``c_k`` of ``u^k``, ``k = 0..12``) that ``cosmo_dask/cuda/truncated_fit.cuh`` reads:
+    the only CUDA text generated from numbers."""
+    return {f"CD_ERFCX_FIT_{k}": f"{float(np.float32(c)):.9e}f" for k, c in enumerate(ERFCX_FIT)}
 
 
 #: CUDA device functions ``cd_trunc_fit(x, T&, erfc&, exp(-x^2)&)`` (float: the fit;
-#: double: exact)
-CUDA_FIT_SOURCE = _cuda_fit_source()
+#: double: exact): the header ``truncated_fit.cuh`` after its :func:`fit_defines`
+CUDA_FIT_SOURCE = define_lines(fit_defines()) + header_text("truncated_fit.cuh")
 
 
 # --------------------------------------------------------------------------- errors

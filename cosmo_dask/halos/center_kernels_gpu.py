@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cuda
 from ..backend import host
-from ..cuda import include_options
 from ..errors import ParameterError
 from .center_kernels import check_common, check_starts, segmented_argmin
 
@@ -34,88 +34,12 @@ __all__ = ["segment_mbp_gpu", "segment_potentials_gpu"]
 # Threads per block = particles per i-tile = j particles per shared-memory chunk.
 _BLOCK = 128
 
-_SOURCE = r"""
-#include "periodic.cuh"
-#include "softening.cuh"
-extern "C" __global__ void __launch_bounds__(BLOCK)
-seg_pot_NAME(const REAL* __restrict__ x, const REAL* __restrict__ y,
-             const REAL* __restrict__ z, const double* __restrict__ mass,
-             const long long* __restrict__ item_lo, const long long* __restrict__ item_hi,
-             const long long* __restrict__ item_i0,
-             const REAL box, const int periodic, const REAL eps2, const double G,
-             double* __restrict__ pot)
-{
-    __shared__ REAL sx[BLOCK];
-    __shared__ REAL sy[BLOCK];
-    __shared__ REAL sz[BLOCK];
-    __shared__ double sm[BLOCK];
-
-    const long long item = blockIdx.x;
-    const long long lo = item_lo[item];
-    const long long hi = item_hi[item];
-    const long long i = item_i0[item] + threadIdx.x;
-    const bool active = i < hi;
-    const REAL inv_box = periodic ? (REAL)1 / box : (REAL)0;
-
-    REAL xi = 0, yi = 0, zi = 0;
-    if (active) {
-        xi = x[i];
-        yi = y[i];
-        zi = z[i];
-    }
-    double acc = 0.0;
-    for (long long c0 = lo; c0 < hi; c0 += BLOCK) {
-        const long long j = c0 + threadIdx.x;
-        if (j < hi) {
-            sx[threadIdx.x] = x[j];
-            sy[threadIdx.x] = y[j];
-            sz[threadIdx.x] = z[j];
-            sm[threadIdx.x] = mass[j];
-        }
-        __syncthreads();
-        const int nc = (int)(hi - c0 < BLOCK ? hi - c0 : BLOCK);
-        if (active) {
-            const int self = (int)(i - c0);  // k of particle i in this chunk, if there
-            for (int k = 0; k < nc; ++k) {
-                REAL dx = sx[k] - xi;
-                REAL dy = sy[k] - yi;
-                REAL dz = sz[k] - zi;
-                if (periodic) {
-                    dx = cd_min_image(dx, box, inv_box);
-                    dy = cd_min_image(dy, box, inv_box);
-                    dz = cd_min_image(dz, box, inv_box);
-                }
-                const REAL s = dx * dx + dy * dy + dz * dz + eps2;
-                const REAL inv = cd_rsqrt(s);
-                // zero separation (eps = 0) and the particle itself contribute 0
-                acc += (s > (REAL)0 && k != self) ? sm[k] * (double)inv : 0.0;
-            }
-        }
-        __syncthreads();
-    }
-    if (active) pot[i] = -G * acc;
-}
-"""
-
-_KERNELS: dict = {}
-
-
 def _kernel(precision: str):
-    """Compiled RawKernel for ``precision`` ('float64' or 'float32'), cached per process."""
-    import cupy
-
-    key = (precision, cupy.cuda.runtime.getDevice())
-    if key not in _KERNELS:
-        if precision == "float64":
-            sub = {"REAL": "double", "NAME": "f64"}
-        else:
-            sub = {"REAL": "float", "NAME": "f32"}
-        src = _SOURCE.replace("BLOCK", str(_BLOCK))
-        for k, v in sub.items():
-            src = src.replace(k, v)
-        _KERNELS[key] = cupy.RawKernel(src, f"seg_pot_{sub['NAME']}",
-                                       options=include_options())
-    return _KERNELS[key]
+    """The ``seg_pot_f64`` / ``seg_pot_f32`` kernel of ``center.cu`` for ``precision``
+    ('float64' or 'float32') on the current device."""
+    real, name = ("double", "f64") if precision == "float64" else ("float", "f32")
+    module = cuda.module("center", {"REAL": real, "SEG_POT": f"seg_pot_{name}", "BLOCK": _BLOCK})
+    return module.get_function(f"seg_pot_{name}")
 
 
 def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0,
