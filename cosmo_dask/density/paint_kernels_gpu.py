@@ -1,4 +1,4 @@
-"""Mass assignment onto a periodic cubic mesh on the GPU (CuPy RawKernel).
+"""Mass assignment onto a periodic cubic mesh on the GPU (CUDA kernel ``cuda/paint.cu``).
 
 Same convention and weights as :mod:`cosmo_dask.density.paint_kernels` (see
 there): node ``j`` at ``(j + 1/2) H``, mesh coordinate ``u = x / H - 1/2 + shift``,

@@ -44,6 +44,7 @@ __all__ = ["scf_coefficient_sums_gpu", "scf_evaluate_gpu"]
 
 _SHARED_LIMIT = 40 * 1024
 
+
 def _real(dtype) -> str:
     return "double" if np.dtype(dtype) == np.float64 else "float"
 

@@ -1,4 +1,4 @@
-"""All-pairs (P2P) gravity on the GPU: a tiled, register-blocked CuPy RawKernel.
+"""All-pairs (P2P) gravity on the GPU: a tiled, register-blocked CUDA kernel (``cuda/p2p.cu``).
 
 :func:`p2p_block_gpu` is the GPU twin of
 :func:`cosmo_dask.gravity.p2p_kernels.p2p_block` (same definitions, kernels,

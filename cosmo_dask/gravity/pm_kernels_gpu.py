@@ -1,4 +1,4 @@
-"""Periodic PM gravity on the GPU: CuPy RawKernels on mesh slabs.
+"""Periodic PM gravity on the GPU: CUDA kernels (``cuda/pm.cu``) on mesh slabs.
 
 Same conventions, Green's function and interpolation as
 :mod:`cosmo_dask.gravity.pm_kernels` (see there); this module only swaps the

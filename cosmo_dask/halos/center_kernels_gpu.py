@@ -1,4 +1,4 @@
-"""Halo-centre kernels on the GPU (CuPy ``RawKernel``).
+"""Halo-centre kernels on the GPU (CUDA kernel ``cuda/center.cu``).
 
 :func:`segment_potentials_gpu` is the GPU twin of
 :func:`cosmo_dask.halos.center_kernels.segment_potentials`: the exact
@@ -33,6 +33,7 @@ __all__ = ["segment_mbp_gpu", "segment_potentials_gpu"]
 
 # Threads per block = particles per i-tile = j particles per shared-memory chunk.
 _BLOCK = 128
+
 
 def _kernel(precision: str):
     """The ``seg_pot_f64`` / ``seg_pot_f32`` kernel of ``center.cu`` for ``precision``

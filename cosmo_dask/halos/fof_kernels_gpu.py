@@ -126,18 +126,15 @@ _KERNEL_NAMES = ("fof_check", "fof_cell_keys", "fof_gather", "fof_pairs", "fof_r
                  "fof_scatter", "fof_fine_count", "fof_fine_units", "fof_link_inner",
                  "fof_cell_sets", "fof_link_outer", "fof_unit_min", "fof_unit_labels",
                  "group_reduce")
+
+
 def cuda_defines(coord: str = "double", sort: str = "double", index: str = "int") -> dict:
     """The defines of ``fof.cu`` for one combination of storage types (see
     :data:`TYPE_COMBINATIONS`): ``coord`` the input coordinates, ``sort`` the sorted copies
     ("float" or "double"; arithmetic is double either way), ``index`` indices, offsets and
-    the union-find forest ("int" or "long long")."""
+    the union-find forest ("int" or "long long"); the host tests compile the same
+    ``cosmo_dask.cuda.source("fof", cuda_defines(...))``."""
     return {"COORD_T": coord, "SORT_T": sort, "IDX_T": index}
-
-
-def cuda_source(coord: str = "double", sort: str = "double", index: str = "int") -> str:
-    """The CUDA source (``fof.cu`` with :func:`cuda_defines`) for one combination of
-    storage types; what the host tests compile too."""
-    return cuda.source("fof", cuda_defines(coord, sort, index))
 
 
 @functools.cache
