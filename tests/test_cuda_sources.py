@@ -8,12 +8,15 @@
   file's text; :func:`cosmo_dask.cuda.module` compiles it with one option set (checked
   with a stand-in for CuPy that records the calls), cached per device, name, defines and
   options;
+* every kernel source, with the defines its module gives, preprocesses on the host (g++)
+  into its kernels' names, and compiles through the loader on the GPU (``gpu`` mark);
 * every GPU module imports without CuPy.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -173,3 +176,76 @@ def test_gpu_modules_import_without_cupy():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def _variants():
+    """``(name, defines, options, kernels)``: each kernel source with one set of the defines
+    its module gives (the modules' own helpers where they have one)."""
+    import numpy as np
+
+    from cosmo_dask.density.tet_volume_gpu import lattice_defines
+    from cosmo_dask.gravity.p2p_kernels_gpu import kernel_defines
+    from cosmo_dask.gravity.truncated import fit_defines
+    from cosmo_dask.halos.fof_kernels_gpu import _KERNEL_NAMES, cuda_defines
+
+    spec = dict(threads=256, per_thread=4, unroll=8, kernel=1, trunc=1, level=2,
+                periodic=True, potential=True, check=True, excl=1)
+    scf = {"NMAX": 6, "LMAX": 4, "REAL": "float"}
+    return [
+        ("center", {"REAL": "float", "SEG_POT": "seg_pot_f32", "BLOCK": 128}, (),
+         ("seg_pot_f32",)),
+        ("fof", cuda_defines("float", "double", "long long"), cuda.NO_FMAD, _KERNEL_NAMES),
+        ("mex", {"REAL": "double", "LMAX": 8}, (), ("mex_terms", "mex_eval")),
+        ("octree", {}, (), ("child_bounds", "leaf_moments", "parent_moments", "node_bmax")),
+        ("octree_morton", {}, (), ()),
+        ("p2p", kernel_defines(np.float32, **spec), ("-ftz=true",), ("p2p_tile",)),
+        ("paint", {"ORDER": 3, "POS_T": "double", "MASS_T": "float", "MESH_T": "double"}, (),
+         ("paint",)),
+        ("pm", {"REAL_T": "float", "POS_T": "double", "MESH_T": "float"}, (),
+         ("green", "interp")),
+        ("scf", {**scf, "SCF_COEFF": 1, "USE_SHARED": 1}, (), ("scf_coeff",)),
+        ("scf", {**scf, "SCF_EVAL": 1, "WHAT": 1, "COEF_SHARED": 0}, (), ("scf_eval",)),
+        ("tessellation", {}, cuda.NO_FMAD, ("column_tets", "column_bboxes")),
+        ("tet_volume", {"REAL": "double"}, cuda.NO_FMAD, ("tet_cube_pairs",)),
+        ("tet_volume_lattice", lattice_defines("float", WARPS=8), (), ("deposit_lattice",)),
+        ("tree", {"REAL_IS_DOUBLE": 0, "SPLINE": 1, "TRUNC": 1, "BLOCK": 128,
+                  **fit_defines()}, (), ("tree_walk", "group_forces")),
+    ]
+
+
+def test_variants_cover_every_source():
+    assert sorted({v[0] for v in _variants()}) == sorted(cuda.KERNEL_SOURCES)
+
+
+@pytest.mark.parametrize("k", range(14))
+def test_sources_preprocess_on_the_host(k):
+    """The text of :func:`cosmo_dask.cuda.source` through the C preprocessor: includes
+    found, no ``#error`` (a missing define), the kernels' names come out."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    name, defines, _, kernels = _variants()[k]
+    run = subprocess.run(["g++", "-E", "-P", "-x", "c++", f"-I{cuda.HEADER_DIR}", "-"],
+                         input=cuda.source(name, defines), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for kernel in kernels:
+        assert f" {kernel}(" in run.stdout or f"\n{kernel}(" in run.stdout, kernel
+    # without its defines a source that needs them fails in the preprocessor or names
+    # an undefined type; the fit header says what is missing
+    if name == "tree":
+        bare = subprocess.run(["g++", "-E", "-P", "-x", "c++", f"-I{cuda.HEADER_DIR}", "-"],
+                              input=cuda.source("tree"), capture_output=True, text=True)
+        assert bare.returncode != 0 and "CD_ERFCX_FIT_0" in bare.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", range(14))
+def test_sources_compile_through_the_loader(k):
+    """Every kernel source compiles with NVRTC through :func:`cosmo_dask.cuda.module` and
+    holds its kernels."""
+    pytest.importorskip("cupy")
+    name, defines, options, kernels = _variants()[k]
+    if name == "octree_morton":   # the preamble of an elementwise kernel: octree tests
+        pytest.skip("compiled by cupy.ElementwiseKernel (tests/test_octree_gpu.py)")
+    mod = cuda.module(name, defines, options)
+    for kernel in kernels:
+        assert mod.get_function(kernel) is not None
