@@ -23,7 +23,7 @@ import cuda_host
 import numpy as np
 import pytest
 
-from cosmo_dask.cuda import HEADER_DIR, HEADERS, header_text, include_options
+from cosmo_dask.cuda import HEADER_DIR, HEADERS, OPTIONS, header_text, include_options
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.softening_kernels import plummer_kp, spline_kp
 
@@ -257,10 +257,11 @@ def test_tet_clip_header_on_host_equals_numba(rng):
 
 @pytest.mark.gpu
 def test_headers_through_nvrtc_on_the_gpu():
-    """The same kernels compiled by NVRTC with ``include_options()`` (the path every
-    RawModule of the package takes), run on the GPU against the float64 references."""
+    """The same kernels compiled by NVRTC with the loader's options (``OPTIONS`` and
+    ``include_options()``, as :func:`cosmo_dask.cuda.module` compiles), run on the GPU
+    against the float64 references."""
     cp = pytest.importorskip("cupy")
-    mod = cp.RawModule(code=_HOST_KERNELS, options=("-std=c++14",) + include_options())
+    mod = cp.RawModule(code=_HOST_KERNELS, options=OPTIONS + include_options())
     r, m = _softening_inputs()
     out = cp.empty((r.size, 4))
     mod.get_function("softening")((8,), (128,), (cp.asarray(r), cp.asarray(m),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from cosmo_dask.cuda import OPTIONS
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity import truncated as tr
 
@@ -163,7 +164,7 @@ def test_cuda_fit_against_float64_scipy():
         run<double>(x, t, ec, e, n);
     }
     """
-    mod = cupy.RawModule(code=src, options=("--std=c++14",))
+    mod = cupy.RawModule(code=src, options=OPTIONS)
     for dtype, name, bound in ((np.float32, "fit32", 2e-6), (np.float64, "fit64", 1e-13)):
         x = np.concatenate([np.linspace(0.0, 3.0, 2**20 + 1), [3.001, 3.5, 4.5]]).astype(dtype)
         xd = cupy.asarray(x)
