@@ -24,7 +24,7 @@ def _reference(pos, mass, starts, **kw):
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan), pot
 
 
-def _tree_bounds(pos, mass, eps, theta, per_group):
+def _tree_bounds(pos, mass, eps, theta, per_group, approx=False):
     """(exact sums, upper, lower) of every member in the tree's sorted order."""
     n = len(pos)
     tree = build_octree(pos, mass, max_leaf=ck._TREE_LEAF, max_group=ck._TREE_GROUP)
@@ -38,12 +38,13 @@ def _tree_bounds(pos, mass, eps, theta, per_group):
         x, y, z = (np.ascontiguousarray(ps[:, a]) for a in range(3))
         ck._group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
                          tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
-                         np.sqrt(tree.mass * second), eps * eps, theta, tree.groups,
-                         leaf_at, 8, up, low)
+                         np.sqrt(tree.mass * second), eps * eps, theta, approx, tree.groups,
+                         np.zeros(len(tree.groups), np.int64), leaf_at, 8, up, low)
     else:
         ck._bound_sums(ps, tree.pmass, tree.start, tree.count, tree.first_child,
                        tree.n_child, tree.com, tree.bmax, tree.lo, tree.hi, tree.mass,
-                       tree.quad, second, eps * eps, theta, np.arange(n), 64, up, low)
+                       tree.quad, second, eps * eps, theta, np.arange(n), np.zeros(n, np.int64),
+                       64, up, low)
     exact = brute_potentials(ps, tree.pmass, np.array([0, n]), eps=eps, G=-1.0)
     return exact, up, low
 
