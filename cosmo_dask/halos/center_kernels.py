@@ -515,8 +515,8 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
 
 @numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, error_model="numpy", cache=True)
 def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax, nmass, quad,
-                  second, root_ms, eps2, theta, approx, groups, roots, leaf_at, chunk, up,
-                  low):
+                  second, root_ms, eps2, theta, approx, groups, roots, leaf_at, want, chunk,
+                  up, low):
     """Bounds ``low[p] <= sum_{q != p} m_q / sqrt(|x_p - x_q|**2 + eps2) <= up[p]`` for
     every particle ``p`` (sorted order) of the octree (or forest) nodes ``groups``, one
     walk per group of the tree below node ``roots[k]`` (the root of the halo of
@@ -648,6 +648,8 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                     r1[nr] = j1
                     nr += 1
             for p in range(b0, b1):
+                if not want[p]:
+                    continue
                 e0 = x[p] - c0
                 e1 = y[p] - c1
                 e2 = z[p] - c2
@@ -692,6 +694,37 @@ def _approx_ok(rel, eps):
     return 3.0 * span * span + eps * eps < _F32_HUGE
 
 
+@numba.njit(nogil=True, cache=True)
+def _segment_top(values, first, end, k):
+    """Indices of the (at most) ``k`` largest ``values`` in each run
+    ``first[r]:end[r]`` (NaNs never chosen), run by run."""
+    out = np.empty(first.shape[0] * k, dtype=np.int64)
+    nout = 0
+    top = np.empty(k, dtype=np.int64)
+    for r in range(first.shape[0]):
+        nt = 0
+        for i in range(first[r], end[r]):
+            v = values[i]
+            if not v == v:
+                continue
+            if nt < k:
+                top[nt] = i
+                nt += 1
+                j = nt - 1
+            elif v > values[top[nt - 1]]:
+                j = nt - 1
+                top[j] = i
+            else:
+                continue
+            while j > 0 and values[top[j - 1]] < v:  # keep top sorted, largest first
+                top[j] = top[j - 1]
+                top[j - 1] = i
+                j -= 1
+        out[nout:nout + nt] = top[:nt]
+        nout += nt
+    return out[:nout]
+
+
 def _segment_runs(seg):
     """``(first, end)``: bounds of the runs of equal values of the non-decreasing ``seg``."""
     first = np.flatnonzero(np.concatenate(([True], seg[1:] != seg[:-1])))
@@ -734,14 +767,18 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
     rounds = [(True, t) for t in _GROUP_THETAS] + [(False, t) for t in _TREE_THETAS]
     for per_group, theta in rounds:
         rseg = seg_of[rows]
-        if per_group:  # every member of the groups holding a row, one walk per group
-            need = np.unique(group_of[where[rows]])
+        if per_group:  # the rows, one walk per group holding some
+            want = np.zeros(n, dtype=np.bool_)
+            want[where[rows]] = True
+            need = np.zeros(groups.shape[0], dtype=np.bool_)
+            need[group_of[where[rows]]] = True
+            need = np.flatnonzero(need)
             up_s = np.empty(n)
             low_s = np.empty(n)
             _group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
                           tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
                           root_ms, eps * eps, theta, approx, groups[need], group_root[need],
-                          leaf_at, max(1, need.shape[0] // threads + 1), up_s, low_s)
+                          leaf_at, want, max(1, need.shape[0] // threads + 1), up_s, low_s)
             up, low = up_s[where[rows]], low_s[where[rows]]
         else:  # one walk per row
             up = np.empty(rows.shape[0])
@@ -753,9 +790,7 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
         # per halo: the best lower bound and the exact sums of the _SEEDS best lower bounds
         first, end = _segment_runs(rseg)
         sid = rseg[first]
-        order = np.lexsort((low, rseg))  # halo blocks stay in place, low ascending in each
-        rank = np.arange(rows.shape[0]) - np.repeat(end, end - first)
-        seed = rows[order[rank >= -_SEEDS]]
+        seed = rows[_segment_top(low, first, end, _SEEDS)]
         exact = -_potentials(rel, mass, starts, seed, 0.0, eps, 1.0)
         best[sid] = np.maximum(best[sid], np.maximum.reduceat(low, first))
         np.maximum.at(best, seg_of[seed], exact)
