@@ -61,10 +61,11 @@ _CHUNKS_PER_THREAD = 8
 # Empty cells between the members' extent and the zero-potential boundary of
 # the grid in grid_potential / grid_mbp, on every side.
 _PAD_CELLS = 4
-# segment_mbp and grid_mbp: halos at least this large are pruned with tree bounds,
-# octrees with leaves of at most _TREE_LEAF members, walked once per group of at most
-# _TREE_GROUP members with the opening angles _GROUP_THETAS, then once per member with
-# _TREE_THETAS, in turn (each round bounds the rows the last one left);
+# segment_mbp and grid_mbp: halos at least this large are pruned with tree bounds (in
+# segment_mbp all of them in one forest), octrees with leaves of at most _TREE_LEAF
+# members, walked once per group of at most _TREE_GROUP members with the opening angles
+# _GROUP_THETAS, then once per member with _TREE_THETAS, in turn (each round bounds the
+# rows the last one left);
 # _BOUND_MARGIN (relative) covers rounding in the bounds and the exact sums.
 _TREE_MIN = 2000
 _TREE_LEAF = 16
@@ -828,12 +829,13 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     The same answer as ``segmented_argmin(segment_potentials(...))`` (the same
     potentials, bit for bit, and the same row, ties to the first), computed
     without every potential: in segments of at least 2000 members an octree of
-    the segment bounds each member's potential from above and below (rigorous
-    bounds from each node's mass, centre of mass, second moments and bounding box,
-    nearby members summed exactly), and only the members whose lower bound
-    reaches the best upper bound get their exact potential. Segments spanning
-    half a periodic box or more, any negative mass, or ``G <= 0`` evaluate every
-    member.
+    the segment (one forest for all of them) bounds each member's potential from
+    above and below (rigorous bounds from each node's mass, centre of mass, second
+    moments and bounding box, nearby members summed with float32 reciprocal square
+    roots within a rigorous relative error), and in smaller segments every
+    member's sum is taken that way; only the members whose lower bound reaches the
+    best upper bound get their exact potential. Segments spanning half a periodic
+    box or more, any negative mass, or ``G <= 0`` evaluate every member exactly.
 
     Parameters
     ----------
@@ -867,14 +869,21 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     Notes
     -----
     The first bounds cost one tree walk per group of at most 32 members (opening
-    angle 0.7, then 0.5 for the groups left; the group's accepted nodes summed as
-    one local expansion, its own neighbourhood exactly), then one walk per member
+    angle 0.7, then 0.5 for the members left; the group's accepted nodes summed as
+    one local expansion, its own neighbourhood directly), then one walk per member
     left (0.3, then 0.2); the threshold is the best lower bound or the exact
     potential of one of the four members with the best lower bounds. What remains
     is ``O(r n)`` for the ``r`` members left, a few dozen in a Plummer or NFW core.
-    Work is about ``O(n log n)`` a segment: a Plummer halo of 1e5 members (clump
-    included) takes 0.45 CPU seconds on the 2-core development VM (exact double
-    sum: 7 s).
+    Every tree-sized halo shares one forest and each round is one kernel call for all
+    of them. The direct sums (smaller halos, the neighbourhoods in the group walks)
+    take ``1 / sqrt`` in float32 (about 2.5 times faster; error at most
+    ``2**-21`` relative, taken into the bounds; exact sums where a squared
+    separation is below ``2**-100``). Work is about ``O(n log n)`` a segment: a
+    Plummer halo of 1e5 members (clump included) takes 0.45 CPU seconds on the
+    2-core development VM (exact double sum: 7 s); the 345 FOF halos (>= 20
+    members, 700k in all) of ``bench_halos.py``'s 2^20-particle "blobs" set take
+    about 0.5-0.6 s wall there, 1.15 s with one octree and one round of calls per
+    halo before.
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)
