@@ -70,7 +70,7 @@ _PAD_CELLS = 4
 _TREE_MIN = 2000
 _TREE_LEAF = 16
 _TREE_GROUP = 32
-_GROUP_THETAS = (0.7, 0.5)
+_GROUP_THETAS = (0.7, 0.5, 0.35)
 _TREE_THETAS = (0.3, 0.2)
 _BOUND_MARGIN = 1e-8
 # Sums taken with float32 reciprocal square roots (_sum_open_f32) are within this
@@ -197,22 +197,33 @@ def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, approx, 
             out[k] = -G * acc
 
 
-def _potentials(pos, mass, starts, rows, L, eps, G, approx=False):
+def _potentials(pos, mass, starts, rows, L, eps, G, approx=False, unwrapped=None):
     """Exact potentials of ``pos[rows]`` due to the other members of their segments
     (with ``approx``, within a relative ``_APPROX_ERR`` where no wrapping is needed:
     see :func:`_pot_rows`).
 
     Periodic segments are first moved, in coordinates relative to their first
-    member, to the minimum image of that member; a segment whose extent is
+    member, to the minimum image of that member (or ``unwrapped``, what
+    :func:`_unwrapped` gave for them, is used); a segment whose extent is
     then below ``L / 2`` on every axis needs no further wrapping (every pair
     separation is already its minimum image), the others wrap every pair.
     Rows outside every segment get 0.
     """
-    n = pos.shape[0]
     h = starts.shape[0] - 1
     out = np.zeros(rows.shape[0], dtype=np.float64)
     if h == 0 or rows.shape[0] == 0:
         return out
+    pos, wrap_seg = _unwrapped(pos, starts, L) if unwrapped is None else unwrapped
+    rseg = np.searchsorted(starts, rows, side="right") - 1  # the non-empty one
+    inside = (rseg >= 0) & (rseg < h)
+    rseg = np.where(inside, rseg, 0)
+    lo = np.where(inside, starts[rseg], rows)
+    hi = np.where(inside, starts[rseg + 1], rows + 1)
+    wrap = inside & wrap_seg[rseg]
+    bounds = _work_chunks((hi - lo).astype(np.float64))
+    x, y, z = _soa(pos)
+    _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, approx, out)
+    return out
     counts = np.diff(starts)
     seg = np.full(n, -1, dtype=np.int64)
     seg[starts[0]:starts[-1]] = np.repeat(np.arange(h, dtype=np.int64), counts)
@@ -648,6 +659,22 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                     r0[nr] = j0
                     r1[nr] = j1
                     nr += 1
+            nb = 0
+            if approx:  # the near members in one contiguous copy: one long loop a member
+                for i in range(nr):
+                    nb += r1[i] - r0[i]
+                bx = np.empty(nb)
+                by = np.empty(nb)
+                bz = np.empty(nb)
+                bm = np.empty(nb)
+                nb = 0
+                for i in range(nr):
+                    for j in range(r0[i], r1[i]):
+                        bx[nb] = x[j]
+                        by[nb] = y[j]
+                        bz[nb] = z[j]
+                        bm[nb] = pmass[j]
+                        nb += 1
             for p in range(b0, b1):
                 if not want[p]:
                     continue
@@ -664,11 +691,7 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                 err = 0.0
                 tiny = 1
                 if approx:  # float32 sums; the exact ones (below) only if these cannot serve
-                    tiny = 0
-                    for i in range(nr):
-                        t, k0 = _sum_open_f32(x, y, z, pmass, xi, yi, zi, r0[i], r1[i], eps2)
-                        acc += t
-                        tiny += k0
+                    acc, tiny = _sum_open_f32(bx, by, bz, bm, xi, yi, zi, 0, nb, eps2)
                     err = acc * _APPROX_ERR  # also covers taking off the member's own term
                     acc -= _self_f32(pmass[p], eps2)
                 if tiny > 0:
@@ -791,8 +814,12 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
         # per halo: the best lower bound and the exact sums of the _SEEDS best lower bounds
         first, end = _segment_runs(rseg)
         sid = rseg[first]
-        seed = rows[_segment_top(low, first, end, _SEEDS)]
-        exact = -_potentials(rel, mass, starts, seed, 0.0, eps, 1.0)
+        seed = where[rows[_segment_top(low, first, end, _SEEDS)]]
+        exact = np.empty(seed.shape[0])  # in the forest's order: equal up to rounding
+        lo, hi = starts[seg_of[seed]], starts[seg_of[seed] + 1]
+        _pot_rows(x, y, z, tree.pmass, seed, lo, hi, np.zeros(seed.shape[0], np.bool_),
+                  _work_chunks((hi - lo).astype(np.float64)), eps * eps, 0.0, -1.0, False,
+                  exact)
         best[sid] = np.maximum(best[sid], np.maximum.reduceat(low, first))
         np.maximum.at(best, seg_of[seed], exact)
         rows = rows[up >= best[rseg] * (1.0 - _BOUND_MARGIN)]
@@ -907,7 +934,7 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
             rows.append(idx[pick(rel[idx], mass[idx], eps, sub, np.arange(sub[-1]), approx)])
     rows = np.sort(np.concatenate(rows))
     pot = np.full(n, np.nan)
-    pot[rows] = _potentials(pos, mass, starts, rows, L, eps, G)
+    pot[rows] = _potentials(pos, mass, starts, rows, L, eps, G, unwrapped=(rel, wrap_seg))
     best = segmented_argmin(pot, starts)
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
 
