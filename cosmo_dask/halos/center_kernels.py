@@ -224,18 +224,6 @@ def _potentials(pos, mass, starts, rows, L, eps, G, approx=False, unwrapped=None
     x, y, z = _soa(pos)
     _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, approx, out)
     return out
-    counts = np.diff(starts)
-    seg = np.full(n, -1, dtype=np.int64)
-    seg[starts[0]:starts[-1]] = np.repeat(np.arange(h, dtype=np.int64), counts)
-    pos, wrap_seg = _unwrapped(pos, starts, L)
-    rseg = seg[rows]
-    inside = rseg >= 0
-    lo = np.where(inside, starts[np.maximum(rseg, 0)], rows)
-    hi = np.where(inside, starts[np.maximum(rseg, 0) + 1], rows + 1)
-    wrap = inside & wrap_seg[np.maximum(rseg, 0)]
-    bounds = _work_chunks((hi - lo).astype(np.float64))
-    x, y, z = _soa(pos)
-    _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, approx, out)
     return out
 
 
