@@ -224,7 +224,6 @@ def _potentials(pos, mass, starts, rows, L, eps, G, approx=False, unwrapped=None
     x, y, z = _soa(pos)
     _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, approx, out)
     return out
-    return out
 
 
 def _unwrapped(pos, starts, L):
