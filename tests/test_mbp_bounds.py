@@ -327,3 +327,39 @@ def test_float32_sums_stay_within_their_error_bound(eps):
     exact = ck._potentials(pos, mass, starts, rows, 0.0, eps, -1.0)
     own = mass / eps if eps > 0 else 0.0
     assert np.all(np.abs(approx - own - exact) <= ck._APPROX_ERR / 2 * approx)
+
+
+def test_forest_holds_one_octree_per_segment():
+    # build_forest: node s is the root of segment s (empty ones included), the rows stay
+    # in their segment, every node's particles lie in one segment, the groups tile the
+    # non-empty segments, and each node's mass, centre of mass and box are its particles'
+    from cosmo_dask.spatial.octree import build_forest
+
+    rng = np.random.default_rng(4)
+    sizes = [40, 0, 700, 1, 300]
+    pos = np.concatenate([model_halo(rng, "nfw", k) + 10.0 * i if k else np.zeros((0, 3))
+                          for i, k in enumerate(sizes)])
+    mass = rng.uniform(0.0, 2.0, len(pos))
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    tree = build_forest(pos, mass, starts, max_leaf=16, max_group=32)
+    np.testing.assert_array_equal(tree.start[:5], starts[:-1])
+    np.testing.assert_array_equal(tree.count[:5], sizes)
+    assert np.all(tree.parent[:5] == -1) and np.all(tree.parent[5:] >= 0)
+    seg = np.repeat(np.arange(5), sizes)
+    np.testing.assert_array_equal(seg[tree.order], seg)
+    np.testing.assert_array_equal(tree.pos, pos[tree.order])
+    full = tree.count > 0
+    first, last = tree.start[full], tree.start[full] + tree.count[full] - 1
+    np.testing.assert_array_equal(seg[first], seg[last])
+    g = tree.groups
+    np.testing.assert_array_equal(np.concatenate([np.arange(tree.start[k], tree.start[k]
+                                                            + tree.count[k]) for k in g]),
+                                  np.arange(len(pos)))
+    for k in np.flatnonzero(full)[::7]:
+        sl = slice(tree.start[k], tree.start[k] + tree.count[k])
+        np.testing.assert_allclose(tree.mass[k], tree.pmass[sl].sum(), rtol=1e-12)
+        np.testing.assert_array_equal(tree.lo[k], tree.pos[sl].min(axis=0))
+        np.testing.assert_array_equal(tree.hi[k], tree.pos[sl].max(axis=0))
+        if tree.mass[k] > 0:
+            com = (tree.pmass[sl, None] * tree.pos[sl]).sum(0) / tree.mass[k]
+            np.testing.assert_allclose(tree.com[k], com, rtol=1e-12, atol=1e-12)

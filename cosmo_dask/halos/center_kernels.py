@@ -896,8 +896,8 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     Plummer halo of 1e5 members (clump included) takes 0.45 CPU seconds on the
     2-core development VM (exact double sum: 7 s); the 345 FOF halos (>= 20
     members, 700k in all) of ``bench_halos.py``'s 2^20-particle "blobs" set take
-    about 0.5-0.6 s wall there, 1.15 s with one octree and one round of calls per
-    halo before.
+    0.68-0.70 s wall there (1.0-1.05 s, measured alike, with an octree and a round
+    of kernel calls per halo and float64 near sums).
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)
