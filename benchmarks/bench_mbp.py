@@ -17,6 +17,11 @@ Two kinds of line go to stdout and to ``benchmarks/results/mbp.jsonl``:
   before (one walk per member with opening angles 0.5, 0.3, 0.2; leaves of 32; tree
   bounds from 3000 members), of
   :func:`grid_mbp`, and the candidates left for exact evaluation; rows must agree.
+* ``mbp-batch``: every FOF halo of 20 members or more in one :func:`segment_mbp` call
+  (one forest for the tree-sized halos, float32 prefilter for the others), by size
+  class (below 2000 members, 2000-20000, above) and all at once: seconds (median of
+  ``--repeat`` warm runs, wall and process CPU), and the same call with the pruning of
+  before; rows and potentials must agree.
 * ``mbp-catalog``: the catalog's MBP stage (``fof(..., centers=("mbp",))``), the summed
   task seconds of its ``halo-mbp-*`` tasks and the wall seconds of the call, now and
   before, with every halo exact (``grid_threshold=None``, the default now) and with
@@ -129,6 +134,37 @@ def bench_halos(pos, box, labels, n_members, top, repeat, soft, emit):
         ck._mbp_candidates = orig
 
 
+def bench_batch(pos, box, labels, repeat, soft, emit):
+    import cosmo_dask.halos.center_kernels as ck
+
+    lab = labels[labels >= 0]
+    order = np.argsort(lab, kind="stable")
+    sizes_all = np.bincount(lab)
+    keep_h = np.flatnonzero(sizes_all >= 20)
+    rows_all = np.flatnonzero(labels >= 0)[order]
+    starts_all = np.concatenate(([0], np.cumsum(sizes_all)))
+    for name, lo, hi in (("<2000", 20, 2000), ("2000-20000", 2000, 20000),
+                         (">=20000", 20000, None), ("all", 20, None)):
+        sel = keep_h[(sizes_all[keep_h] >= lo) & (sizes_all[keep_h] < (hi or np.inf))]
+        if sel.size == 0:
+            continue
+        rows = np.concatenate([rows_all[starts_all[h]:starts_all[h + 1]] for h in sel])
+        starts = np.concatenate(([0], np.cumsum(sizes_all[sel]))).astype(np.int64)
+        x = pos[rows]
+
+        def call(x=x, starts=starts):
+            return ck.segment_mbp(x, 1.0, starts, box_size=box, softening=soft)
+
+        now_w, now_c, (r_now, p_now) = _median(call, repeat)
+        with _Constants(BEFORE):
+            old_w, old_c, (r_old, p_old) = _median(call, repeat)
+        emit({"workload": "mbp-batch", "sizes": name, "halos": int(sel.size),
+              "members": int(rows.size), "now_seconds": now_w, "now_cpu_seconds": now_c,
+              "before_pruning_seconds": old_w, "before_pruning_cpu_seconds": old_c,
+              "same_rows": bool(np.array_equal(r_now, r_old)
+                                and np.array_equal(p_now, p_old))})
+
+
 def bench_catalog(snap, repeat, emit):
     from dask.callbacks import Callback
     from dask.utils import key_split
@@ -201,6 +237,7 @@ def main(argv=None):
     emit({"workload": "mbp-set", "n_halos": int(res.n_halos),
           "largest": [int(k) for k in nm[:args.top]]})
     bench_halos(pos, box, labels, nm, args.top, args.repeat, soft, emit)
+    bench_batch(pos, box, labels, args.repeat, soft, emit)
     if not args.no_catalog:
         bench_catalog(snap, args.repeat, emit)
 

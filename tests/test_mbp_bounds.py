@@ -24,7 +24,7 @@ def _reference(pos, mass, starts, **kw):
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan), pot
 
 
-def _tree_bounds(pos, mass, eps, theta, per_group):
+def _tree_bounds(pos, mass, eps, theta, per_group, approx=False):
     """(exact sums, upper, lower) of every member in the tree's sorted order."""
     n = len(pos)
     tree = build_octree(pos, mass, max_leaf=ck._TREE_LEAF, max_group=ck._TREE_GROUP)
@@ -38,12 +38,14 @@ def _tree_bounds(pos, mass, eps, theta, per_group):
         x, y, z = (np.ascontiguousarray(ps[:, a]) for a in range(3))
         ck._group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
                          tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
-                         np.sqrt(tree.mass * second), eps * eps, theta, tree.groups,
-                         leaf_at, 8, up, low)
+                         np.sqrt(tree.mass * second), eps * eps, theta, approx, tree.groups,
+                         np.zeros(len(tree.groups), np.int64), leaf_at,
+                         np.ones(n, np.bool_), 8, up, low)
     else:
         ck._bound_sums(ps, tree.pmass, tree.start, tree.count, tree.first_child,
                        tree.n_child, tree.com, tree.bmax, tree.lo, tree.hi, tree.mass,
-                       tree.quad, second, eps * eps, theta, np.arange(n), 64, up, low)
+                       tree.quad, second, eps * eps, theta, np.arange(n), np.zeros(n, np.int64),
+                       64, up, low)
     exact = brute_potentials(ps, tree.pmass, np.array([0, n]), eps=eps, G=-1.0)
     return exact, up, low
 
@@ -178,3 +180,186 @@ def test_catalog_mbp_of_a_large_halo_is_exact_by_default():
     grid = fof(snap, 0.5, absolute=True, centers=("mbp",), potential_softening=0.0,
                grid_threshold=20000).catalog
     assert int(grid["mbp_index"][0]) not in (k, n - 1)
+
+
+# --------------------------------------------------------------------------- #
+# many halos at once: one forest for the tree halos, float32 prefilter for the others
+# --------------------------------------------------------------------------- #
+
+
+def _catalog(rng, sizes, box=None, straddle=()):
+    """Halos of ``sizes`` (Plummer / NFW, some with clumps) one after another, each at a
+    random place (or at a corner of the periodic box, split by its faces, for the
+    indices in ``straddle``); returns ``(pos, starts)``."""
+    parts = []
+    for i, n in enumerate(sizes):
+        h = model_halo(rng, "plummer" if i % 2 else "nfw", n)
+        if box is None:
+            h += rng.uniform(-50.0, 50.0, 3)
+        else:
+            centre = np.zeros(3) if i in straddle else rng.uniform(0.0, box, 3)
+            h = np.mod(h + centre, box)
+        parts.append(h)
+    return np.concatenate(parts), np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+
+def _assert_exact(pos, mass, starts, **kw):
+    rows, pot = segment_mbp(pos, mass, starts, **kw)
+    want_rows, want_pot, _ = _reference(pos, mass, starts, **kw)
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(pot, want_pot)  # bit for bit (NaN for empty segments)
+    return rows
+
+
+@pytest.mark.parametrize("tree_min", [None, 150])
+@pytest.mark.parametrize("periodic, eps", [(True, 0.0), (True, 0.03), (False, 0.0),
+                                           (False, 0.5)])
+def test_many_halos_of_mixed_sizes_equal_direct_summation(monkeypatch, tree_min, periodic,
+                                                          eps):
+    # 14 halos of 0 to 4000 members in one call (two empty, one of a single member):
+    # with tree_min 150 ten of them share the forest, with the default (2000) two; the
+    # rest go through the float32 prefilter (or, below 3 members, the exact sums)
+    if tree_min is not None:
+        monkeypatch.setattr(ck, "_TREE_MIN", tree_min)
+    rng = np.random.default_rng(5 + int(periodic) + int(10 * eps))
+    sizes = [300, 0, 4000, 1, 20, 2, 700, 160, 2500, 0, 90, 1200, 400, 3]
+    box = 60.0 if periodic else None
+    pos, starts = _catalog(rng, sizes, box, straddle=(0, 2, 6, 11))
+    mass = rng.uniform(0.5, 1.5, len(pos))
+    rows = _assert_exact(pos, mass, starts, box_size=box, softening=eps, G=1.3)
+    assert np.all((rows >= 0) == (np.diff(starts) > 0))
+
+
+def test_many_halos_with_duplicates_and_close_pairs_without_softening(monkeypatch):
+    # softening 0: coincident members (a pair term of 0 in every sum), and in two halos
+    # a pair 1e-22 apart near the origin (squared separation below float32's range: the
+    # float32 sums must hand over to the exact ones) that is the most bound
+    monkeypatch.setattr(ck, "_TREE_MIN", 300)
+    rng = np.random.default_rng(9)
+    sizes = [500, 120, 800, 60, 2100]
+    pos, starts = _catalog(rng, sizes)
+    for s in range(len(sizes)):
+        a, b = starts[s], starts[s + 1]
+        k = (b - a) // 4
+        pos[a + 1:a + k:2] = pos[a:a + k - 1:2]  # a quarter of the members in pairs
+    for s in (1, 2):
+        a, b = starts[s], starts[s + 1]
+        pos[a:b] -= pos[a + 7]
+        pos[a + 7] = 0.0
+        pos[a + 9] = [1e-22, 0.0, 0.0]
+    mass = rng.uniform(0.5, 1.5, len(pos))
+    rows = _assert_exact(pos, mass, starts)
+    assert set(rows[1:3] - starts[1:3]) <= {7, 9}
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.5])
+def test_many_tied_halos_at_once_go_to_the_first_row(monkeypatch, eps):
+    # symmetric lattices (8 equivalent central points) of 6**3 (prefilter) and 14**3
+    # members (the forest, with tree_min 1000), shuffled, twice each, with two clusters
+    # of exactly tied members in between: every halo's first tied row must win
+    monkeypatch.setattr(ck, "_TREE_MIN", 1000)
+    rng = np.random.default_rng(2)
+    halos, masses = [], []
+    for side in (6, 14, 6, 14):
+        g = np.arange(side, dtype=np.float64)
+        lat = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+        halos.append(lat[rng.permutation(len(lat))] + rng.uniform(-100, 100, 3))
+        masses.append(np.ones(len(lat)))
+    for k_a, k_b in ((300, 300), (1200, 1200)):
+        p, m, _ = _tied_halo(rng, k_a, k_b, 400)
+        halos.append(p)
+        masses.append(m)
+    pos, mass = np.concatenate(halos), np.concatenate(masses)
+    starts = np.concatenate(([0], np.cumsum([len(h) for h in halos]))).astype(np.int64)
+    soft = 4.0 if eps else 0.0  # the tied clusters need softening 4 to tie exactly
+    rows = _assert_exact(pos, mass, starts, softening=soft)
+    for s, side in enumerate((6, 14, 6, 14)):
+        c = pos[rows[s]] - pos[starts[s]:starts[s + 1]].min(axis=0)
+        assert np.all(np.abs(c - (side - 1) / 2) == 0.5)  # one of the central points
+
+
+def test_prefilter_and_forest_keep_every_tie(monkeypatch):
+    # the candidates themselves: in a lattice every central point ties in exact
+    # arithmetic, and the float32 prefilter and the forest rounds must keep all 8
+    monkeypatch.setattr(ck, "_TREE_MIN", 1000)
+    halos = []
+    for side in (8, 12):
+        g = np.arange(side, dtype=np.float64)
+        halos.append(np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3))
+    pos = np.concatenate(halos)
+    starts = np.array([0, 512, 512 + 1728], dtype=np.int64)
+    mass = np.ones(len(pos))
+    centre = [np.flatnonzero(np.all(np.abs(h - (len(np.unique(h[:, 0])) - 1) / 2) == 0.5,
+                                    axis=1)) for h in halos]
+    pre = ck._mbp_prefilter(pos[:512], mass[:512], 0.0, starts[:2], np.arange(512), True)
+    assert set(centre[0]) <= set(pre)
+    rows = ck._mbp_candidates(pos[512:], mass[512:], 0.0, np.array([0, 1728]),
+                              np.arange(1728), True)
+    assert set(centre[1]) <= set(rows)
+
+
+@pytest.mark.slow
+def test_mbp_of_a_1e5_halo_among_others_equals_direct_summation():
+    # 1e10 pair terms for the reference (about 10 s on 2 cores): a 1e5-member halo in a
+    # periodic box, straddling its corner, with 30 smaller halos in the same call
+    rng = np.random.default_rng(8)
+    sizes = [100_000] + list(rng.integers(20, 3000, 30))
+    pos, starts = _catalog(rng, sizes, box=200.0, straddle=(0,))
+    mass = rng.uniform(0.5, 1.5, len(pos))
+    _assert_exact(pos, mass, starts, box_size=200.0, softening=0.01)
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-3])
+def test_float32_sums_stay_within_their_error_bound(eps):
+    # the float32 sums (self term included) against the exact float64 ones, at several
+    # scales, with coincident members and pairs 1e-22 apart (squared separations below
+    # float32's normal range: those rows must be summed exactly)
+    rng = np.random.default_rng(3)
+    pos = np.concatenate([model_halo(rng, "nfw", 400) * 1e-6, model_halo(rng, "plummer", 600),
+                          model_halo(rng, "plummer", 300) * 1e9])
+    pos[401] = pos[400]
+    pos[405] = [0.0, 0.0, 0.0]
+    pos[406] = [1e-22, 0.0, 0.0]
+    mass = rng.uniform(0.0, 2.0, len(pos))
+    starts = np.array([0, 400, 1000, 1300], dtype=np.int64)
+    rows = np.arange(len(pos))
+    approx = ck._potentials(pos, mass, starts, rows, 0.0, eps, -1.0, approx=True)
+    exact = ck._potentials(pos, mass, starts, rows, 0.0, eps, -1.0)
+    own = mass / eps if eps > 0 else 0.0
+    assert np.all(np.abs(approx - own - exact) <= ck._APPROX_ERR / 2 * approx)
+
+
+def test_forest_holds_one_octree_per_segment():
+    # build_forest: node s is the root of segment s (empty ones included), the rows stay
+    # in their segment, every node's particles lie in one segment, the groups tile the
+    # non-empty segments, and each node's mass, centre of mass and box are its particles'
+    from cosmo_dask.spatial.octree import build_forest
+
+    rng = np.random.default_rng(4)
+    sizes = [40, 0, 700, 1, 300]
+    pos = np.concatenate([model_halo(rng, "nfw", k) + 10.0 * i if k else np.zeros((0, 3))
+                          for i, k in enumerate(sizes)])
+    mass = rng.uniform(0.0, 2.0, len(pos))
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    tree = build_forest(pos, mass, starts, max_leaf=16, max_group=32)
+    np.testing.assert_array_equal(tree.start[:5], starts[:-1])
+    np.testing.assert_array_equal(tree.count[:5], sizes)
+    assert np.all(tree.parent[:5] == -1) and np.all(tree.parent[5:] >= 0)
+    seg = np.repeat(np.arange(5), sizes)
+    np.testing.assert_array_equal(seg[tree.order], seg)
+    np.testing.assert_array_equal(tree.pos, pos[tree.order])
+    full = tree.count > 0
+    first, last = tree.start[full], tree.start[full] + tree.count[full] - 1
+    np.testing.assert_array_equal(seg[first], seg[last])
+    g = tree.groups
+    np.testing.assert_array_equal(np.concatenate([np.arange(tree.start[k], tree.start[k]
+                                                            + tree.count[k]) for k in g]),
+                                  np.arange(len(pos)))
+    for k in np.flatnonzero(full)[::7]:
+        sl = slice(tree.start[k], tree.start[k] + tree.count[k])
+        np.testing.assert_allclose(tree.mass[k], tree.pmass[sl].sum(), rtol=1e-12)
+        np.testing.assert_array_equal(tree.lo[k], tree.pos[sl].min(axis=0))
+        np.testing.assert_array_equal(tree.hi[k], tree.pos[sl].max(axis=0))
+        if tree.mass[k] > 0:
+            com = (tree.pmass[sl, None] * tree.pos[sl]).sum(0) / tree.mass[k]
+            np.testing.assert_allclose(tree.com[k], com, rtol=1e-12, atol=1e-12)

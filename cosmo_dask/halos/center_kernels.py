@@ -61,17 +61,24 @@ _CHUNKS_PER_THREAD = 8
 # Empty cells between the members' extent and the zero-potential boundary of
 # the grid in grid_potential / grid_mbp, on every side.
 _PAD_CELLS = 4
-# segment_mbp and grid_mbp: halos at least this large are pruned with tree bounds,
-# octrees with leaves of at most _TREE_LEAF members, walked once per group of at most
-# _TREE_GROUP members with the opening angles _GROUP_THETAS, then once per member with
-# _TREE_THETAS, in turn (each round bounds the rows the last one left);
+# segment_mbp and grid_mbp: halos at least this large are pruned with tree bounds (in
+# segment_mbp all of them in one forest), octrees with leaves of at most _TREE_LEAF
+# members, walked once per group of at most _TREE_GROUP members with the opening angles
+# _GROUP_THETAS, then once per member with _TREE_THETAS, in turn (each round bounds the
+# rows the last one left);
 # _BOUND_MARGIN (relative) covers rounding in the bounds and the exact sums.
 _TREE_MIN = 2000
 _TREE_LEAF = 16
 _TREE_GROUP = 32
-_GROUP_THETAS = (0.7, 0.5)
+_GROUP_THETAS = (0.7, 0.5, 0.35)
 _TREE_THETAS = (0.3, 0.2)
 _BOUND_MARGIN = 1e-8
+# Sums taken with float32 reciprocal square roots (_sum_open_f32) are within this
+# relative error (a factor 3 above the worst case) when every squared separation lies
+# in [_F32_TINY, _F32_HUGE] (float32 normal numbers, far from both ends).
+_APPROX_ERR = 2.0**-21
+_F32_TINY = 2.0**-100
+_F32_HUGE = 2.0**100
 # ... and the exact potentials of this many members with the best lower bounds seed
 # the pruning threshold.
 _SEEDS = 4
@@ -119,14 +126,53 @@ def _sum_periodic(x, y, z, m, xi, yi, zi, j0, j1, eps2, L, inv_L):
     return acc
 
 
-@numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, cache=True)
-def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, out):
+@numba.njit(fastmath=_FASTMATH, error_model="numpy", inline="always", cache=True)
+def _sum_open_f32(x, y, z, m, xi, yi, zi, j0, j1, eps2):
+    """``(acc, tiny)``: :func:`_sum_open` over ``j0 <= j < j1`` with ``1 / sqrt`` taken in
+    float32 (separations and the sum in float64; one loop over the whole range, so a
+    point ``j`` at ``(xi, yi, zi)`` itself adds :func:`_self_f32` when ``eps2 > 0``),
+    and the count of squared separations in ``(0, _F32_TINY)`` (then ``acc`` is not to
+    be used). Without such, and with every squared separation below ``_F32_HUGE``,
+    ``|acc - exact| <= _APPROX_ERR * acc / 2``: the float32 rounding of ``s``, its
+    square root and the reciprocal add at most ``2.5 * 2**-24`` relative to each term,
+    the float64 sum ``n * 2**-53``."""
+    xs = x[j0:j1]  # a loop from 0 vectorises well (no index wraparound to check)
+    ys = y[j0:j1]
+    zs = z[j0:j1]
+    ms = m[j0:j1]
+    acc = 0.0
+    tiny = 0
+    for j in range(xs.shape[0]):
+        dx = xs[j] - xi
+        dy = ys[j] - yi
+        dz = zs[j] - zi
+        s = dx * dx + dy * dy + dz * dz + eps2
+        r = np.float32(1.0) / np.sqrt(np.float32(s))
+        acc += ms[j] * np.float64(r) if s > 0.0 else 0.0
+        tiny += 1 if (s < _F32_TINY) & (s > 0.0) else 0
+    return acc, tiny
+
+
+@numba.njit(fastmath=_FASTMATH, error_model="numpy", inline="always", cache=True)
+def _self_f32(m, eps2):
+    """The term of a point itself in :func:`_sum_open_f32`, ``m / eps`` in float32."""
+    if eps2 > 0.0:
+        return m * np.float64(np.float32(1.0) / np.sqrt(np.float32(eps2)))
+    return 0.0
+
+
+@numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, error_model="numpy", cache=True)
+def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, approx, out):
     """Potentials of the particles ``rows[k]`` due to rows ``lo[k]:hi[k]`` (self excluded).
 
     ``chunk_bounds`` splits ``range(len(rows))`` into chunks of about equal
     pair count; the chunks are spread over the threads. Separations use the
     minimum image in a box of side ``L`` where ``wrap[k]`` is true. Results
-    go to ``out[k]``.
+    go to ``out[k]``; with ``approx``, rows without wrapping get ``-G`` times their
+    sum *including the row itself* (:func:`_self_f32`) by :func:`_sum_open_f32`
+    (float32 reciprocal square roots, error at most ``_APPROX_ERR / 2`` relative to
+    that sum when no squared separation exceeds ``_F32_HUGE``; summed exactly, plus the
+    self term, where one is below ``_F32_TINY``).
     """
     inv_L = 1.0 / L if L > 0.0 else 0.0
     nchunk = chunk_bounds.shape[0] - 1
@@ -139,38 +185,44 @@ def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, out):
             if wrap[k]:
                 acc = _sum_periodic(x, y, z, m, xi, yi, zi, lo[k], i, eps2, L, inv_L)
                 acc += _sum_periodic(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2, L, inv_L)
+            elif approx:
+                acc, tiny = _sum_open_f32(x, y, z, m, xi, yi, zi, lo[k], hi[k], eps2)
+                if tiny > 0:  # float32 cannot serve
+                    acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
+                    acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
+                    acc += _self_f32(m[i], eps2)
             else:
                 acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
                 acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
             out[k] = -G * acc
 
 
-def _potentials(pos, mass, starts, rows, L, eps, G):
-    """Exact potentials of ``pos[rows]`` due to the other members of their segments.
+def _potentials(pos, mass, starts, rows, L, eps, G, approx=False, unwrapped=None):
+    """Exact potentials of ``pos[rows]`` due to the other members of their segments
+    (with ``approx``, within a relative ``_APPROX_ERR`` where no wrapping is needed:
+    see :func:`_pot_rows`).
 
     Periodic segments are first moved, in coordinates relative to their first
-    member, to the minimum image of that member; a segment whose extent is
+    member, to the minimum image of that member (or ``unwrapped``, what
+    :func:`_unwrapped` gave for them, is used); a segment whose extent is
     then below ``L / 2`` on every axis needs no further wrapping (every pair
     separation is already its minimum image), the others wrap every pair.
     Rows outside every segment get 0.
     """
-    n = pos.shape[0]
     h = starts.shape[0] - 1
     out = np.zeros(rows.shape[0], dtype=np.float64)
     if h == 0 or rows.shape[0] == 0:
         return out
-    counts = np.diff(starts)
-    seg = np.full(n, -1, dtype=np.int64)
-    seg[starts[0]:starts[-1]] = np.repeat(np.arange(h, dtype=np.int64), counts)
-    pos, wrap_seg = _unwrapped(pos, starts, L)
-    rseg = seg[rows]
-    inside = rseg >= 0
-    lo = np.where(inside, starts[np.maximum(rseg, 0)], rows)
-    hi = np.where(inside, starts[np.maximum(rseg, 0) + 1], rows + 1)
-    wrap = inside & wrap_seg[np.maximum(rseg, 0)]
+    pos, wrap_seg = _unwrapped(pos, starts, L) if unwrapped is None else unwrapped
+    rseg = np.searchsorted(starts, rows, side="right") - 1  # the non-empty one
+    inside = (rseg >= 0) & (rseg < h)
+    rseg = np.where(inside, rseg, 0)
+    lo = np.where(inside, starts[rseg], rows)
+    hi = np.where(inside, starts[rseg + 1], rows + 1)
+    wrap = inside & wrap_seg[rseg]
     bounds = _work_chunks((hi - lo).astype(np.float64))
     x, y, z = _soa(pos)
-    _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, out)
+    _pot_rows(x, y, z, mass, rows, lo, hi, wrap, bounds, eps * eps, L, G, approx, out)
     return out
 
 
@@ -366,11 +418,42 @@ def member_potentials(pos, mass, rows, *, box_size=None, softening=0.0,
 # --------------------------------------------------------------------------- #
 
 
+@numba.njit(fastmath=_FASTMATH, inline="always", cache=True)
+def _node_bound(node, x0, x1, x2, d0, d1, d2, dd, com, bmax, lo, hi, nmass, quad, second,
+                eps2):
+    """``(upper, lower)`` bounds on ``sum_q m_q / sqrt(|x - x_q|**2 + eps2)`` over the
+    members ``q`` of ``node``, for a point ``x = (x0, x1, x2)`` at ``d = x - com``
+    (``dd = |d|**2``) farther than ``bmax`` from the centre of mass (see
+    :func:`_bound_sums`)."""
+    r = bmax[node]
+    m = nmass[node]
+    s2 = dd + eps2
+    sd = math.sqrt(s2)
+    inv = 1.0 / sd
+    inv2 = inv * inv
+    uqu = (quad[node, 0] * d0 * d0 + quad[node, 3] * d1 * d1
+           + quad[node, 5] * d2 * d2
+           + 2.0 * (quad[node, 1] * d0 * d1 + quad[node, 2] * d0 * d2
+                    + quad[node, 4] * d1 * d2))
+    sec = second[node]
+    est = m * inv + 0.5 * (uqu - sec * eps2) * inv2 * inv2 * inv
+    rem = r * sec * inv2 * inv / (sd - r)
+    e0 = max(lo[node, 0] - x0, x0 - hi[node, 0], 0.0)
+    e1 = max(lo[node, 1] - x1, x1 - hi[node, 1], 0.0)
+    e2 = max(lo[node, 2] - x2, x2 - hi[node, 2], 0.0)
+    f0 = max(abs(x0 - lo[node, 0]), abs(x0 - hi[node, 0]))
+    f1 = max(abs(x1 - lo[node, 1]), abs(x1 - hi[node, 1]))
+    f2 = max(abs(x2 - lo[node, 2]), abs(x2 - hi[node, 2]))
+    return (min(est + rem, m / math.sqrt(e0 * e0 + e1 * e1 + e2 * e2 + eps2)),
+            max(est - rem, m / math.sqrt(f0 * f0 + f1 * f1 + f2 * f2 + eps2)))
+
+
 @numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, cache=True)
 def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, hi, nmass,
-                quad, second, eps2, theta, targets, chunk, up, low):
+                quad, second, eps2, theta, targets, roots, chunk, up, low):
     """Bounds ``low[k] <= sum_{q != p} m_q / sqrt(|x_p - x_q|**2 + eps2) <= up[k]`` for
-    the particles ``p = targets[k]`` of an octree (sorted order), one tree walk each.
+    the particles ``p = targets[k]`` of an octree or forest (sorted order), one walk each
+    of the tree below node ``roots[k]`` (the root of the target's halo).
 
     A node is accepted when its centre of mass is farther than ``bmax / theta`` from
     ``x_p``; its members' sum is then its quadrupole expansion within a rigorous
@@ -395,7 +478,7 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
             u = 0.0
             w = 0.0
             top = 1
-            stack[0] = 0
+            stack[0] = roots[k]
             while top > 0:
                 top -= 1
                 node = stack[top]
@@ -405,26 +488,10 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
                 dd = d0 * d0 + d1 * d1 + d2 * d2
                 r = bmax[node]
                 if dd * (theta * theta) > r * r:
-                    m = nmass[node]
-                    s2 = dd + eps2
-                    sd = math.sqrt(s2)
-                    inv = 1.0 / sd
-                    inv2 = inv * inv
-                    uqu = (quad[node, 0] * d0 * d0 + quad[node, 3] * d1 * d1
-                           + quad[node, 5] * d2 * d2
-                           + 2.0 * (quad[node, 1] * d0 * d1 + quad[node, 2] * d0 * d2
-                                    + quad[node, 4] * d1 * d2))
-                    sec = second[node]
-                    est = m * inv + 0.5 * (uqu - sec * eps2) * inv2 * inv2 * inv
-                    rem = r * sec * inv2 * inv / (sd - r)
-                    e0 = max(lo[node, 0] - x0, x0 - hi[node, 0], 0.0)
-                    e1 = max(lo[node, 1] - x1, x1 - hi[node, 1], 0.0)
-                    e2 = max(lo[node, 2] - x2, x2 - hi[node, 2], 0.0)
-                    f0 = max(abs(x0 - lo[node, 0]), abs(x0 - hi[node, 0]))
-                    f1 = max(abs(x1 - lo[node, 1]), abs(x1 - hi[node, 1]))
-                    f2 = max(abs(x2 - lo[node, 2]), abs(x2 - hi[node, 2]))
-                    u += min(est + rem, m / math.sqrt(e0 * e0 + e1 * e1 + e2 * e2 + eps2))
-                    w += max(est - rem, m / math.sqrt(f0 * f0 + f1 * f1 + f2 * f2 + eps2))
+                    nu, nw = _node_bound(node, x0, x1, x2, d0, d1, d2, dd, com, bmax, lo, hi,
+                                         nmass, quad, second, eps2)
+                    u += nu
+                    w += nw
                 elif first_child[node] < 0:
                     acc = 0.0
                     for q in range(start[node], start[node] + count[node]):
@@ -445,13 +512,15 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
             low[k] = w
 
 
-@numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, error_model="numpy", cache=True)
 def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax, nmass, quad,
-                  second, root_ms, eps2, theta, groups, leaf_at, chunk, up, low):
+                  second, root_ms, eps2, theta, approx, groups, roots, leaf_at, want, chunk,
+                  up, low):
     """Bounds ``low[p] <= sum_{q != p} m_q / sqrt(|x_p - x_q|**2 + eps2) <= up[p]`` for
-    every particle ``p`` (sorted order) of the octree nodes ``groups``, one tree walk per
-    group; ``leaf_at[j]`` is the leaf starting at sorted particle ``j``, ``root_ms`` is
-    ``sqrt(mass * second)`` of every node.
+    every particle ``p`` (sorted order) of the octree (or forest) nodes ``groups``, one
+    walk per group of the tree below node ``roots[k]`` (the root of the halo of
+    ``groups[k]``); ``leaf_at[j]`` is the leaf starting at sorted particle ``j``,
+    ``root_ms`` is ``sqrt(mass * second)`` of every node.
 
     The group's members lie within ``rb`` of its box centre ``c``. A node whose centre
     of mass is farther than ``(rb + bmax) / theta`` from ``c`` is accepted (never one
@@ -466,7 +535,10 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
     ``(m rb**3 + 3 rb**2 sqrt(m S) + 3 rb S + bmax S) / (s**3 (s - rb - bmax))``.
     The group sums every accepted node's expansion and remainder once; each member then
     evaluates the quadratic and adds the leaves not accepted exactly, as
-    :func:`_sum_open` (itself left out). Needs non-negative masses.
+    :func:`_sum_open` (itself left out), or with ``approx`` as :func:`_sum_open_f32` and
+    the bounds widened by its error ``_APPROX_ERR`` (relative; the caller checks that
+    every squared separation in a halo is below ``_F32_HUGE``; a member with one below
+    ``_F32_TINY`` sums exactly). Needs non-negative masses.
     """
     nl = groups.shape[0]
     nchunk = (nl + chunk - 1) // chunk
@@ -517,7 +589,7 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
             rem = 0.0
             nn = 0
             top = 1
-            stack[0] = 0
+            stack[0] = roots[k]
             while top > 0:
                 top -= 1
                 node = stack[top]
@@ -562,8 +634,8 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                     for child in range(first_child[node], first_child[node] + n_child[node]):
                         stack[top] = child
                         top += 1
-            # the leaves not accepted as ranges of sorted particles, adjacent ones merged
             first = np.sort(start[near[:nn]])
+            # the leaves not accepted as ranges of sorted particles, adjacent ones merged
             nr = 0
             for i in range(nn):
                 j0 = first[i]
@@ -574,7 +646,25 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                     r0[nr] = j0
                     r1[nr] = j1
                     nr += 1
+            nb = 0
+            if approx:  # the near members in one contiguous copy: one long loop a member
+                for i in range(nr):
+                    nb += r1[i] - r0[i]
+                bx = np.empty(nb)
+                by = np.empty(nb)
+                bz = np.empty(nb)
+                bm = np.empty(nb)
+                nb = 0
+                for i in range(nr):
+                    for j in range(r0[i], r1[i]):
+                        bx[nb] = x[j]
+                        by[nb] = y[j]
+                        bz[nb] = z[j]
+                        bm[nb] = pmass[j]
+                        nb += 1
             for p in range(b0, b1):
+                if not want[p]:
+                    continue
                 e0 = x[p] - c0
                 e1 = y[p] - c1
                 e2 = z[p] - c2
@@ -585,54 +675,121 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                 yi = y[p]
                 zi = z[p]
                 acc = 0.0
-                for i in range(nr):
-                    j0 = r0[i]
-                    j1 = r1[i]
-                    if j0 <= p < j1:
-                        acc += _sum_open(x, y, z, pmass, xi, yi, zi, j0, p, eps2)
-                        acc += _sum_open(x, y, z, pmass, xi, yi, zi, p + 1, j1, eps2)
-                    else:
-                        acc += _sum_open(x, y, z, pmass, xi, yi, zi, j0, j1, eps2)
-                up[p] = acc + far + rem
-                low[p] = acc + far - rem
+                err = 0.0
+                tiny = 1
+                if approx:  # float32 sums; the exact ones (below) only if these cannot serve
+                    acc, tiny = _sum_open_f32(bx, by, bz, bm, xi, yi, zi, 0, nb, eps2)
+                    err = acc * _APPROX_ERR  # also covers taking off the member's own term
+                    acc -= _self_f32(pmass[p], eps2)
+                if tiny > 0:
+                    acc = 0.0
+                    err = 0.0
+                    for i in range(nr):
+                        j0 = r0[i]
+                        j1 = r1[i]
+                        if j0 <= p < j1:
+                            acc += _sum_open(x, y, z, pmass, xi, yi, zi, j0, p, eps2)
+                            acc += _sum_open(x, y, z, pmass, xi, yi, zi, p + 1, j1, eps2)
+                        else:
+                            acc += _sum_open(x, y, z, pmass, xi, yi, zi, j0, j1, eps2)
+                up[p] = acc + far + rem + err
+                low[p] = acc + far - rem - err
 
 
-def _mbp_candidates(rel, mass, eps, rows):
-    """The rows, among ``rows`` (sorted), of one halo that may have its lowest potential
-    for ``G > 0`` (positions unwrapped so that plain differences are minimum images,
-    masses >= 0): every row whose upper bound on ``sum_q m_q f(r_pq)`` reaches the
-    largest such sum known (the best lower bound, or the exact sum of one of the
-    members with the best lower bounds), less a relative 1e-8 against rounding. The
-    first bounds come from one tree walk per octree group (:func:`_group_bounds`, opening
-    angles ``_GROUP_THETAS``); the rows left are bounded again by one walk each
-    (:func:`_bound_sums`) with the opening angles ``_TREE_THETAS`` in turn."""
-    from ..spatial.octree import build_octree, node_second_moment
+def _approx_ok(rel, eps):
+    """Whether every squared separation (softened) among ``rel`` stays below
+    ``_F32_HUGE``, so that :func:`_near_sum` may serve for bounds."""
+    if rel.shape[0] == 0:
+        return False
+    span = float(np.max(rel.max(axis=0) - rel.min(axis=0)))
+    return 3.0 * span * span + eps * eps < _F32_HUGE
 
-    tree = build_octree(rel, mass, max_leaf=_TREE_LEAF, max_group=_TREE_GROUP)
+
+@numba.njit(nogil=True, cache=True)
+def _segment_top(values, first, end, k):
+    """Indices of the (at most) ``k`` largest ``values`` in each run
+    ``first[r]:end[r]`` (NaNs never chosen), run by run."""
+    out = np.empty(first.shape[0] * k, dtype=np.int64)
+    nout = 0
+    top = np.empty(k, dtype=np.int64)
+    for r in range(first.shape[0]):
+        nt = 0
+        for i in range(first[r], end[r]):
+            v = values[i]
+            if not v == v:
+                continue
+            if nt < k:
+                top[nt] = i
+                nt += 1
+                j = nt - 1
+            elif v > values[top[nt - 1]]:
+                j = nt - 1
+                top[j] = i
+            else:
+                continue
+            while j > 0 and values[top[j - 1]] < v:  # keep top sorted, largest first
+                top[j] = top[j - 1]
+                top[j - 1] = i
+                j -= 1
+        out[nout:nout + nt] = top[:nt]
+        nout += nt
+    return out[:nout]
+
+
+def _segment_runs(seg):
+    """``(first, end)``: bounds of the runs of equal values of the non-decreasing ``seg``."""
+    first = np.flatnonzero(np.concatenate(([True], seg[1:] != seg[:-1])))
+    return first, np.append(first[1:], seg.shape[0])
+
+
+def _mbp_candidates(rel, mass, eps, starts, rows, approx):
+    """The rows, among ``rows`` (sorted), of the halos ``starts[s]:starts[s+1]`` (they
+    tile ``rel``) that may have their halo's lowest potential for ``G > 0`` (positions
+    unwrapped so that plain differences are minimum images, masses >= 0): every row
+    whose upper bound on ``sum_q m_q f(r_pq)`` reaches the largest such sum known in
+    its halo (the best lower bound, or the exact sum of one of the members with the
+    best lower bounds), less a relative ``_BOUND_MARGIN`` against rounding. One forest
+    (an octree per halo, :func:`~cosmo_dask.spatial.octree.build_forest`) serves every
+    halo; the first bounds come from one tree walk per group (:func:`_group_bounds`,
+    opening angles ``_GROUP_THETAS``); the rows left are bounded again by one walk each
+    (:func:`_bound_sums`) with the opening angles ``_TREE_THETAS`` in turn. A halo
+    leaves the rounds once it has at most ``16 * _SEEDS`` rows left."""
+    from ..spatial.octree import build_forest, node_second_moment
+
     n = rel.shape[0]
+    h = starts.shape[0] - 1
+    tree = build_forest(rel, mass, starts, max_leaf=_TREE_LEAF, max_group=_TREE_GROUP)
     where = np.empty(n, dtype=np.int64)
     where[tree.order] = np.arange(n)
-    pos_s = np.ascontiguousarray(tree.pos, dtype=np.float64)
+    pos_s = tree.pos
     second = node_second_moment(tree)
     threads = _CHUNKS_PER_THREAD * numba.get_num_threads()
+    seg_of = np.repeat(np.arange(h, dtype=np.int64), np.diff(starts))  # == the root node
     groups = tree.groups  # they tile the sorted particles, in order
+    group_root = seg_of[tree.start[groups]]
     group_of = np.repeat(np.arange(groups.shape[0]), tree.count[groups])
     leaves = np.flatnonzero(tree.first_child < 0)
     leaf_at = np.full(n, -1, dtype=np.int64)
     leaf_at[tree.start[leaves]] = leaves
     root_ms = np.sqrt(tree.mass * second)
     x, y, z = _soa(pos_s)
-    best = -np.inf
+    best = np.full(h, -np.inf)
+    done = []
     rounds = [(True, t) for t in _GROUP_THETAS] + [(False, t) for t in _TREE_THETAS]
     for per_group, theta in rounds:
-        if per_group:  # every member of the groups holding a row, one walk per group
-            need = groups[np.unique(group_of[where[rows]])]
+        rseg = seg_of[rows]
+        if per_group:  # the rows, one walk per group holding some
+            want = np.zeros(n, dtype=np.bool_)
+            want[where[rows]] = True
+            need = np.zeros(groups.shape[0], dtype=np.bool_)
+            need[group_of[where[rows]]] = True
+            need = np.flatnonzero(need)
             up_s = np.empty(n)
             low_s = np.empty(n)
             _group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
                           tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
-                          root_ms, eps * eps, theta, need, leaf_at,
-                          max(1, need.shape[0] // threads + 1), up_s, low_s)
+                          root_ms, eps * eps, theta, approx, groups[need], group_root[need],
+                          leaf_at, want, max(1, need.shape[0] // threads + 1), up_s, low_s)
             up, low = up_s[where[rows]], low_s[where[rows]]
         else:  # one walk per row
             up = np.empty(rows.shape[0])
@@ -640,14 +797,43 @@ def _mbp_candidates(rel, mass, eps, rows):
             chunk = max(16, rows.shape[0] // threads + 1)
             _bound_sums(pos_s, tree.pmass, tree.start, tree.count, tree.first_child,
                         tree.n_child, tree.com, tree.bmax, tree.lo, tree.hi, tree.mass,
-                        tree.quad, second, eps * eps, theta, where[rows], chunk, up, low)
-        seed = rows[np.argsort(low)[-_SEEDS:]]
-        exact = -_potentials(rel, mass, np.array([0, n], dtype=np.int64), seed, 0.0, eps, 1.0)
-        best = max(best, low.max(), exact.max())
-        rows = rows[up >= best * (1.0 - _BOUND_MARGIN)]
-        if rows.shape[0] <= _SEEDS * 16:
+                        tree.quad, second, eps * eps, theta, where[rows], rseg, chunk, up, low)
+        # per halo: the best lower bound and the exact sums of the _SEEDS best lower bounds
+        first, end = _segment_runs(rseg)
+        sid = rseg[first]
+        seed = where[rows[_segment_top(low, first, end, _SEEDS)]]
+        exact = np.empty(seed.shape[0])  # in the forest's order: equal up to rounding
+        lo, hi = starts[seg_of[seed]], starts[seg_of[seed] + 1]
+        _pot_rows(x, y, z, tree.pmass, seed, lo, hi, np.zeros(seed.shape[0], np.bool_),
+                  _work_chunks((hi - lo).astype(np.float64)), eps * eps, 0.0, -1.0, False,
+                  exact)
+        best[sid] = np.maximum(best[sid], np.maximum.reduceat(low, first))
+        np.maximum.at(best, seg_of[seed], exact)
+        rows = rows[up >= best[rseg] * (1.0 - _BOUND_MARGIN)]
+        left = np.bincount(seg_of[rows], minlength=h)
+        fin = left[seg_of[rows]] <= _SEEDS * 16
+        done.append(rows[fin])
+        rows = rows[~fin]
+        if rows.shape[0] == 0:
             break
-    return rows
+    done.append(rows)
+    return np.sort(np.concatenate(done))
+
+
+def _mbp_prefilter(rel, mass, eps, starts, rows, approx):
+    """The rows (all of ``rows``, every member of the halos ``starts[s]:starts[s+1]``
+    that tile ``rel``) whose sum ``sum_q m_q f(r_pq)`` may be their halo's largest, from
+    float32 sums (:func:`_potentials` with ``approx``, needs ``approx``) within a
+    relative ``_APPROX_ERR``: a row is kept when its upper bound reaches its halo's best
+    lower bound, less a relative ``_BOUND_MARGIN``."""
+    full = _potentials(rel, mass, starts, rows, 0.0, eps, -1.0, approx=True)
+    err = full * _APPROX_ERR  # also covers taking off the self terms
+    if eps > 0.0:
+        full -= mass[rows] * np.float64(np.float32(1.0) / np.sqrt(np.float32(eps * eps)))
+    seg = np.repeat(np.arange(starts.shape[0] - 1), np.diff(starts))[rows]
+    first, end = _segment_runs(seg)
+    best = np.repeat(np.maximum.reduceat(full - err, first), end - first)
+    return rows[full + err >= best * (1.0 - _BOUND_MARGIN)]
 
 
 def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
@@ -657,12 +843,13 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     The same answer as ``segmented_argmin(segment_potentials(...))`` (the same
     potentials, bit for bit, and the same row, ties to the first), computed
     without every potential: in segments of at least 2000 members an octree of
-    the segment bounds each member's potential from above and below (rigorous
-    bounds from each node's mass, centre of mass, second moments and bounding box,
-    nearby members summed exactly), and only the members whose lower bound
-    reaches the best upper bound get their exact potential. Segments spanning
-    half a periodic box or more, any negative mass, or ``G <= 0`` evaluate every
-    member.
+    the segment (one forest for all of them) bounds each member's potential from
+    above and below (rigorous bounds from each node's mass, centre of mass, second
+    moments and bounding box, nearby members summed with float32 reciprocal square
+    roots within a rigorous relative error), and in smaller segments every
+    member's sum is taken that way; only the members whose lower bound reaches the
+    best upper bound get their exact potential. Segments spanning half a periodic
+    box or more, any negative mass, or ``G <= 0`` evaluate every member exactly.
 
     Parameters
     ----------
@@ -696,14 +883,21 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     Notes
     -----
     The first bounds cost one tree walk per group of at most 32 members (opening
-    angle 0.7, then 0.5 for the groups left; the group's accepted nodes summed as
-    one local expansion, its own neighbourhood exactly), then one walk per member
+    angle 0.7, then 0.5 for the members left; the group's accepted nodes summed as
+    one local expansion, its own neighbourhood directly), then one walk per member
     left (0.3, then 0.2); the threshold is the best lower bound or the exact
     potential of one of the four members with the best lower bounds. What remains
     is ``O(r n)`` for the ``r`` members left, a few dozen in a Plummer or NFW core.
-    Work is about ``O(n log n)`` a segment: a Plummer halo of 1e5 members (clump
-    included) takes 0.45 CPU seconds on the 2-core development VM (exact double
-    sum: 7 s).
+    Every tree-sized halo shares one forest and each round is one kernel call for all
+    of them. The direct sums (smaller halos, the neighbourhoods in the group walks)
+    take ``1 / sqrt`` in float32 (about 2.5 times faster; error at most
+    ``2**-21`` relative, taken into the bounds; exact sums where a squared
+    separation is below ``2**-100``). Work is about ``O(n log n)`` a segment: a
+    Plummer halo of 1e5 members (clump included) takes 0.45 CPU seconds on the
+    2-core development VM (exact double sum: 7 s); the 345 FOF halos (>= 20
+    members, 700k in all) of ``bench_halos.py``'s 2^20-particle "blobs" set take
+    0.68-0.70 s wall there (1.0-1.05 s, measured alike, with an octree and a round
+    of kernel calls per halo and float64 near sums).
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)
@@ -711,18 +905,23 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     starts = check_starts(starts, n)
     sizes = np.diff(starts)
     rel, wrap_seg = _unwrapped(pos, starts, L)
-    tree = (sizes >= _TREE_MIN) & ~wrap_seg
-    if G <= 0.0 or np.any(mass < 0.0):
-        tree[:] = False
+    bounded = G > 0.0 and not np.any(mass < 0.0)  # the most bound: the largest sum
+    tree = (sizes >= _TREE_MIN) & ~wrap_seg & bounded
+    approx = bounded and _approx_ok(rel, eps)
+    pre = ~tree & ~wrap_seg & (sizes > 2) & approx  # float32 sums pick the candidates
     every = np.zeros(n, dtype=np.bool_)
-    every[starts[0]:starts[-1]] = np.repeat(~tree, sizes)
+    every[starts[0]:starts[-1]] = np.repeat(~tree & ~pre, sizes)
     rows = [np.flatnonzero(every)]
-    for seg in np.flatnonzero(tree):
-        a, b = starts[seg], starts[seg + 1]
-        rows.append(a + _mbp_candidates(rel[a:b], mass[a:b], eps, np.arange(b - a)))
+    for sel, pick in ((np.flatnonzero(tree), _mbp_candidates),
+                      (np.flatnonzero(pre), _mbp_prefilter)):
+        if sel.size:  # these halos at once
+            sub = np.concatenate(([0], np.cumsum(sizes[sel])))
+            idx = np.arange(sub[-1], dtype=np.int64) + np.repeat(starts[sel] - sub[:-1],
+                                                                 sizes[sel])
+            rows.append(idx[pick(rel[idx], mass[idx], eps, sub, np.arange(sub[-1]), approx)])
     rows = np.sort(np.concatenate(rows))
     pot = np.full(n, np.nan)
-    pot[rows] = _potentials(pos, mass, starts, rows, L, eps, G)
+    pot[rows] = _potentials(pos, mass, starts, rows, L, eps, G, unwrapped=(rel, wrap_seg))
     best = segmented_argmin(pot, starts)
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
 
@@ -1057,6 +1256,6 @@ def grid_mbp(pos, mass, *, box_size=None, softening=0.0, G=1.0, n_grid=64,
     if n >= _TREE_MIN and rows.size > _GRID_PRUNE and G > 0.0 and np.all(mass >= 0.0):
         rel, wrap = _unwrapped(pos, starts, L)
         if not wrap[0]:  # the candidates that tree bounds cannot rule out
-            rows = _mbp_candidates(rel, mass, eps, rows)
+            rows = _mbp_candidates(rel, mass, eps, starts, rows, _approx_ok(rel, eps))
     pot = _potentials(pos, mass, starts, rows, L, eps, G)
     return int(rows[int(np.argmin(pot))])

@@ -28,24 +28,28 @@ from ..errors import ParameterError
 from .morton import morton_keys, sort_by_key, wrap_positions
 from .octree_layout import MORTON_BITS, Octree
 
-__all__ = ["build_octree", "default_root", "node_second_moment"]
+__all__ = ["build_forest", "build_octree", "default_root", "node_second_moment"]
 
 
 @numba.njit(nogil=True, cache=True)
-def _build_nodes(keys, max_leaf, cap):
-    """Breadth-first nodes; returns arrays and the node count (-1 if ``cap`` is too small)."""
-    n = keys.shape[0]
+def _build_nodes(keys, roots, max_leaf, cap):
+    """Breadth-first nodes below the roots ``roots[r]:roots[r+1]`` of sorted particles
+    (nodes ``0 .. len(roots) - 2``); returns arrays and the node count (-1 if ``cap`` is
+    too small)."""
     level = np.empty(cap, dtype=np.int8)
     start = np.empty(cap, dtype=np.int64)
     count = np.empty(cap, dtype=np.int64)
     first_child = np.full(cap, -1, dtype=np.int64)
     n_child = np.zeros(cap, dtype=np.int8)
     parent = np.empty(cap, dtype=np.int64)
-    level[0] = 0
-    start[0] = 0
-    count[0] = n
-    parent[0] = -1
-    m = 1
+    m = roots.shape[0] - 1
+    if m > cap:
+        return level, start, count, first_child, n_child, parent, -1
+    for r in range(m):
+        level[r] = 0
+        start[r] = roots[r]
+        count[r] = roots[r + 1] - roots[r]
+        parent[r] = -1
     i = 0
     while i < m:
         c = count[i]
@@ -262,10 +266,17 @@ def build_octree(pos: Any, mass: Any, *, max_leaf: int = 64, max_group: int = 64
         pos_s = np.ascontiguousarray(pos[order])
     pmass_s = np.ascontiguousarray(pm[order])
 
-    cap = max(64, 4 * (n // max(int(max_leaf), 1) + 1) * 2)
+    return _assemble(lo, size, int(max_leaf), int(max_group), order, pos_s, pmass_s, keys_s,
+                     np.array([0, n], dtype=np.int64))
+
+
+def _assemble(lo, size, max_leaf, max_group, order, pos_s, pmass_s, keys_s, roots):
+    """The :class:`Octree` of sorted particles (nodes below the roots ``roots``)."""
+    n = keys_s.shape[0]
+    cap = max(64, 4 * (n // max(max_leaf, 1) + 1) * 2, 2 * roots.shape[0])
     while True:
         level, start, count, first_child, n_child, parent, m = _build_nodes(
-            keys_s, int(max_leaf), cap)
+            keys_s, roots, max_leaf, cap)
         if m >= 0:
             break
         cap *= 2
@@ -282,15 +293,85 @@ def build_octree(pos: Any, mass: Any, *, max_leaf: int = 64, max_group: int = 64
 
     leaf = first_child < 0
     small = (count <= max_group) | leaf
-    par_ok = np.ones(m, dtype=bool)
-    par_ok[1:] = ~small[parent[1:]]
+    par_ok = parent < 0
+    par_ok[~par_ok] = ~small[parent[~par_ok]]
+    if roots.shape[0] > 2:  # a forest: no groups of empty segments
+        par_ok &= count > 0
     gnodes = np.flatnonzero(small & par_ok)
     groups = gnodes[np.argsort(start[gnodes], kind="stable")].astype(np.int64)
 
-    return Octree(root_lo=lo, root_size=size, max_leaf=int(max_leaf), max_group=int(max_group),
+    return Octree(root_lo=lo, root_size=size, max_leaf=max_leaf, max_group=max_group,
                   order=order, pos=pos_s, pmass=pmass_s, keys=keys_s, level=level, start=start,
                   count=count, first_child=first_child, n_child=n_child, parent=parent,
                   lo=lo_n, hi=hi_n, mass=mass_n, com=com, quad=quad, bmax=bmax, groups=groups)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _segment_argsort(keys, starts):
+    """Stable argsort of ``keys`` within each segment ``starts[s]:starts[s+1]``."""
+    order = np.arange(keys.shape[0])
+    for s in numba.prange(starts.shape[0] - 1):
+        a = starts[s]
+        b = starts[s + 1]
+        if b - a > 1:
+            order[a:b] = a + np.argsort(keys[a:b], kind="mergesort")
+    return order
+
+
+def build_forest(pos: np.ndarray, mass: np.ndarray, starts: np.ndarray, *,
+                 max_leaf: int = 64, max_group: int = 64) -> Octree:
+    """One octree per segment ``starts[s]:starts[s+1]`` of ``pos``, built at once.
+
+    Node ``s`` is the root of segment ``s``: the cube around the segment's particles of
+    :func:`default_root` (open boundaries). The particles are sorted by Morton key
+    within their segment, so every segment keeps its rows ``starts[s]:starts[s+1]`` in
+    the sorted order, and the nodes below the roots follow the layout of
+    :mod:`cosmo_dask.spatial.octree_layout` (``parent`` is -1 for every root); groups
+    tile each non-empty segment. ``root_lo`` and ``root_size`` are those of the cube
+    ``[0, 1)^3`` of the keys: each segment's key ``k`` holds its own cube scaled to it.
+
+    Parameters
+    ----------
+    pos : (N, 3) float64 numpy.ndarray
+        Positions (length units).
+    mass : (N,) float64 numpy.ndarray
+        Particle masses (mass units).
+    starts : (h + 1,) int64 numpy.ndarray
+        Segment bounds, non-decreasing from 0 to ``N``.
+    max_leaf, max_group : int
+        As :func:`build_octree`.
+
+    Returns
+    -------
+    Octree
+        Its ``order`` maps sorted rows to input rows within each segment.
+    """
+    pos = np.ascontiguousarray(pos, dtype=np.float64)
+    pm = np.ascontiguousarray(mass, dtype=np.float64)
+    starts = np.asarray(starts, dtype=np.int64)
+    n = pos.shape[0]
+    if pos.ndim != 2 or pos.shape[1] != 3 or pm.shape != (n,):
+        raise ParameterError(f"pos must have shape (N, 3) and mass (N,), got {pos.shape}, "
+                             f"{pm.shape}")
+    if starts.shape[0] < 1 or starts[0] != 0 or starts[-1] != n or np.any(np.diff(starts) < 0):
+        raise ParameterError(f"starts must be non-decreasing from 0 to {n}")
+    sizes = np.diff(starts)
+    full = np.flatnonzero(sizes > 0)
+    lo = np.zeros((sizes.shape[0], 3))
+    ext = np.ones(sizes.shape[0])
+    if full.size:
+        first = starts[full]
+        lo[full] = np.minimum.reduceat(pos, first, axis=0)
+        span = np.maximum.reduceat(pos, first, axis=0) - lo[full]
+        scale = np.maximum(np.abs(lo[full]).max(axis=1), 1e-300)
+        ext[full] = np.maximum(span.max(axis=1) * 1.0001, np.maximum(scale * 1e-12, 1e-300))
+    seg = np.repeat(np.arange(sizes.shape[0]), sizes)
+    unit = (pos - lo[seg]) / ext[seg][:, None]
+    keys = morton_keys(unit, np.zeros(3), 1.0)
+    order = _segment_argsort(keys, starts)
+    return _assemble(np.zeros(3), 1.0, int(max_leaf), int(max_group), order,
+                     np.ascontiguousarray(pos[order]), np.ascontiguousarray(pm[order]),
+                     keys[order], starts)
 
 
 def node_second_moment(tree: Octree) -> np.ndarray:
