@@ -207,7 +207,7 @@ def _variants():
         ("scf", {**scf, "SCF_EVAL": 1, "WHAT": 1, "COEF_SHARED": 0}, (), ("scf_eval",)),
         ("tessellation", {}, cuda.NO_FMAD, ("column_tets", "column_bboxes")),
         ("tet_volume", {"REAL": "double"}, cuda.NO_FMAD, ("tet_cube_pairs",)),
-        ("tet_volume_lattice", lattice_defines("float", WARPS=8), (), ("deposit_lattice",)),
+        ("tet_volume_lattice", lattice_defines("float", WARPS=2), (), ("deposit_lattice",)),
         ("tree", {"REAL_IS_DOUBLE": 0, "SPLINE": 1, "TRUNC": 1, "BLOCK": 128,
                   **fit_defines()}, (), ("tree_walk", "group_forces")),
     ]
