@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend import array_module, host
 from . import dispatch as kernels
-from .center_kernels import grid_mbp, member_potentials
+from .center_kernels import grid_mbp, mcp_rows, member_potentials
 
 #: default member count above which "mbp" uses the grid-Poisson approximation: None,
 #: every halo's MBP exact (the octree bounds of :func:`center_kernels.segment_mbp` make
@@ -70,9 +70,9 @@ def partial_props(members: dict, box: float | None) -> dict:
         out["mv"] = np.add.reduceat(m[:, None] * v, first, axis=0) if halos.size else ref
     if members.get("friends") is None:  # no friend counts: no MCP asked for
         return out
-    # most-connected particle per halo: most friends, ties by smallest id
-    order = np.lexsort((members["ids"], -members["friends"].astype(np.int64), lab))
-    best = order[starts[:-1]] if halos.size else np.empty(0, np.int64)
+    # most-connected particle per halo: most friends, ties by smallest id (one pass over
+    # the label-sorted members, no sort)
+    best = mcp_rows(members["friends"], members["ids"], starts)
     out["mcp_friends"] = members["friends"][best]
     out["mcp_id"] = members["ids"][best]
     out["mcp_index"] = members["index"][best]
