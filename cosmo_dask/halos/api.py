@@ -103,21 +103,37 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
 
     g = TaskGraph(members)
     refs = [g.ref(m) for m in members]
-    if members:
+    want_mbp = "mbp" in centers or "mbp_grid" in centers
+    if members:  # one graph round: properties, r_max (after the centres of mass), MBPs
         partials = [g.add((f"halo-props-{token}", d), cat.partial_props, r, box)
                     for d, r in enumerate(refs)]
-        (props,) = g.compute([g.add(f"halo-props-reduce-{token}", cat.reduce_props, n_halos,
-                                    box, *partials).key], label="halo properties")
+        props_ref = g.add(f"halo-props-reduce-{token}", cat.reduce_props, n_halos, box,
+                          *partials)
+        rparts = [g.add((f"halo-rmax-{token}", d), cat.partial_rmax, r, props_ref, box)
+                  for d, r in enumerate(refs)]
+        keys = [props_ref.key, g.add(f"halo-rmax-reduce-{token}", cat.reduce_rmax, n_halos,
+                                     *rparts).key]
+        if want_mbp:
+            mode = "grid" if "mbp_grid" in centers else "auto"
+            like = empty_meta(snap.pos, 1, np.float64)  # the exact MBPs go where the chunks are
+            n_members = res.n_members
+            n_batches = max(1, len(members))
+            local = [g.add((f"halo-mbp-local-{token}", d), cat.mbp_local, r, n_members, box,
+                           soft, G, grid_threshold, mode, like) for d, r in enumerate(refs)]
+            exports = [g.add_split((f"halo-mbp-export-{token}", d), cat.mbp_export, r,
+                                   n_members, n_batches, n=n_batches)
+                       for d, r in enumerate(refs)]
+            batches = [g.add((f"halo-mbp-batch-{token}", b), cat.mbp_batch, box, soft, G,
+                             grid_threshold, mode, like, *[e[b] for e in exports])
+                       for b in range(n_batches)]
+            keys.append(g.add(f"halo-mbp-reduce-{token}", cat.reduce_mbp, n_halos, *local,
+                              *batches).key)
+        props, rmax, *mbp = g.compute(keys, label="halo catalog")
+        mbp = mbp[0] if mbp else None
     else:
         props = cat.reduce_props(n_halos, box)
-    com = props["center_of_mass"]
-    if members:
-        rparts = [g.add((f"halo-rmax-{token}", d), cat.partial_rmax, r, com, box)
-                  for d, r in enumerate(refs)]
-        (rmax,) = g.compute([g.add(f"halo-rmax-reduce-{token}", cat.reduce_rmax, n_halos,
-                                   *rparts).key], label=None)
-    else:
         rmax = np.zeros(n_halos)
+        mbp = cat.reduce_mbp(n_halos) if want_mbp else None  # the columns, with no rows
 
     data = {
         "n_members": ("halo", res.n_members),
@@ -132,25 +148,7 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
         data["mcp_index"] = ("halo", props["mcp_index"])
         data["mcp_position"] = (("halo", "axis"), props["mcp_position"])
         data["mcp_friends"] = ("halo", props["mcp_friends"])
-    if ("mbp" in centers or "mbp_grid" in centers) and not members:
-        mbp = cat.reduce_mbp(n_halos)  # empty snapshot: the columns, with no rows
-        for key in ("mbp_index", "mbp_potential"):
-            data[key] = ("halo", mbp[key])
-        data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])
-    elif "mbp" in centers or "mbp_grid" in centers:
-        mode = "grid" if "mbp_grid" in centers else "auto"
-        like = empty_meta(snap.pos, 1, np.float64)  # the exact MBPs go where the chunks are
-        n_members = res.n_members
-        n_batches = max(1, len(members))
-        local = [g.add((f"halo-mbp-local-{token}", d), cat.mbp_local, r, n_members, box, soft,
-                       G, grid_threshold, mode, like) for d, r in enumerate(refs)]
-        exports = [g.add_split((f"halo-mbp-export-{token}", d), cat.mbp_export, r, n_members,
-                               n_batches, n=n_batches) for d, r in enumerate(refs)]
-        batches = [g.add((f"halo-mbp-batch-{token}", b), cat.mbp_batch, box, soft, G,
-                         grid_threshold, mode, like, *[e[b] for e in exports])
-                   for b in range(n_batches)]
-        (mbp,) = g.compute([g.add(f"halo-mbp-reduce-{token}", cat.reduce_mbp, n_halos, *local,
-                                  *batches).key], label="most-bound particles")
+    if mbp is not None:
         for key in ("mbp_index", "mbp_potential"):
             data[key] = ("halo", mbp[key])
         data["mbp_position"] = (("halo", "axis"), mbp["mbp_position"])

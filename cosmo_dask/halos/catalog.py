@@ -9,7 +9,8 @@ halos; the reductions see one small row per (domain, halo) pair.
   reference member; the reduction aligns the references by minimum image),
   mean velocity, most-connected particle (MCP: most friends, ties by smallest
   id), first member id;
-* ``r_max``: a second pass, the largest member distance from the centre of mass;
+* ``r_max``: a second pass (its tasks wait for the reduced centres of mass, in the same
+  graph round), the largest member distance from the centre of mass;
 * most-bound particle (MBP): halos whose members all sit in one domain are
   done there (``halo-mbp-local``); the others are gathered by halo into
   ``halo-mbp-batch`` tasks. The exact MBP comes from the
@@ -123,7 +124,10 @@ def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- pass 2
-def partial_rmax(members: dict, com: np.ndarray, box: float | None) -> tuple:
+def partial_rmax(members: dict, props: dict, box: float | None) -> tuple:
+    """Largest member distance from the centre of mass (``props`` from
+    :func:`reduce_props`) of each halo in this domain."""
+    com = props["center_of_mass"]
     lab = members["label"]
     halos, starts = _segments(lab)
     if halos.size == 0:
