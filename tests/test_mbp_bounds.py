@@ -37,8 +37,9 @@ def _tree_bounds(pos, mass, eps, theta, per_group, approx=False):
         leaf_at[tree.start[leaves]] = leaves
         x, y, z = (np.ascontiguousarray(ps[:, a]) for a in range(3))
         ck._group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
-                         tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
-                         np.sqrt(tree.mass * second), eps * eps, theta, approx, tree.groups,
+                         tree.n_child, tree.com, tree.bmax, tree.lo, tree.hi, tree.mass,
+                         tree.quad, second, np.sqrt(tree.mass * second), eps * eps, theta,
+                         approx, tree.groups,
                          np.zeros(len(tree.groups), np.int64), leaf_at,
                          np.ones(n, np.bool_), 8, up, low)
     else:

@@ -513,9 +513,9 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
 
 
 @numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, error_model="numpy", cache=True)
-def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax, nmass, quad,
-                  second, root_ms, eps2, theta, approx, groups, roots, leaf_at, want, chunk,
-                  up, low):
+def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax, lo, hi, nmass,
+                  quad, second, root_ms, eps2, theta, approx, groups, roots, leaf_at, want,
+                  chunk, up, low):
     """Bounds ``low[p] <= sum_{q != p} m_q / sqrt(|x_p - x_q|**2 + eps2) <= up[p]`` for
     every particle ``p`` (sorted order) of the octree (or forest) nodes ``groups``, one
     walk per group of the tree below node ``roots[k]`` (the root of the halo of
@@ -552,22 +552,9 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
             group = groups[k]
             b0 = start[group]
             b1 = b0 + count[group]
-            l0 = np.inf
-            l1 = np.inf
-            l2 = np.inf
-            h0 = -np.inf
-            h1 = -np.inf
-            h2 = -np.inf
-            for p in range(b0, b1):
-                l0 = min(l0, x[p])
-                l1 = min(l1, y[p])
-                l2 = min(l2, z[p])
-                h0 = max(h0, x[p])
-                h1 = max(h1, y[p])
-                h2 = max(h2, z[p])
-            c0 = 0.5 * (l0 + h0)
-            c1 = 0.5 * (l1 + h1)
-            c2 = 0.5 * (l2 + h2)
+            c0 = 0.5 * (lo[group, 0] + hi[group, 0])  # the group's box centre
+            c1 = 0.5 * (lo[group, 1] + hi[group, 1])
+            c2 = 0.5 * (lo[group, 2] + hi[group, 2])
             rb2 = 0.0
             for p in range(b0, b1):
                 e0 = x[p] - c0
@@ -787,8 +774,9 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
             up_s = np.empty(n)
             low_s = np.empty(n)
             _group_bounds(x, y, z, tree.pmass, tree.start, tree.count, tree.first_child,
-                          tree.n_child, tree.com, tree.bmax, tree.mass, tree.quad, second,
-                          root_ms, eps * eps, theta, approx, groups[need], group_root[need],
+                          tree.n_child, tree.com, tree.bmax, tree.lo, tree.hi, tree.mass,
+                          tree.quad, second, root_ms, eps * eps, theta, approx, groups[need],
+                          group_root[need],
                           leaf_at, want, max(1, need.shape[0] // threads + 1), up_s, low_s)
             up, low = up_s[where[rows]], low_s[where[rows]]
         else:  # one walk per row

@@ -381,12 +381,8 @@ def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, bloc
     nocc = cell_keys.shape[0]
     ny = dims[1]
     nz = dims[2]
-    nyz = ny * nz
+    cx, cy, cz = _cell_axes(cell_keys[a], dims)
     key = cell_keys[a]
-    cx = key // nyz
-    rem = key - cx * nyz
-    cy = rem // nz
-    cz = rem - cy * nz
     nxn = _axis_neighbours(cx, dims[0], periods[0] > 0.0, xs)
     nyn = _axis_neighbours(cy, ny, periods[1] > 0.0, ys)
     nzr = _last_axis_runs(cz, nz, periods[2] > 0.0, zlo, zhi)
