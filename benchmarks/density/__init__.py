@@ -1,0 +1,1 @@
+"""Benchmarks of density (run them with `python -m benchmarks WORKLOAD`)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of expansion (run them with `python -m benchmarks WORKLOAD`)."""

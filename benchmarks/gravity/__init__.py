@@ -1,0 +1,1 @@
+"""Benchmarks of gravity (run them with `python -m benchmarks WORKLOAD`)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of halos (run them with `python -m benchmarks WORKLOAD`)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of io (run them with `python -m benchmarks WORKLOAD`)."""

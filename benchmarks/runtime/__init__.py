@@ -1,0 +1,1 @@
+"""Benchmarks of runtime (run them with `python -m benchmarks WORKLOAD`)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of simulation (run them with `python -m benchmarks WORKLOAD`)."""
