@@ -37,7 +37,6 @@ WORKLOADS = {
     "tet-deposit": "benchmarks.density.tet_deposit",
     # expansion
     "expansion": "benchmarks.expansion.scf",
-    "mex": "benchmarks.expansion.mex",
     # simulation
     "simulation": "benchmarks.simulation.step",
     "simulation-peer": "benchmarks.simulation.peer",

@@ -1,6 +1,7 @@
-"""benchmarks/bench_scaling.py runs on CPU workers at tiny sizes (issue 20, item 3): every
-task on 2 workers equals its 1-worker result (FOF exactly, the others to their stated
-tolerances) and each line carries the timing, efficiency and bytes moved."""
+"""``python -m benchmarks scaling`` (benchmarks/runtime/scaling.py) runs on CPU workers at
+tiny sizes (issue 20, item 3): every task on 2 workers equals its 1-worker result (FOF
+exactly, the others to their stated tolerances) and each line carries the timing,
+efficiency and bytes moved."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scaling.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_scaling_script_on_two_cpu_workers(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--workers", "1", "2", "--n-side-strong", "16",
-         "--n-side-weak", "12", "--mesh", "32", "--n-scf", "5000", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=BENCH.parent)
+        [sys.executable, "-m", "benchmarks", "scaling", "--workers", "1", "2",
+         "--n-side-strong", "16", "--n-side-weak", "12", "--mesh", "32", "--n-scf", "5000",
+         "--dir", str(tmp_path), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     tasks = {"fof", "treepm", "pm", "power", "scf", "pse"}

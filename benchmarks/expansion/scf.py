@@ -1,4 +1,4 @@
-"""Expansion timings: SCF (here) and MEX (``--methods mex``, in ``python -m benchmarks mex``).
+"""Expansion timings: SCF (here) and MEX (``--methods mex``, in ``benchmarks/expansion/mex.py``).
 
 SCF workload: a Hernquist sphere (scale 1, mass 1, ``cosmo_dask.models.hernquist``)
 of N particles expanded about its true centre with nmax = 10, lmax = 6

@@ -20,7 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import emit  # noqa: E402
+from benchmarks.common import emit, parser, start  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 
@@ -57,6 +57,7 @@ def measure(cache_dir: str | None) -> dict:
 
 
 def main(argv=None):
+    start(parser(__doc__, devices=("cpu",)).parse_args(argv), "worker-restart")
     emit(measure(None))
     with tempfile.TemporaryDirectory() as empty:
         emit(measure(empty))

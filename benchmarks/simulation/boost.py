@@ -31,7 +31,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import box_parser, emit, env_of  # noqa: E402
+from benchmarks.common import box_parser, emit, env_of, start  # noqa: E402
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/: the logs name files under it
 
@@ -191,6 +191,7 @@ def main(argv=None):
                          "rows of one config averaged)")
     ap.add_argument("--config", default=None)
     args = ap.parse_args(argv)
+    start(args, "simulation-boost")
     if args.source:
         return compare_saved(args.source, args.config, {"bench": "simulation_boost"})
 

@@ -26,7 +26,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import box_parser, emit, env_of  # noqa: E402
+from benchmarks.common import box_parser, emit, env_of, start  # noqa: E402
 
 
 def _energies(snap, n_mesh):
@@ -57,6 +57,7 @@ def main(argv=None):
     ap = box_parser(__doc__, n_side=64, box=128.0, steps=10, method=False)
     ap.add_argument("--skip-treepm", action="store_true")
     args = ap.parse_args(argv)
+    start(args, "simulation-checks")
 
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run

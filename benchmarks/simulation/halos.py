@@ -24,7 +24,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import box_parser, emit, env_of  # noqa: E402
+from benchmarks.common import box_parser, emit, env_of, start  # noqa: E402
 
 
 def mass_function_rows(masses, m_p: float, box: float, cosmology, min_particles: int = 100,
@@ -60,6 +60,7 @@ def main(argv=None):
     ap.add_argument("--min-halos", type=int, default=30)
     ap.add_argument("--min-particles", type=int, default=100)
     args = ap.parse_args(argv)
+    start(args, "simulation-halos")
 
     from cosmo_dask.halos import fof
     from cosmo_dask.models import lpt_ics
