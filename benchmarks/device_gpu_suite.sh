@@ -1,22 +1,5 @@
 #!/usr/bin/env bash
 # The whole `pytest -m gpu` on the lent GPU host in two calls of under 10 minutes
-# (repo root, .whl carried; logs under $OUT):
-#   PART=A  the long modules (~7 min on an H200): centres, the CLI's GPU pipeline, the
-#           distributed FFT, FOF kernels and halos, graph growth, the gravity API,
-#           direct, tree and tree-graph gravity
-#   PART=B  every other gpu-marked module (~2 min)
-source benchmarks/device_setup.sh
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import cupy; print('cupy', cupy.__version__)"; } 2>&1 | tee "$OUT/env.txt"
-A="tests/test_center_kernels.py tests/test_cli_gpu_pipeline.py tests/test_distributed_fft.py
-   tests/test_fof_kernels_gpu.py tests/test_gpu.py tests/test_gpu_halos.py
-   tests/test_graph_growth.py tests/test_gravity_api.py tests/test_gravity_direct_gpu.py
-   tests/test_gravity_tree_gpu.py tests/test_gravity_tree_graph_gpu.py"
-if [ "${PART:-A}" = A ]; then
-  files=$A; ignore=""
-else
-  files=tests; ignore=$(for f in $A; do printf -- "--ignore=%s " "$f"; done)
-fi
-timeout ${T_SUITE:-560} python3 -m pytest -m gpu -q -p no:cacheprovider -rfs --durations=10 \
-  $files $ignore 2>&1 | tee "$OUT/gpu_suite_${PART:-A}.txt" | tail -25
-echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_suite_${PART:-A}.txt"
+# (repo root, .whl carried; logs under $OUT): PART=A the long modules, PART=B the rest.
+# Kept under this path for those who call it; the work is `MODE=gpu-suite` of device.sh.
+MODE=gpu-suite exec bash "$(dirname "$0")/device.sh"
