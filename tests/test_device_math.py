@@ -29,7 +29,7 @@ from cosmo_dask.gravity.softening_kernels import plummer_kp, spline_kp
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (sorted((ROOT / "cosmo_dask").rglob("*.py")) + sorted(HEADER_DIR.glob("*.cu"))
-           + sorted((ROOT / "benchmarks").glob("*.py")))
+           + sorted((ROOT / "benchmarks").rglob("*.py")))
 
 
 def _cuda_strings(path: Path):

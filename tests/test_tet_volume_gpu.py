@@ -52,14 +52,15 @@ def test_gpu_deposit_equals_cpu(rng, method, periodic):
 @pytest.mark.parametrize("method", ["warp", "thread"])
 @pytest.mark.parametrize("periodic", [False, True])
 def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
-    """The per-cell clip deposits of ``benchmarks/tet_deposit_clip_gpu.py`` (what the
+    """The per-cell clip deposits of ``benchmarks/density/tet_deposit_clip_gpu.py`` (what the
     lattice kernel is timed against) still match the CPU deposit."""
     import importlib.util
     from pathlib import Path
 
     import cupy as cp
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tet_deposit_clip_gpu.py"
+    path = (Path(__file__).resolve().parents[1] / "benchmarks" / "density"
+            / "tet_deposit_clip_gpu.py")
     spec = importlib.util.spec_from_file_location("tet_deposit_clip_gpu", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

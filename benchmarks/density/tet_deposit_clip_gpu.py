@@ -18,18 +18,12 @@ than the lattice deposit (``benchmarks/RESULTS.md``, tetrahedron deposit on the 
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from cosmo_dask.cuda import include_options
 from cosmo_dask.density.tet_volume import check_grid
 from cosmo_dask.errors import ParameterError
-
-if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
-    sys.path.append(str(Path(__file__).resolve().parents[2]))
-
 
 WARPS_PER_BLOCK = 4
 NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
