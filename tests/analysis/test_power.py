@@ -230,7 +230,7 @@ def reference_power(pos, mass, n, box, scheme, interlace, los, poles):
     """Whole-mesh NumPy P(k) and multipoles: test_paint's direct painting, numpy.fft.rfftn of
     the whole mesh, window division, binning with the half-space mode weights (2 for
     0 < kz < k_Nyquist: the mode and its conjugate; 1 on the kz = 0 and Nyquist planes)."""
-    from test_paint import reference_paint
+    from tests.support.density import reference_paint
 
     h = box / n
     p = {"ngp": 1, "cic": 2, "tsc": 3, "pcs": 4}[scheme]
@@ -297,7 +297,7 @@ def test_slab_power_float32_and_cluster(rng, client):
     assert np.abs(local["power"].values - ref).max() <= 1e-6 * ref.max()
     remote = power_spectrum(p, n_mesh=n, box_size=box, precision="float32", slabs=4)
     np.testing.assert_array_equal(remote["power"].values, local["power"].values)
-    from test_paint import reference_paint
+    from tests.support.density import reference_paint
 
     mesh = reference_paint(pos, 1.0, n, box, "cic")
     for n_slabs in (1, 5):

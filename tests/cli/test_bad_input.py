@@ -133,8 +133,8 @@ def test_argparse_error_names_the_help_of_its_command(capsys):
 def test_bad_input_subprocess_starts_no_cluster(stores, tmp_path):
     """The installed path end to end: one stderr line, no "connected to" line (the
     cluster's), exit status 2; an argparse error and a check that needs the ICs."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [os.path.dirname(os.path.dirname(__file__)), os.environ.get("PYTHONPATH", "")])}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     for argv in (["simulate", str(stores / "ics.zarr"), str(tmp_path / "sim"), "--steps",
                   "2", "--z-final", "-1"],
                  ["generate", "plummer", str(tmp_path / "g.zarr")] + ["--n", "0"]):

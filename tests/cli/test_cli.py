@@ -241,9 +241,8 @@ def test_halos_bad_input_writes_nothing(tmp_path, capsys, argv, message):
 
 def test_halos_command_with_mass_function_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from test_fof import clustered
-
     from cosmo_dask import Snapshot
+    from tests.support.fof_reference import clustered
 
     rng = np.random.default_rng(11)
     pos = clustered(rng, 5000, 40.0, sigma=0.15, per_blob=80)

@@ -131,9 +131,8 @@ def test_mesh_gravity_matches_cpu(runs, method):
 
 
 def test_tree_gravity_against_direct(runs):
-    from test_gravity_tree_gpu import _direct
-
     from cosmo_dask.gravity import accelerations, open_gravity
+    from tests.support.gravity import direct_sums_at as _direct
 
     tmp, _ = runs
     snap = _snap(tmp, "b.zarr")

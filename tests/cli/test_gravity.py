@@ -6,11 +6,11 @@ import re
 
 import numpy as np
 import pytest
-from test_gravity_api import direct_reference
 
 from cosmo_dask import open_snapshot
 from cosmo_dask.cli import main
 from cosmo_dask.gravity import open_gravity
+from tests.support.gravity import direct_reference
 
 CLUSTER = ["--cpu", "--workers", "1"]
 

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 KERNEL = """
 import numba

@@ -7,7 +7,7 @@
   polynomial, a minimum image or a box wrap itself;
 * the numba softening factors (:mod:`cosmo_dask.gravity.softening_kernels`) and the CUDA
   ones (``softening.cuh``, ``periodic.cuh``, compiled as C++ on the host by
-  ``tests/cuda_host.py``) against independent NumPy float64 formulas;
+  ``tests/support/cuda_host.py``) against independent NumPy float64 formulas;
 * the clip of ``tet_clip.cuh`` (``tet_cube_pairs`` compiled on the host) against the numba
   tetrahedron-cube volumes.
 """
@@ -19,15 +19,15 @@ import re
 import tomllib
 from pathlib import Path
 
-import cuda_host
 import numpy as np
 import pytest
 
 from cosmo_dask.cuda import HEADER_DIR, HEADERS, OPTIONS, header_text, include_options
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.softening_kernels import plummer_kp, spline_kp
+from tests.support import cuda_host
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (sorted((ROOT / "cosmo_dask").rglob("*.py")) + sorted(HEADER_DIR.glob("*.cu"))
            + sorted((ROOT / "benchmarks").glob("*.py")))
 

@@ -28,7 +28,7 @@ import pytest
 from cosmo_dask import cuda
 from cosmo_dask.errors import ParameterError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "cosmo_dask"
 MARKERS = ("__global__", "__device__", 'extern "C"')
 GPU_MODULES = ("gravity.p2p_kernels_gpu", "gravity.pm_kernels_gpu", "gravity.tree_gpu",

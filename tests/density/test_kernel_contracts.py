@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_paint import reference_paint
-from test_tet_volume import corner_simplex_in_unit_cube, tet_volume, tiled_tets
 
 from cosmo_dask.density import snapshot_tetrahedra
 from cosmo_dask.density import tessellation as tess
@@ -25,6 +23,12 @@ from cosmo_dask.density.tessellation_kernels import CORNER_OFFSETS, KUHN_TETS
 from cosmo_dask.models.lattice import perturbed_lattice
 from cosmo_dask.models.zeldovich import zeldovich
 from cosmo_dask.snapshot import Snapshot
+from tests.support.density import (
+    corner_simplex_in_unit_cube,
+    reference_paint,
+    tet_volume,
+    tiled_tets,
+)
 
 BACKENDS = [pytest.param("cpu"), pytest.param("gpu", marks=pytest.mark.gpu)]
 

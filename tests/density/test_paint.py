@@ -10,36 +10,9 @@ import pytest
 from cosmo_dask import Snapshot
 from cosmo_dask.density import density_contrast, paint
 from cosmo_dask.errors import ParameterError
+from tests.support.density import reference_paint
 
 SCHEMES = ["ngp", "cic", "tsc", "pcs"]
-
-
-def kernel_1d(scheme, s):
-    """The assignment kernels written from their textbook piecewise definitions."""
-    a = np.abs(s)
-    if scheme == "ngp":
-        return ((s >= -0.5) & (s < 0.5)).astype(float)
-    if scheme == "cic":
-        return np.where(a < 1, 1 - a, 0.0)
-    if scheme == "tsc":
-        return np.where(a < 0.5, 0.75 - a**2, np.where(a < 1.5, 0.5 * (1.5 - a) ** 2, 0.0))
-    return np.where(a < 1, (4 - 6 * a**2 + 3 * a**3) / 6,
-                    np.where(a < 2, (2 - a) ** 3 / 6, 0.0))
-
-
-def reference_paint(pos, mass, n, box, scheme, shift=0.0):
-    """Direct NumPy reference: every particle against the 5^3 nodes around it, np.add.at."""
-    mesh = np.zeros((n, n, n))
-    u = pos / (box / n) - 0.5 + shift  # node j sits at (j + 1/2) H
-    base = np.floor(u).astype(np.int64)
-    offsets = np.arange(-2, 3)
-    for ox in offsets:
-        for oy in offsets:
-            for oz in offsets:
-                j = base + np.array([ox, oy, oz])
-                w = np.prod([kernel_1d(scheme, u[:, a] - j[:, a]) for a in range(3)], axis=0)
-                np.add.at(mesh, (j[:, 0] % n, j[:, 1] % n, j[:, 2] % n), mass * w)
-    return mesh
 
 
 @pytest.fixture

@@ -7,22 +7,7 @@ import pytest
 
 from cosmo_dask.density import deposit_tets, tet_cube_volume
 from cosmo_dask.errors import ParameterError
-
-
-def tet_volume(t):
-    t = np.asarray(t, dtype=np.float64)
-    return np.abs(np.linalg.det(t[..., 1:, :] - t[..., :1, :])) / 6.0
-
-
-def corner_simplex_in_unit_cube(a):
-    """Volume of {x, y, z >= 0, x + y + z <= a} inside [0, 1]^3 (Irwin-Hall CDF)."""
-    from math import comb
-
-    return sum((-1) ** k * comb(3, k) * max(a - k, 0.0) ** 3 for k in range(4)) / 6.0
-
-
-def random_tets(rng, n, scale=1.0):
-    return rng.normal(size=(n, 4, 3)) * scale
+from tests.support.density import corner_simplex_in_unit_cube, tet_volume, tiled_tets
 
 
 def inside_tet(points, tet):
@@ -96,20 +81,6 @@ def test_half_cube_by_a_diagonal_plane():
     assert tet_cube_volume(t, [0, 0, 0], 1.0)[0] == pytest.approx(0.5, rel=1e-12)
     # shifted half a cell along x: the cube [0.5, 1.5] x [0, 1]^2 keeps x + y <= 1: 1/8
     assert tet_cube_volume(t, [0.5, 0, 0], 1.0)[0] == pytest.approx(0.125, rel=1e-12)
-
-
-def tiled_tets(seed):
-    """``(tets, cubes, h)``: random tetrahedra and cubes of side ``h`` tiling space
-    around them (at a random offset)."""
-    rng = np.random.default_rng(seed)
-    tets = random_tets(rng, 25, scale=rng.uniform(0.3, 3.0))
-    h = rng.uniform(0.05, 0.8)
-    off = rng.uniform(0, h, 3)
-    lo = np.floor((tets.min(axis=(0, 1)) - off) / h) * h + off - h
-    hi = tets.max(axis=(0, 1)) + h
-    axes = [np.arange(lo[d], hi[d], h) for d in range(3)]
-    cubes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
-    return tets, cubes, h
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -59,7 +59,7 @@ def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
 
     import cupy as cp
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tet_deposit_clip_gpu.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "tet_deposit_clip_gpu.py"
     spec = importlib.util.spec_from_file_location("tet_deposit_clip_gpu", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

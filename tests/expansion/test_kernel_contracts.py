@@ -12,12 +12,19 @@ import math
 import numpy as np
 import pytest
 from scipy.special import sph_harm_y
-from test_mex import blob, legendre_reference, rel_err
-from test_scf import _cloud, _rel, ref_coefficients, ref_fields
 
 from cosmo_dask.backend import host
 from cosmo_dask.expansion import dispatch
 from cosmo_dask.expansion.scf_kernels import unpack_sums
+from tests.support.expansion import (
+    _cloud,
+    _rel,
+    blob,
+    legendre_reference,
+    ref_coefficients,
+    ref_fields,
+    rel_err,
+)
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

@@ -13,73 +13,12 @@ import dask.array as da
 import numpy as np
 import pytest
 from scipy.integrate import quad
-from scipy.special import eval_legendre
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.expansion import MEX
 from cosmo_dask.expansion.mex_kernels import solid_harmonics
 from cosmo_dask.models import ferrers
-
-
-# ----------------------------------------------------------------------------- references
-def ranks(rel):
-    """Position of each particle in the (radius, index) order."""
-    r = np.sqrt((rel * rel).sum(axis=1))
-    order = np.lexsort((np.arange(r.size), r))
-    rank = np.empty(r.size, np.int64)
-    rank[order] = np.arange(r.size)
-    return rank
-
-
-def shell_reference(rel, m, G=1.0):
-    """lmax = 0: acceleration -G M(before i) x / r^3, potential -G [M_in / r + sum_out m / r]."""
-    r = np.sqrt((rel * rel).sum(axis=1))
-    order = np.lexsort((np.arange(r.size), r))
-    ms, rs = m[order], r[order]
-    m_in = np.cumsum(ms) - ms
-    out = np.cumsum((ms / rs)[::-1])[::-1] - ms / rs
-    acc = np.empty_like(rel)
-    phi = np.empty(r.size)
-    acc[order] = -G * m_in[:, None] * rel[order] / rs[:, None] ** 3
-    phi[order] = -G * (m_in / rs + out)
-    return acc, phi
-
-
-def legendre_reference(x, src, m, inner, lmax, G=1.0, skip=None):
-    """Truncated multipole field at points ``x`` from ``src`` as pair sums.
-
-    1/|x - x'| ~ sum_l r_<^l / r_>^(l+1) P_l(u), u = cos(angle); ``inner[i, j]``
-    says source j is inside point i (else outside); pairs where ``skip`` is
-    True (self pairs) are left out. Gradient taken analytically with P_l'(u)
-    from the recurrence P'_{l+1} = P'_{l-1} + (2l+1) P_l.
-    """
-    r = np.sqrt((x * x).sum(1))[:, None]
-    rj = np.sqrt((src * src).sum(1))[None, :]
-    xh = x / r
-    sh = src / rj[0][:, None]
-    u = np.clip(xh @ sh.T, -1.0, 1.0)
-    skip = np.zeros(inner.shape, bool) if skip is None else skip
-    outer = ~inner & ~skip
-    inner = inner & ~skip
-    Pl = [np.ones_like(u), u]
-    dP = [np.zeros_like(u), np.ones_like(u)]
-    for l in range(1, lmax):
-        Pl.append(eval_legendre(l + 1, u))
-        dP.append(dP[l - 1] + (2 * l + 1) * Pl[l])
-    phi = np.zeros(x.shape[0])
-    acc = np.zeros_like(x)
-    for l in range(lmax + 1):
-        gi = np.where(inner, rj**l / r ** (l + 1), 0.0)
-        go = np.where(outer, r**l / rj ** (l + 1), 0.0)
-        phi -= G * ((gi + go) * Pl[l]) @ m
-        # inner: r_j^l [-(l+1) r^-(l+2) P xh + r^-(l+2) P' (sh - u xh)]
-        # outer: r_j^-(l+1) r^(l-1) [l P xh + P' (sh - u xh)]
-        ci = np.where(inner, rj**l / r ** (l + 2), 0.0)
-        co = np.where(outer, r ** (l - 1) / rj ** (l + 1), 0.0) if l > 0 else 0.0 * ci
-        radial = (ci * (-(l + 1)) * Pl[l] + co * l * Pl[l] - (ci + co) * dP[l] * u) @ m
-        tang = ((ci + co) * dP[l] * m[None, :]) @ sh
-        acc += G * (radial[:, None] * xh + tang)
-    return acc, phi
+from tests.support.expansion import blob, legendre_reference, rel_err, self_masks, shell_reference
 
 
 def sph_harm_potential(x, src, m, inner, lmax, G=1.0, skip=None):
@@ -104,28 +43,6 @@ def sph_harm_potential(x, src, m, inner, lmax, G=1.0, skip=None):
             Y = sph_harm_y(l, mm, th, ph)
             phi -= G * 4 * np.pi / (2 * l + 1) * np.real((q * r ** (-(l + 1.0)) + p * r**l) * Y)
     return phi
-
-
-def self_masks(rel):
-    rank = ranks(rel)
-    inner = rank[None, :] < rank[:, None]
-    return inner
-
-
-def rel_err(a, b):
-    """Per-particle |a - b| / |b| (vectors) or |a - b| / |b| (scalars)."""
-    if a.ndim == 2:
-        return np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)
-    return np.abs(a - b) / np.abs(b)
-
-
-def blob(rng, n):
-    """Triaxial, off-centre-lumpy particles with a few on the z axis."""
-    x = rng.normal(size=(n, 3)) * [1.0, 0.6, 0.3]
-    x[: n // 10] += [0.8, 0.2, -0.3]
-    x[-3:] = [[0, 0, 0.5], [0, 0, -0.7], [0, 0, 1.2]]
-    m = rng.uniform(0.5, 1.5, n) / n
-    return x, m
 
 
 # ----------------------------------------------------------------------------- tests

@@ -6,10 +6,10 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from test_mex import blob, legendre_reference, rel_err, self_masks, shell_reference
 
 from cosmo_dask.expansion import MEX
 from cosmo_dask.expansion import mex_kernels as cpu
+from tests.support.expansion import blob, legendre_reference, rel_err, self_masks, shell_reference
 
 pytestmark = pytest.mark.gpu
 

@@ -7,107 +7,12 @@ import math
 import dask.array as da
 import numpy as np
 import pytest
-from scipy.special import eval_gegenbauer, gammaln, lpmv
 
 from cosmo_dask import ParameterError, Snapshot
 from cosmo_dask.expansion import SCF, fit_series
 from cosmo_dask.expansion.scf import potential_min_center
 from cosmo_dask.models import hernquist
-
-SQ4PI = math.sqrt(4 * math.pi)
-
-
-# ------------------------------------------------------------------ independent reference
-def _norm(ell, m):
-    return math.sqrt((2 * ell + 1) / (4 * math.pi) * math.exp(gammaln(ell - m + 1)
-                                                                - gammaln(ell + m + 1)))
-
-
-def _knl(n, ell):
-    return 0.5 * n * (n + 4 * ell + 3) + (ell + 1) * (2 * ell + 1)
-
-
-def _atil(n, ell):
-    k = _knl(n, ell)
-    g = math.exp(gammaln(n + 1) + 2 * gammaln(2 * ell + 1.5) - gammaln(n + 4 * ell + 3))
-    return -(2.0 ** (8 * ell + 6) / (4 * math.pi * k)) * g * (n + 2 * ell + 1.5)
-
-
-def _sph(x):
-    r = np.linalg.norm(x, axis=1)
-    return r, x[:, 2] / r, np.arctan2(x[:, 1], x[:, 0])
-
-
-def ref_coefficients(x, mass, nmax, lmax, rs):
-    """Hernquist-Ostriker coefficients by direct sums with scipy.special (gala's normalisation)."""
-    r, X, ph = _sph(x)
-    s = r / rs
-    w = mass / mass.sum()
-    S = np.zeros((nmax + 1, lmax + 1, lmax + 1))
-    T = np.zeros_like(S)
-    for n in range(nmax + 1):
-        for ell in range(lmax + 1):
-            phi = -SQ4PI * s**ell / (1 + s) ** (2 * ell + 1) * eval_gegenbauer(
-                n, 2 * ell + 1.5, (s - 1) / (s + 1))
-            for m in range(ell + 1):
-                y = _norm(ell, m) * lpmv(m, ell, X)
-                t = w * (2 - (m == 0)) * _atil(n, ell) * phi * y
-                S[n, ell, m] = np.sum(t * np.cos(m * ph))
-                T[n, ell, m] = np.sum(t * np.sin(m * ph))
-    return S, T
-
-
-def ref_fields(x, S, T, rs, GM):
-    """Potential, acceleration and density from the basis sums (spherical gradient, off-axis)."""
-    r, X, ph = _sph(x)
-    s = r / rs
-    st = np.sqrt(1 - X**2)
-    nmax, lmax = S.shape[0] - 1, S.shape[1] - 1
-    pot = np.zeros(len(x))
-    dens = np.zeros(len(x))
-    gr = np.zeros(len(x))
-    gt = np.zeros(len(x))
-    gp = np.zeros(len(x))
-    xi = (s - 1) / (s + 1)
-    for n in range(nmax + 1):
-        for ell in range(lmax + 1):
-            a = 2 * ell + 1.5
-            c = eval_gegenbauer(n, a, xi)
-            dc = 2 * a * eval_gegenbauer(n - 1, a + 1, xi) if n > 0 else 0.0
-            radial = -SQ4PI * s**ell / (1 + s) ** (2 * ell + 1)
-            phi = radial * c
-            dradial = -SQ4PI * (ell * s ** (ell - 1.0) / (1 + s) ** (2 * ell + 1)
-                                - (2 * ell + 1) * s**ell / (1 + s) ** (2 * ell + 2))
-            dphi = dradial * c + radial * dc * 2 / (1 + s) ** 2
-            rho = SQ4PI * _knl(n, ell) / (2 * math.pi) * s**ell / (s * (1 + s) ** (2 * ell + 3)) * c
-            for m in range(ell + 1):
-                nlm = _norm(ell, m)
-                p = lpmv(m, ell, X)
-                pm1 = lpmv(m, ell - 1, X) if ell > 0 else 0.0
-                y = nlm * p
-                dy = nlm * (ell * X * p - (ell + m) * pm1) / st
-                sc = S[n, ell, m] * np.cos(m * ph) + T[n, ell, m] * np.sin(m * ph)
-                ds = m * (T[n, ell, m] * np.cos(m * ph) - S[n, ell, m] * np.sin(m * ph))
-                pot += phi * y * sc
-                dens += rho * y * sc
-                gr += dphi * y * sc
-                gt += phi / s * dy * sc
-                gp += phi / s * y * ds / st
-    cp, sp = np.cos(ph), np.sin(ph)
-    g = np.stack([st * cp * gr + X * cp * gt - sp * gp,
-                  st * sp * gr + X * sp * gt + cp * gp,
-                  X * gr - st * gt], axis=1)
-    return pot * GM / rs, -g * GM / rs**2, dens * GM / rs**3
-
-
-def _cloud(rng, n=2000):
-    x = rng.normal(size=(n, 3)) * np.array([1.0, 0.7, 0.5]) + np.array([0.2, -0.1, 0.05])
-    x[: n // 4] *= 3.0  # an extended tail
-    return x, rng.uniform(0.5, 1.5, n)
-
-
-def _rel(a, b):
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+from tests.support.expansion import _cloud, _rel, ref_coefficients, ref_fields
 
 
 # ------------------------------------------------------------------ reference agreement

@@ -16,22 +16,7 @@ from cosmo_dask.gravity import (
     open_gravity,
     to_zarr,
 )
-
-
-# ----------------------------------------------------------------------------- reference
-def direct_reference(pos, mass, G=1.0, eps=0.0, box=None):  # noqa: N803
-    """float64 all-pairs Plummer-softened accelerations and potentials (self excluded)."""
-    pos = np.asarray(pos, np.float64)
-    mass = np.broadcast_to(np.asarray(mass, np.float64), pos.shape[:1])
-    d = pos[:, None, :] - pos[None, :, :]
-    if box is not None:
-        d -= box * np.round(d / box)
-    r2 = (d**2).sum(-1) + eps**2
-    np.fill_diagonal(r2, np.inf)
-    inv = 1.0 / np.sqrt(r2)
-    acc = -G * np.einsum("ij,ijk->ik", mass[None, :] * inv**3, d)
-    pot = -G * (mass[None, :] * inv).sum(1)
-    return acc, pot
+from tests.support.gravity import direct_reference
 
 
 def _points(n, seed=0, box=None):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from test_gravity_direct import reference, rel_err
 
 from cosmo_dask.gravity.direct import direct_accelerations
+from tests.support.gravity import reference, rel_err
 
 pytestmark = pytest.mark.gpu
 

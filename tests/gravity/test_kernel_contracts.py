@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_gravity_direct import reference, rel_err
 
 from cosmo_dask.gravity import dispatch as kernels
 from cosmo_dask.spatial.fft import kslab_wavenumbers
+from tests.support.gravity import reference, rel_err
 
 BACKENDS = [pytest.param("cpu"), pytest.param("gpu", marks=pytest.mark.gpu)]
 

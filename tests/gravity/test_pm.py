@@ -10,11 +10,11 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from ewald_reference import ewald, ewald_long_range
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.pm import pm_accelerations
 from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy
+from tests.support.ewald_reference import ewald, ewald_long_range
 
 BOX = 1.0
 
@@ -174,7 +174,7 @@ def reference_pm(pos, mass, n, box, G, rs, interlace, potential):
     """Whole-mesh NumPy PM: test_paint's direct CIC painting, numpy.fft on the whole mesh,
     the Green's function and gradient written from pm_kernels' docstring, CIC gathering
     of the 8 nodes around each particle; (N, 3 or 4) float64."""
-    from test_paint import reference_paint
+    from tests.support.density import reference_paint
 
     h = box / n
     kf = 2 * np.pi / box

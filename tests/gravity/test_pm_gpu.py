@@ -44,9 +44,8 @@ def test_treepm_cupy_chunks():
     held to the Ewald reference instead, and to each other in the median."""
     cupy = pytest.importorskip("cupy")
     pytest.importorskip("cosmo_dask.gravity.tree_gpu")
-    from ewald_reference import ewald
-
     from cosmo_dask.gravity.treepm import treepm_accelerations
+    from tests.support.ewald_reference import ewald
 
     rng = np.random.default_rng(3)
     pos = rng.random((4096, 3))

@@ -15,11 +15,11 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from ewald_reference import ewald
 from scipy.special import erfc
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.treepm import background_constant, treepm_accelerations
+from tests.support.ewald_reference import ewald
 
 BOX = 100.0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.spatial import cKDTree
-from test_fof import clustered, reference_labels
 
 from cosmo_dask import Snapshot
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos import fof, open_catalog
+from tests.support.fof_reference import clustered, reference_labels
 
 
 def _unwrap(x, ref, box):

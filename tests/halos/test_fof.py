@@ -2,50 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from cosmo_dask import Snapshot
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos.fof import fof_labels
-
-
-def reference_labels(pos, ll, box, min_members, ids=None, min_friends=1):
-    """cKDTree pairs + connected components; halos ordered by size, ties by smallest id."""
-    n = len(pos)
-    tree = cKDTree(pos, boxsize=box) if box else cKDTree(pos)
-    pairs = tree.query_pairs(ll, output_type="ndarray")
-    if min_friends > 1:
-        friends = np.bincount(pairs.ravel(), minlength=n)
-        core = friends >= min_friends
-        pairs = pairs[core[pairs[:, 0]] & core[pairs[:, 1]]]
-    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
-    _, comp = connected_components(graph, directed=False)
-    ids = np.arange(n) if ids is None else ids
-    sizes = np.bincount(comp)
-    first = np.full(sizes.size, np.iinfo(np.int64).max)
-    np.minimum.at(first, comp, ids)
-    keep = np.flatnonzero(sizes >= min_members)
-    order = keep[np.lexsort((first[keep], -sizes[keep]))]
-    halo = np.full(sizes.size, -1)
-    halo[order] = np.arange(order.size)
-    return halo[comp], sizes[order], first[order]
-
-
-def clustered(rng, n_uniform, box, sigma, per_blob=60):
-    """Uniform background plus blobs centred on every face, edge and corner of the box
-    and of the 2x2x2 and 3x3x3 domain grids."""
-    fractions = (0.0, 1 / 3, 0.5, 2 / 3)
-    centres = [np.array(c) * box for c in itertools.product(fractions, repeat=3)]
-    centres += list(rng.random((20, 3)) * box)
-    blobs = [c + rng.normal(scale=sigma, size=(per_blob, 3)) for c in centres]
-    pos = np.concatenate([rng.random((n_uniform, 3)) * box] + blobs)
-    return np.mod(pos, box)
+from tests.support.fof_reference import clustered, reference_labels
 
 
 def _check(snap, result, ll, min_members, ids=None, min_friends=1):
@@ -131,7 +95,6 @@ def test_friend_counts_only_for_an_mcp_centre(rng, client, monkeypatch):
     """``fof`` counts friends only when a result needs them (the MCP): catalogs without
     it never run the counting pass, and runs with and without counts in one session keep
     apart (the need is part of the task keys); catalogs and labels are unchanged."""
-    from scipy.spatial import cKDTree
 
     from cosmo_dask.halos import fof, fof_kernels
 

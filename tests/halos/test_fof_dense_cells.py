@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fof_reference import reference as _reference
 
 from cosmo_dask.halos.fof_kernels import fof_local
+from tests.support.fof_reference import reference as _reference
 
 # ---------------------------------------------------------------- references
 

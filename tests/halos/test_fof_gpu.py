@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_fof import clustered, reference_labels
 
 from cosmo_dask import Snapshot, open_snapshot
 from cosmo_dask.halos import fof, fof_labels
+from tests.support.fof_reference import clustered, reference_labels
 
 pytestmark = pytest.mark.gpu
 

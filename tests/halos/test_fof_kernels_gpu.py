@@ -3,7 +3,7 @@ identical labels and friend counts, on both paths (dense-cell labels without cou
 pair tests with counts).
 
 Every test runs on the GPU (``gpu`` mark, skipped without CUDA) and on the host: the
-same CUDA source compiled as C++ (``tests/cuda_host.py``) and driven by the same
+same CUDA source compiled as C++ (``tests/support/cuda_host.py``) and driven by the same
 Python pipeline (``fof_pipeline`` with NumPy), by threads one after the other in
 reverse and, for the dense and clustered sets (``RACES``), also by threads at once;
 skipped without a C++ compiler.
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 
-import cuda_host
 import numpy as np
 import pytest
-from fof_reference import reference as scipy_reference
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos import fof_kernels, fof_kernels_gpu
 from cosmo_dask.halos.fof_kernels import class_rows, fof_local
+from tests.support import cuda_host
+from tests.support.fof_reference import reference as scipy_reference
 
 
 # ---------------------------------------------------------------- backends

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fof_reference import reference
-from test_center_kernels import _gpu_case, brute_potentials, mbp_case
 
 from cosmo_dask.backend import host
 from cosmo_dask.halos import dispatch
+from tests.support.fof_reference import reference
+from tests.support.halos import _gpu_case, brute_potentials, mbp_case
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

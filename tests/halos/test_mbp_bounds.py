@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_center_kernels import brute_potentials, model_halo, plummer
 
 import cosmo_dask.halos.center_kernels as ck
 from cosmo_dask.halos.center_kernels import segment_mbp, segment_potentials, segmented_argmin
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
+from tests.support.halos import brute_potentials, model_halo, plummer
 
 
 def _reference(pos, mass, starts, **kw):

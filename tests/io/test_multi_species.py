@@ -18,9 +18,6 @@ import dask
 import h5py
 import numpy as np
 import pytest
-import test_gadget as tg
-import test_gadget_binary as tb
-import test_swift as ts
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
@@ -30,6 +27,9 @@ from cosmo_dask.cli import main
 from cosmo_dask.errors import ParameterError, SnapshotError
 from cosmo_dask.halos import fof
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5, from_swift
+from tests.support import gadget as tg
+from tests.support import gadget_binary as tb
+from tests.support import swift as ts
 
 MASS_TABLE = [0.0, 0.3, 0.0, 0.0, 0.0, 0.0]
 TOTAL = [12, 20, 0, 0, 4, 0]

@@ -18,14 +18,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import test_gadget as tg
-import test_gadget_binary as tb
-import test_swift as ts
 
 from cosmo_dask import Snapshot, open_snapshot
 from cosmo_dask.cli import main
 from cosmo_dask.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5, from_swift
+from tests.support import gadget as tg
+from tests.support import gadget_binary as tb
+from tests.support import swift as ts
 
 N = 1000
 TABLE = [0.0, 0.3, 0.0, 0.0, 0.0, 0.0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import good_attrs, write_raw_store
 
 from cosmo_dask import Snapshot, SnapshotError, open_snapshot
 from cosmo_dask.cli import main
 from cosmo_dask.validation import duplicate_ids
+from tests.support.stores import good_attrs, write_raw_store
 
 N = 200
 

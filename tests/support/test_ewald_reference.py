@@ -9,7 +9,8 @@ Newton plus the background's linear pull ``+ (4 pi G m / 3 L^3) r_vec``.
 from __future__ import annotations
 
 import numpy as np
-from ewald_reference import MADELUNG_SC, ewald, ewald_long_range, ewald_parameters
+
+from tests.support.ewald_reference import MADELUNG_SC, ewald, ewald_long_range, ewald_parameters
 
 
 def test_split_independence(rng):

@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graphs.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_graphs.py"
 
 
 def _bench():

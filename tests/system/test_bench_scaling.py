@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scaling.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scaling.py"
 
 
 @pytest.mark.slow

@@ -211,10 +211,9 @@ def test_a_chunk_altered_in_place_fails_the_full_check(tmp_path, capsys):
 
 
 def test_foreign_store_missing_chunk_needs_explicit_permission(tmp_path):
-    from conftest import good_attrs, write_raw_store
-
     from cosmo_dask import open_snapshot
     from cosmo_dask.errors import SnapshotError
+    from tests.support.stores import good_attrs, write_raw_store
 
     pos = np.random.default_rng(3).random((256, 3))
     path = write_raw_store(tmp_path / "raw.zarr", {"pos": pos}, good_attrs(box_size=1.0),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("dask_jobqueue")
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.fixture(scope="module")

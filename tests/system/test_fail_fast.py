@@ -19,12 +19,12 @@ import uuid
 import dask
 import numpy as np
 import pytest
-from conftest import good_attrs, write_raw_store
 
 from cosmo_dask import progress
 from cosmo_dask.errors import ClusterError, ParameterError
+from tests.support.stores import good_attrs, write_raw_store
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_SIDE = 16
 BOX = 10.0
 BAD = 1000  # the particle with the NaN (in the store's first chunk)

@@ -133,7 +133,7 @@ def test_local_cuda_cluster_computes_on_gpu_workers(tmp_path, rng, cupy):
 
 
 def test_gpu_check_errors_cross_the_cluster(tmp_path, rng, cupy):
-    from conftest import good_attrs, write_raw_store
+    from tests.support.stores import good_attrs, write_raw_store
 
     pos = rng.random((4000, 3))
     pos[2500] = [1.0, 0.5, 0.5]  # == box_size: outside [0, 1)

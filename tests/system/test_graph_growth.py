@@ -152,7 +152,8 @@ def test_tree_way_back_and_let_pruning_change_nothing(monkeypatch, cloud):
     np.testing.assert_array_equal(a1, a2)
     np.testing.assert_array_equal(p1, p2)
     # and both against the float64 direct sum of the truncated kernel (tree error level)
-    from test_gravity_tree_graph import direct_reference, rel_err
+    from tests.support.gravity import direct_reference_at as direct_reference
+    from tests.support.gravity import rel_err
 
     idx = np.arange(0, 2500, 25)
     ref_a, _ = direct_reference(x, m, idx, box=box, rs=0.3, r_cut=tg.default_r_cut(0.3))
@@ -227,10 +228,9 @@ def test_gpu_two_stage_exchanges_equal_the_reference(tmp_path, monkeypatch):
     """CuPy chunks through the two-stage split and way back (forced): FOF labels equal the
     scipy reference, and multi-domain tree forces equal the one-stage graph's."""
     cupy = pytest.importorskip("cupy")
-    from test_fof import clustered, reference_labels
-
     from cosmo_dask import Snapshot, open_snapshot
     from cosmo_dask.halos import fof_labels
+    from tests.support.fof_reference import clustered, reference_labels
 
     rng = np.random.default_rng(3)
     box = 40.0

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_gadget import make_parts, write_gadget_file
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.support.gadget import make_parts, write_gadget_file
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 #: blocks that .ci/run itself runs, each in a fresh virtual environment
 CI_MARKERS = ("<!-- demo-command -->", "<!-- test-command -->")
 

@@ -35,7 +35,7 @@ from cosmo_dask.errors import ParameterError, SnapshotError
 from cosmo_dask.models import zeldovich
 from cosmo_dask.simulation import SimulationInterrupted, open_simulation, run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEAD_PID = 999999999  # above any pid_max: no such process
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from slurm_local import LocalSlurm, missing_programs
+
+from tests.support.slurm_local import LocalSlurm, missing_programs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BOX = 10.0
 
 

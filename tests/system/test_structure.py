@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "cosmo_dask"
+ROOT = Path(__file__).resolve().parents[2] / "cosmo_dask"
 
 
 def _modules():

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+
+from tests.support.gravity import direct_sums_at as _direct
 
 pytestmark = pytest.mark.gpu
 
@@ -16,53 +16,6 @@ def _plummer(n, seed=11):
     r = 1.0 / np.sqrt(u ** (-2.0 / 3.0) - 1.0)
     v = rng.normal(size=(n, 3))
     return r[:, None] * v / np.linalg.norm(v, axis=1)[:, None]
-
-
-def _spline_kp(r, eps):
-    """Gadget-2 spline: force factor K (a = -m K r_vec) and potential P (phi = -m P)."""
-    h = 2.8 * eps
-    k, p = 1.0 / r**3, 1.0 / r
-    if eps > 0:
-        u = r / h
-        a, b = u < 0.5, (u >= 0.5) & (u < 1)
-        k = np.where(a, (10.666666666667 + u * u * (32.0 * u - 38.4)) / h**3, k)
-        k = np.where(b, (21.333333333333 - 48.0 * u + 38.4 * u * u - 10.666666666667 * u**3
-                         - 0.066666666667 / u**3) / h**3, k)
-        p = np.where(a, (2.8 - u * u * (5.333333333333 + u * u * (6.4 * u - 9.6))) / h, p)
-        p = np.where(b, -(-3.2 + 0.066666666667 / u + u * u * (10.666666666667 + u * (
-            -16.0 + u * (9.6 - 2.133333333333 * u)))) / h, p)
-    return k, p
-
-
-def _direct(pos, mass, idx, *, G=1.0, eps=0.0, kernel="plummer", box=None, rs=None,
-            r_cut=None):
-    """float64 direct sums on the targets idx (self-pairs excluded)."""
-    erfc = np.frompyfunc(math.erfc, 1, 1)
-
-    acc = np.zeros((len(idx), 3))
-    pot = np.zeros(len(idx))
-    for n_, i in enumerate(idx):
-        d = pos[i] - pos
-        if box is not None:
-            d -= box * np.rint(d / box)
-        r2 = (d * d).sum(1)
-        keep = np.arange(len(pos)) != i
-        if rs is not None:
-            keep &= r2 < r_cut**2
-        d, r2, m = d[keep], r2[keep], mass[keep]
-        r = np.sqrt(r2)
-        if kernel == "spline":
-            k, p = _spline_kp(r, eps)
-        else:
-            k, p = (r2 + eps**2) ** -1.5, (r2 + eps**2) ** -0.5
-        if rs is not None:
-            x = r / (2 * rs)
-            ec = erfc(x).astype(np.float64)
-            k = k * (ec + 2 * x / math.sqrt(math.pi) * np.exp(-x * x))
-            p = p * ec
-        acc[n_] = -G * ((m * k)[:, None] * d).sum(0)
-        pot[n_] = -G * (m * p).sum()
-    return acc, pot
 
 
 def _rel(a, b):

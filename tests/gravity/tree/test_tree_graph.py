@@ -10,34 +10,8 @@ import pytest
 
 from cosmo_dask.gravity.tree_graph import tree_accelerations
 from cosmo_dask.models import plummer
-
-
-def direct_reference(x, m, idx, *, box=None, rs=None, r_cut=None):
-    """float64 direct sum (minimum image and truncated kernel when asked) at rows idx."""
-    from scipy.special import erfc
-
-    d = x[idx, None, :] - x[None, :, :]
-    if box is not None:
-        d -= box * np.round(d / box)
-    r = np.sqrt((d**2).sum(-1))
-    self_pair = r == 0
-    r[self_pair] = 1.0
-    f = 1.0 / r**3
-    p = 1.0 / r
-    if rs is not None:
-        u = r / (2 * rs)
-        f = f * (erfc(u) + 2 * u / np.sqrt(np.pi) * np.exp(-u * u))
-        p = p * erfc(u)
-        f[r >= r_cut] = 0
-        p[r >= r_cut] = 0
-    f[self_pair] = 0
-    p[self_pair] = 0
-    acc = -(m[None, :, None] * d * f[..., None]).sum(1)
-    return acc, -(m[None, :] * p).sum(1)
-
-
-def rel_err(a, ref):
-    return np.linalg.norm(a - ref, axis=1) / np.linalg.norm(ref, axis=1)
+from tests.support.gravity import direct_reference_at as direct_reference
+from tests.support.gravity import rel_err
 
 
 @pytest.fixture(scope="module")

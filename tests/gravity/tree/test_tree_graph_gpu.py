@@ -6,10 +6,11 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from test_gravity_tree_graph import direct_reference, rel_err
 
 from cosmo_dask.gravity.tree_graph import tree_accelerations
 from cosmo_dask.models import plummer
+from tests.support.gravity import direct_reference_at as direct_reference
+from tests.support.gravity import rel_err
 
 pytestmark = pytest.mark.gpu
 
