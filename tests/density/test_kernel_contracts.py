@@ -29,6 +29,7 @@ from tests.support.density import (
     tet_volume,
     tiled_tets,
 )
+from tests.support.kernels import cpu_implementation
 
 BACKENDS = [pytest.param("cpu"), pytest.param("gpu", marks=pytest.mark.gpu)]
 
@@ -110,14 +111,14 @@ def test_tet_cube_volume_contract_float32_and_cpu(rng, backend):
     lo, h = rng.uniform(-1.0, 2.0, size=(200, 3)), rng.uniform(0.1, 1.5, size=200)
     got = tet_cube_volume_kernel(xp.asarray(tets), lo, h)
     assert isinstance(got, xp.ndarray) and got.dtype == np.float64
-    cpu = tet_cube_volume_kernel.cpu_implementation()(tets, lo, h)
+    cpu = cpu_implementation(tet_cube_volume_kernel)(tets, lo, h)
     if backend == "gpu":
         np.testing.assert_allclose(to_host(got), cpu, rtol=1e-12, atol=1e-15)
         assert (cpu > 0).mean() > 0.2  # many non-trivial pairs were compared
     t32 = tets.astype(np.float32)
     got32 = tet_cube_volume_kernel(xp.asarray(t32), lo, h)
     assert got32.dtype == np.float64
-    ref32 = tet_cube_volume_kernel.cpu_implementation()(t32.astype(np.float64), lo, h)
+    ref32 = cpu_implementation(tet_cube_volume_kernel)(t32.astype(np.float64), lo, h)
     np.testing.assert_allclose(to_host(got32), ref32, rtol=1e-12, atol=1e-15)
 
 
@@ -158,7 +159,7 @@ def test_deposit_tets_contract_mass_and_cpu(rng, backend, periodic):
     np.testing.assert_allclose(to_host(again), before + ones, rtol=1e-14,
                                atol=1e-14 * before.max())
     if backend == "gpu":
-        cpu = deposit_tets_kernel.cpu_implementation()(tets, mass, *args, periodic=periodic)
+        cpu = cpu_implementation(deposit_tets_kernel)(tets, mass, *args, periodic=periodic)
         np.testing.assert_allclose(before, cpu, rtol=1e-12, atol=1e-12 * cpu.max())
 
 
@@ -316,7 +317,7 @@ def test_column_bboxes_contract(backend, periodic):
                                atol=1e-12 * BOX)
     if backend == "gpu":
         host_col = tuple(to_host(a) for a in col)
-        c_lo, c_hi = column_bboxes_kernel.cpu_implementation()(host_col, BLOCK, ncz,
+        c_lo, c_hi = cpu_implementation(column_bboxes_kernel)(host_col, BLOCK, ncz,
                                                                snap.box_size)
         np.testing.assert_array_equal(to_host(lo), c_lo)
         np.testing.assert_array_equal(to_host(hi), c_hi)

@@ -16,9 +16,9 @@ from scipy.integrate import quad
 
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.expansion import MEX
-from cosmo_dask.expansion.mex_kernels import solid_harmonics
 from cosmo_dask.models import ferrers
 from tests.support.expansion import blob, legendre_reference, rel_err, self_masks, shell_reference
+from tests.support.kernels import solid_harmonics
 
 
 def sph_harm_potential(x, src, m, inner, lmax, G=1.0, skip=None):

@@ -8,8 +8,9 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from cosmo_dask.errors import ParameterError
-from cosmo_dask.halos.fof_kernels import canonical_labels, fof_local
+from cosmo_dask.halos.fof_kernels import fof_local
 from tests.support.fof_reference import brute_pairs as _brute_pairs
+from tests.support.fof_reference import canonical_labels
 from tests.support.fof_reference import kdtree_pairs as _kdtree_pairs
 from tests.support.fof_reference import wrap as _wrap
 

@@ -21,6 +21,7 @@ from cosmo_dask.halos import fof_kernels, fof_kernels_gpu
 from cosmo_dask.halos.fof_kernels import class_rows, fof_local
 from tests.support import cuda_host
 from tests.support.fof_reference import reference as scipy_reference
+from tests.support.kernels import fof_local_with
 
 
 # ---------------------------------------------------------------- backends
@@ -58,7 +59,7 @@ class _Host:
                                       self.order)
 
     def fof(self, pos, periods, ll, min_friends=1, count_friends=True):
-        return fof_kernels_gpu.fof_local_with(np, self.kernels, pos, periods, ll, min_friends,
+        return fof_local_with(np, self.kernels, pos, periods, ll, min_friends,
                                               count_friends)
 
     def group_rows(self, root, cls, ids, crossing, min_members):

@@ -11,6 +11,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from cosmo_dask.errors import ParameterError
+
 
 def wrap(pos, periods):
     """Periodic coordinates into [0, L) (the kernel's convention), float64."""
@@ -132,3 +134,27 @@ def clustered(rng, n_uniform, box, sigma, per_blob=60):
     blobs = [c + rng.normal(scale=sigma, size=(per_blob, 3)) for c in centres]
     pos = np.concatenate([rng.random((n_uniform, 3)) * box] + blobs)
     return np.mod(pos, box)
+
+
+def canonical_labels(labels) -> np.ndarray:
+    """Relabel a partition so each element's label is the smallest index of its group.
+
+    Parameters
+    ----------
+    labels : array_like
+        Any labelling, shape ``(m,)``; equal labels mean the same group.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(m,)``: for each element the smallest index carrying the
+        same label. Two labellings describe the same partition exactly when
+        their canonical forms are equal.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ParameterError(f"labels must be one-dimensional, got shape {labels.shape}")
+    if labels.size == 0:
+        return np.empty(0, dtype=np.int64)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    return first[inverse].astype(np.int64)
