@@ -13,10 +13,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$OUT/env.txt"
 python3 -c "import cupy; print('cupy', cupy.__version__)" 2>&1 | tee -a "$OUT/env.txt"
 timeout 450 python3 -m pytest -m gpu -q -x -p no:cacheprovider -rs --durations=15 \
-  tests/test_gravity_direct_gpu.py tests/test_truncated_kernel.py \
-  tests/test_gravity_tree_gpu.py tests/test_gravity_tree_graph_gpu.py \
-  tests/test_pm_gpu.py tests/test_treepm.py tests/test_paint_gpu.py \
-  tests/test_fof_kernels_gpu.py tests/test_gpu_halos.py tests/test_center_kernels.py \
-  tests/test_tet_volume_gpu.py tests/test_device_math.py \
+  tests/gravity/test_direct.py tests/gravity/test_truncated.py \
+  tests/gravity/tree/test_tree.py tests/gravity/tree/test_tree_graph.py \
+  tests/gravity/test_pm.py tests/gravity/test_treepm.py tests/density/test_paint.py \
+  tests/halos/test_fof_kernels.py tests/halos/test_fof.py tests/halos/test_center_kernels.py \
+  tests/density/test_tet_volume.py tests/cuda/test_device_math.py \
   2>&1 | tee "$OUT/gpu_tests_device_math.txt" | tail -30
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests_device_math.txt"

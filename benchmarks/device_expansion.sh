@@ -7,8 +7,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/env.txt"
-timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_scf_gpu.py tests/test_scf.py \
-  tests/test_mex_gpu.py tests/test_mex.py 2>&1 | tee "$OUT/expansion_tests.txt" | tail -8
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/expansion/test_scf.py \
+  tests/expansion/test_mex.py 2>&1 | tee "$OUT/expansion_tests.txt" | tail -8
 B="python3 benchmarks/bench_expansion.py --device gpu"
 {
   $B --methods scf --n 1000000 10000000 100000000 --chunks 10000000 --repeat 20 --cpu-check

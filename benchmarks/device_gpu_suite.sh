@@ -8,10 +8,10 @@
 source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy; print('cupy', cupy.__version__)"; } 2>&1 | tee "$OUT/env.txt"
-A="tests/test_center_kernels.py tests/test_cli_gpu_pipeline.py tests/test_distributed_fft.py
-   tests/test_fof_kernels_gpu.py tests/test_gpu.py tests/test_gpu_halos.py
-   tests/test_graph_growth.py tests/test_gravity_api.py tests/test_gravity_direct_gpu.py
-   tests/test_gravity_tree_gpu.py tests/test_gravity_tree_graph_gpu.py"
+A="tests/halos/test_center_kernels.py tests/cli/test_gpu_pipeline.py tests/spatial/test_fft.py
+   tests/halos/test_fof_kernels.py tests/system/test_gpu.py tests/halos/test_fof.py
+   tests/system/test_graph_growth.py tests/gravity/test_api.py tests/gravity/test_direct.py
+   tests/gravity/tree/test_tree.py tests/gravity/tree/test_tree_graph.py"
 if [ "${PART:-A}" = A ]; then
   files=$A; ignore=""
 else

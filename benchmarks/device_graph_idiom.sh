@@ -11,14 +11,14 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/graph_idiom_env.txt"
-python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/test_gravity_direct_gpu.py \
-  tests/test_mex_gpu.py tests/test_gravity_tree_graph_gpu.py tests/test_gravity_tree_gpu.py \
-  tests/test_pse_density_gpu.py tests/test_gpu_halos.py tests/test_gpu.py \
-  tests/test_cli_gpu_pipeline.py tests/test_store_writes.py 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/gravity/test_direct.py \
+  tests/expansion/test_mex.py tests/gravity/tree/test_tree_graph.py tests/gravity/tree/test_tree.py \
+  tests/density/test_pse.py tests/halos/test_fof.py tests/system/test_gpu.py \
+  tests/cli/test_gpu_pipeline.py tests/store/test_zarr_write.py 2>&1 \
   | tee "$OUT/graph_idiom_gpu_tests.txt" | tail -15
-python3 -m pytest -q -p no:cacheprovider -rf tests/test_task_graph.py tests/test_structure.py \
-  tests/test_gravity_direct.py tests/test_mex.py tests/test_spatial.py tests/test_gadget.py \
-  tests/test_tessellation.py tests/test_density_octree_result.py tests/test_validation.py 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -rf tests/core/test_task_graph.py tests/system/test_structure.py \
+  tests/gravity/test_direct.py tests/expansion/test_mex.py tests/spatial/test_domains.py tests/io/test_gadget.py \
+  tests/density/test_tessellation.py tests/test_density_octree_result.py tests/store/test_validation.py 2>&1 \
   | tee "$OUT/graph_idiom_cpu_tests.txt" | tail -6
 BASE=(); [ -d bench-out/base/cosmo_dask ] && BASE=(--base bench-out/base)
 python3 benchmarks/bench_graph_paths.py --device gpu --cases \

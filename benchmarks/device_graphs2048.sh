@@ -9,9 +9,9 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/graphs2048_env.txt"
-python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/test_graph_growth.py \
-  tests/test_gpu_halos.py tests/test_fof_kernels_gpu.py tests/test_gravity_tree_graph_gpu.py \
-  tests/test_gravity_tree_gpu.py tests/test_treepm.py 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/system/test_graph_growth.py \
+  tests/halos/test_fof.py tests/halos/test_fof_kernels.py tests/gravity/tree/test_tree_graph.py \
+  tests/gravity/tree/test_tree.py tests/gravity/test_treepm.py 2>&1 \
   | tee "$OUT/graphs2048_gpu_tests.txt" | tail -15
-python3 -m pytest -q -p no:cacheprovider -rf tests/test_graph_growth.py tests/test_spatial.py \
-  tests/test_gravity_tree_graph.py 2>&1 | tee "$OUT/graphs2048_cpu_tests.txt" | tail -6
+python3 -m pytest -q -p no:cacheprovider -rf tests/system/test_graph_growth.py tests/spatial/test_domains.py \
+  tests/gravity/tree/test_tree_graph.py 2>&1 | tee "$OUT/graphs2048_cpu_tests.txt" | tail -6

@@ -11,8 +11,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import cupy, numba; print('cupy', cupy.__version__, 'numba', numba.__version__)"; } \
   2>&1 | tee "$OUT/gravity_direct_env.txt"
-python3 -m pytest -q -p no:cacheprovider -rfs tests/test_gravity_direct_gpu.py \
-  tests/test_gravity_direct.py tests/test_truncated_kernel.py 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -rfs tests/gravity/test_direct.py \
+  tests/gravity/test_truncated.py 2>&1 \
   | tee "$OUT/gravity_direct_tests.txt" | tail -15
 python3 benchmarks/bench_gravity_direct.py ${GD_BENCH:-} 2>&1 \
   | tee "$OUT/gravity_direct_bench.jsonl"

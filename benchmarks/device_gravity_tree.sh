@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
   python3 -c "import cupy; print('cupy', cupy.__version__)"; } 2>&1 | tee "$OUT/env.txt"
 if [ "${TREE_TESTS:-1}" != 0 ]; then
   python3 -m pytest -q -p no:cacheprovider -m gpu -s -rfs \
-    tests/test_octree_gpu.py tests/test_gravity_tree_gpu.py 2>&1 \
+    tests/spatial/test_octree.py tests/gravity/tree/test_tree.py 2>&1 \
     | tee "$OUT/gpu_tests.txt" | tail -25
 fi
 python3 benchmarks/bench_gravity_tree_gpu.py ${TREE_BENCH:-} 2>&1 \

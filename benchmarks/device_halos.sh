@@ -20,7 +20,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$OUT/env.txt"
 timeout 140 python3 -m pytest -q -p no:cacheprovider -m gpu -rs --durations=10 \
-  tests/test_fof_kernels_gpu.py tests/test_gpu_halos.py 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25
+  tests/halos/test_fof_kernels.py tests/halos/test_fof.py 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25
 timeout 100 python3 benchmarks/bench_halos.py --device gpu --n-side 256 \
   --kinds clustered uniform plummer --repeat 5 --check-cpu \
   2>&1 | tee "$OUT/bench_halos_gpu_256.jsonl"

@@ -9,8 +9,8 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/env.txt"
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_pm_gpu.py tests/test_paint_gpu.py \
-  tests/test_distributed_fft.py tests/test_simulation_gpu.py -rfs 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/gravity/test_pm.py tests/density/test_paint.py \
+  tests/spatial/test_fft.py tests/simulation/test_simulation.py -rfs 2>&1 \
   | tee "$OUT/mesh_gpu_tests.txt" | tail -8
 B="python3 benchmarks/bench_mesh_scale.py --device gpu ${MESH_BENCH:-}"
 $B --what power 2>&1 | tee -a "$OUT/bench_mesh_scale_gpu.jsonl" | grep -v '^\s*$' | tail -2

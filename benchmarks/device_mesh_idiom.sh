@@ -9,9 +9,9 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/mesh_idiom_env.txt"
-python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/test_paint_gpu.py \
-  tests/test_pm_gpu.py tests/test_lpt.py tests/test_distributed_fft.py tests/test_treepm.py \
-  tests/test_simulation_gpu.py 2>&1 | tee "$OUT/mesh_idiom_gpu_tests.txt" | tail -15
-python3 -m pytest -q -p no:cacheprovider -rf -m "not slow" tests/test_task_graph.py \
-  tests/test_mesh_slabs.py tests/test_paint.py tests/test_power.py tests/test_pm.py \
-  tests/test_spherical_overdensity.py 2>&1 | tee "$OUT/mesh_idiom_cpu_tests.txt" | tail -6
+python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/density/test_paint.py \
+  tests/gravity/test_pm.py tests/models/test_lpt.py tests/spatial/test_fft.py tests/gravity/test_treepm.py \
+  tests/simulation/test_simulation.py 2>&1 | tee "$OUT/mesh_idiom_gpu_tests.txt" | tail -15
+python3 -m pytest -q -p no:cacheprovider -rf -m "not slow" tests/core/test_task_graph.py \
+  tests/spatial/test_slabs.py tests/density/test_paint.py tests/analysis/test_power.py tests/gravity/test_pm.py \
+  tests/halos/test_spherical_overdensity.py 2>&1 | tee "$OUT/mesh_idiom_cpu_tests.txt" | tail -6

@@ -4,7 +4,7 @@
 #   PART=tests   the GPU tests of the pipeline work (writers, CLI end to end, tree, ids)
 #   PART=all     every gpu-marked test
 #   PART=bench   benchmarks/bench_pipeline.py --device gpu at $SIZES (default 256 512)
-#   PART=ics     the IC tests on the GPU (tests/test_lpt.py gpu-marked: CPU vs GPU, chunking)
+#   PART=ics     the IC tests on the GPU (tests/models/test_lpt.py gpu-marked: CPU vs GPU, chunking)
 #                and benchmarks/bench_ics.py: 512^3 2LPT float32 ICs on the GPU, generated
 #                (default, 3 and 9 slabs) and written to a Zarr store, plus the CLI
 #                `cosmo-dask --gpu ics` as a user runs it (logs: gpu_tests_ics.txt,
@@ -26,8 +26,8 @@ for part in ${PART:-tests}; do
 case "$part" in
   tests)
     timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -rs -x --timeout 500 \
-      tests/test_store_writes.py tests/test_gravity_tree_gpu.py tests/test_validation.py \
-      tests/test_cli_gpu_pipeline.py ${EXTRA_TESTS:-} -s 2>&1 | tail -60 > "$OUT/gpu_tests_pipeline.txt"
+      tests/store/test_zarr_write.py tests/gravity/tree/test_tree.py tests/store/test_validation.py \
+      tests/cli/test_gpu_pipeline.py ${EXTRA_TESTS:-} -s 2>&1 | tail -60 > "$OUT/gpu_tests_pipeline.txt"
     ;;
   all)
     timeout 580 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests \
@@ -40,7 +40,7 @@ case "$part" in
     done
     ;;
   ics)
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -rs -s tests/test_lpt.py -k gpu \
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -rs -s tests/models/test_lpt.py -k gpu \
       2>&1 | tail -30 > "$OUT/gpu_tests_ics.txt"
     for slabs in "" 3 9; do
       timeout 200 python3 benchmarks/bench_ics.py --device gpu --n-side ${ICS_N:-512} \

@@ -29,8 +29,8 @@ TABLE=results/2026-11-25/camb_linear_pk_z0_planck18.txt
 if [ "${PART:-converge}" = treepm-speed ] && [ "${TESTS:-1}" != 0 ]; then
   python3 -c "import cupy; print('cupy', cupy.__version__)" >> "$OUT/env.txt" 2>&1
   timeout ${T_TESTS:-200} python3 -m pytest -q -p no:cacheprovider -m gpu -s -rfs \
-    tests/test_truncated_kernel.py tests/test_gravity_tree_gpu.py \
-    tests/test_gravity_tree_graph_gpu.py tests/test_treepm.py tests/test_simulation_gpu.py \
+    tests/gravity/test_truncated.py tests/gravity/tree/test_tree.py \
+    tests/gravity/tree/test_tree_graph.py tests/gravity/test_treepm.py tests/simulation/test_simulation.py \
     2>&1 | tee "$OUT/gpu_tests_treepm.txt" | tail -30
 fi
 cd benchmarks

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU host for the two-stage particle -> mesh-slab exchange
 # (spatial/slabs.py, branch slab-two-stage): install the carried wheels, run the
-# gpu-marked tests of tests/test_mesh_slabs.py (CuPy chunks through the forced
+# gpu-marked tests of tests/spatial/test_slabs.py (CuPy chunks through the forced
 # two-stage exchange: mesh, P(k), PM forces against the one-stage CuPy graph and the
 # CPU graph) and the GPU paint/PM tests, then time P(k) and PM of 256^3 particles
 # (64 chunks) on a 512^3 mesh in 32 slabs, one-stage and forced two-stage, on CuPy
@@ -11,8 +11,8 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/env.txt"
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mesh_slabs.py \
-  tests/test_paint_gpu.py tests/test_pm_gpu.py -rfs 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/spatial/test_slabs.py \
+  tests/density/test_paint.py tests/gravity/test_pm.py -rfs 2>&1 \
   | tee "$OUT/slab_two_stage_gpu_tests.txt" | tail -8
 B="python3 benchmarks/bench_mesh_scale.py --device gpu --n-side 256 --n-mesh 512 --slabs 32"
 for rep in 1 2 3; do  # alternate, so drifts hit both

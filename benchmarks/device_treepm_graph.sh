@@ -10,6 +10,6 @@ source benchmarks/device_setup.sh
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import cupy, dask; print('cupy', cupy.__version__, 'dask', dask.__version__)"; } \
   2>&1 | tee "$OUT/env.txt"
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mesh_slabs.py \
-  tests/test_gravity_tree_graph_gpu.py tests/test_pm_gpu.py tests/test_paint_gpu.py -rfs 2>&1 \
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/spatial/test_slabs.py \
+  tests/gravity/tree/test_tree_graph.py tests/gravity/test_pm.py tests/density/test_paint.py -rfs 2>&1 \
   | tee "$OUT/treepm_graph_gpu_tests.txt" | tail -8

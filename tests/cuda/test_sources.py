@@ -245,7 +245,7 @@ def test_sources_compile_through_the_loader(k):
     pytest.importorskip("cupy")
     name, defines, options, kernels = _variants()[k]
     if name == "octree_morton":   # the preamble of an elementwise kernel: octree tests
-        pytest.skip("compiled by cupy.ElementwiseKernel (tests/test_octree_gpu.py)")
+        pytest.skip("compiled by cupy.ElementwiseKernel (tests/spatial/test_octree.py)")
     mod = cuda.module(name, defines, options)
     for kernel in kernels:
         assert mod.get_function(kernel) is not None

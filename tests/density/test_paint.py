@@ -224,7 +224,7 @@ def test_mesh_size_and_memory_errors(particles, monkeypatch):
         paint(pos, n_mesh=8, box_size=50.0, slabs=0)
 
 
-# -------------------- on the GPU (formerly test_paint_gpu.py)
+# -------------------- on the GPU (formerly tests/test_paint_gpu.py)
 # Mesh painting and P(k) on the GPU: CuPy kernels against the (reference-checked) CPU path.
 
 

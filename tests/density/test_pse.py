@@ -252,7 +252,7 @@ def test_all_particles_at_one_point_deposit_there():
     assert np.all((lo <= point) & (point < lo + cell))
 
 
-# -------------------- on the GPU (formerly test_pse_gpu.py)
+# -------------------- on the GPU (formerly tests/test_pse_density_gpu.py)
 # pse_density on CuPy snapshots: tessellated and deposited on the GPU, against the CPU path.
 
 

@@ -317,12 +317,12 @@ def test_deposit_overflow_path_is_exact():
         assert lost2 == pytest.approx(lost1, rel=1e-13, abs=1e-13)
 
 
-# -------------------- on the GPU (formerly test_tet_volume_gpu.py)
+# -------------------- on the GPU (formerly tests/test_tet_volume_gpu.py)
 # GPU tetrahedron-cube volumes and deposits against the CPU (numba) kernel: the GPU-only
 # options (float32 arithmetic, ``method``), the per-cell clips kept for comparison and the
 # lattice kernel's stress cases. The contract itself (analytic volumes, tilings, float32
 # upcast, uniform lattice, patches, GPU = CPU through the dispatch) is tested for both
-# backends in ``tests/test_kernel_contracts_density.py``.
+# backends in ``tests/density/test_kernel_contracts.py``.
 
 
 def _cubes(rng, n, lo=-1.0, hi=2.0):
@@ -345,7 +345,7 @@ def test_gpu_float32_arithmetic_close_to_float64(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["lattice"])  # "auto": tests/test_kernel_contracts_density.py
+@pytest.mark.parametrize("method", ["lattice"])  # "auto": tests/density/test_kernel_contracts.py
 @pytest.mark.parametrize("periodic", [False, True])
 def test_gpu_deposit_equals_cpu(rng, method, periodic):
     import cupy as cp

@@ -2,8 +2,8 @@
 every backend: the dispatch object is called with NumPy or CuPy chunks and its results are
 checked against independent float64 references (scipy's Gegenbauer polynomials and
 spherical harmonics, Legendre pair sums). On a GPU the CUDA kernels are also compared with
-the numba kernels on larger sets (the comparison formerly in tests/test_scf_gpu.py and
-tests/test_mex_gpu.py)."""
+the numba kernels on larger sets (the comparison formerly in tests/expansion/test_scf.py and
+tests/expansion/test_mex.py)."""
 
 from __future__ import annotations
 

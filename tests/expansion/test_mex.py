@@ -320,7 +320,7 @@ def test_default_buckets_bound_the_memory_of_one_task(monkeypatch):
     assert len(ref.counts_) == 10
 
 
-# -------------------- on the GPU (formerly test_mex_gpu.py)
+# -------------------- on the GPU (formerly tests/test_mex_gpu.py)
 # MEX on CuPy chunks: CUDA kernels against the numba kernels and the references.
 
 
@@ -329,7 +329,7 @@ def cp():
     return pytest.importorskip("cupy")
 
 
-# the float64 CUDA kernels against the numba kernels: tests/test_kernel_contracts_expansion.py
+# the float64 CUDA kernels against the numba kernels: tests/expansion/test_kernel_contracts.py
 
 
 @pytest.mark.gpu

@@ -270,11 +270,11 @@ def test_bad_input(rng):
         SCF(2, 2).fit(x, m).potential(x[:, :2])
 
 
-# -------------------- on the GPU (formerly test_scf_gpu.py)
+# -------------------- on the GPU (formerly tests/test_scf_gpu.py)
 # SCF on the GPU: CuPy kernels against the (reference-checked) CPU kernels.
 
 
-# the float64 CUDA kernels against the numba kernels: tests/test_kernel_contracts_expansion.py
+# the float64 CUDA kernels against the numba kernels: tests/expansion/test_kernel_contracts.py
 
 
 @pytest.mark.gpu

@@ -200,10 +200,10 @@ def test_bad_arrays(cloud):
         direct_accelerations(da.from_array(x.astype(np.int64)), 1.0, G=1.0)
 
 
-# -------------------- on the GPU (formerly test_direct_gpu.py)
+# -------------------- on the GPU (formerly tests/test_gravity_direct_gpu.py)
 # Direct summation gravity on the GPU (CuPy RawKernel) against float64 NumPy references:
 # launch shapes and the graph on CuPy chunks (the kernel's contract on both backends:
-# tests/test_kernel_contracts_gravity.py).
+# tests/gravity/test_kernel_contracts.py).
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Periodic PM forces against the Ewald reference (tests/ewald_reference.py), conservation,
+"""Periodic PM forces against the Ewald reference (tests/support/ewald_reference.py), conservation,
 self-force, chunk independence, precision, errors.
 
 Measured values (CPU, 2026-11-21) are stated in each test's docstring.
@@ -251,9 +251,9 @@ def test_slab_pm_float32_and_cluster(random_set, client):
     np.testing.assert_array_equal(p_c, p32)
 
 
-# -------------------- on the GPU (formerly test_pm_gpu.py)
+# -------------------- on the GPU (formerly tests/test_pm_gpu.py)
 # PM and TreePM graphs on CuPy chunks (the GPU PM kernels against the CPU ones and their
-# references: tests/test_kernel_contracts_gravity.py).
+# references: tests/gravity/test_kernel_contracts.py).
 
 
 @pytest.mark.gpu

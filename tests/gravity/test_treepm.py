@@ -1,4 +1,4 @@
-"""TreePM against the Ewald-summed direct reference (tests/ewald_reference.py).
+"""TreePM against the Ewald-summed direct reference (tests/support/ewald_reference.py).
 
 The short range is checked twice: with a brute-force truncated sum written here (minimum
 image, every pair closer than r_cut; it replaces ``cosmo_dask.gravity.tree_cpu`` for the

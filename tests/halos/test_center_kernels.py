@@ -337,7 +337,7 @@ def test_gpu_module_imports_without_cupy():
     assert callable(center_kernels_gpu.segment_potentials_gpu)
 
 
-# the float64 GPU kernel against the CPU kernel: tests/test_kernel_contracts_halos.py
+# the float64 GPU kernel against the CPU kernel: tests/halos/test_kernel_contracts.py
 
 
 @pytest.mark.gpu

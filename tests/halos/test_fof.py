@@ -152,7 +152,7 @@ def test_gpu_catalog_with_and_without_friend_counts(rng, centers):
                                    rtol=1e-10, atol=1e-12, err_msg=name)
 
 
-# -------------------- on the GPU (formerly test_fof_gpu.py)
+# -------------------- on the GPU (formerly tests/test_gpu_halos.py)
 # Friends-of-friends and the halo catalog on CuPy-backed snapshots (H100/H200).
 
 

@@ -346,7 +346,7 @@ def test_friend_counts_min_friends_cores_dense(rng, k):
     _check(pos, [1.0, 1.0, 1.0], 0.01, min_friends=k)
 
 
-# -------------------- on the GPU (formerly test_fof_kernels_gpu.py)
+# -------------------- on the GPU (formerly tests/test_fof_kernels_gpu.py)
 # The GPU friends-of-friends kernel against the CPU kernel and the scipy reference:
 # identical labels and friend counts, on both paths (dense-cell labels without counts,
 # pair tests with counts).

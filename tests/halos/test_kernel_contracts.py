@@ -99,7 +99,7 @@ def test_segment_potentials(xp, rng, periodic, eps):
     assert got.dtype == np.float64
     want = brute_potentials(pos, mass, starts, eps=eps, box=box)
     np.testing.assert_allclose(host(got), want, rtol=1e-10, atol=0)
-    if xp is not np:  # and the GPU kernel against the CPU kernel (tests/test_center_kernels)
+    if xp is not np:  # and the GPU kernel against the CPU kernel (tests/halos/test_center_kernels)
         ref = dispatch.segment_potentials(pos, mass, starts, box_size=box, softening=eps)
         np.testing.assert_allclose(host(got), ref, rtol=1e-10, atol=0)
 
@@ -108,7 +108,7 @@ def test_segment_potentials(xp, rng, periodic, eps):
 @pytest.mark.parametrize("eps", [0.0, 0.01])
 def test_segment_mbp(xp, rng, eps):
     """Each segment's most bound member and its potential: the argmin of the float64
-    double sum (tests/test_center_kernels.mbp_case: halos big enough for the CPU kernel's
+    double sum (tests/halos/test_center_kernels.mbp_case: halos big enough for the CPU kernel's
     octree pruning, small ones, an empty one, some straddling the periodic faces)."""
     box, unwrapped, pos, mass, starts, sizes = mbp_case(rng)
     rows, pot = dispatch.segment_mbp(xp.asarray(pos), xp.asarray(mass), xp.asarray(starts),

@@ -258,7 +258,7 @@ def test_overwrite_never_deletes_the_ics(tmp_path):
     assert open_snapshot(inner).n_particles == 512
 
 
-# -------------------- on the GPU (formerly test_simulation_gpu.py)
+# -------------------- on the GPU (formerly tests/test_simulation_gpu.py)
 # The simulation on CuPy chunks (one GPU) against the same run on NumPy chunks.
 
 
@@ -268,7 +268,7 @@ def _periodic_max_diff(a, b, box):
 
 
 @pytest.mark.gpu
-# PM: the GPU and CPU PM forces agree to ~1e-10 (tests/test_pm_gpu.py), so positions to
+# PM: the GPU and CPU PM forces agree to ~1e-10 (tests/gravity/test_pm.py), so positions to
 # far below 1e-6 Mpc/h (passed on an H100, 2026-11-25). TreePM: the GPU and CPU trees
 # differ at their own error level (~1e-3 of the force) and close pairs amplify it; on an
 # H100 (2026-11-25) the largest position difference after 3 steps was 0.022 Mpc/h (1/180

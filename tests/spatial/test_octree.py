@@ -208,7 +208,7 @@ def test_cell_keys_are_the_morton_keys_of_cells():
     assert np.count_nonzero(np.diff(parent) != 0) == len(np.unique(parent)) - 1
 
 
-# -------------------- on the GPU (formerly test_octree_gpu.py)
+# -------------------- on the GPU (formerly tests/test_octree_gpu.py)
 # GPU octree builder: layout invariants and multipoles vs NumPy float64 sums per node.
 
 

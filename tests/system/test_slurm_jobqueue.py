@@ -1,4 +1,4 @@
-"""SLURM for real: a one-node SLURM on 127.0.0.1 (tests/slurm_local.py), worker jobs
+"""SLURM for real: a one-node SLURM on 127.0.0.1 (tests/support/slurm_local.py), worker jobs
 submitted through deploy/slurm_jobqueue.py (dask-jobqueue), FOF with centres on a
 snapshot store read by those workers, against the local scheduler's answer; every
 daemon stopped afterwards.

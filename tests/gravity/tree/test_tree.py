@@ -327,7 +327,7 @@ def test_fused_walk_equals_stored_lists(plummer20k):
     assert np.median(rel_err(acc[:500], ref_a)) <= 2e-3  # theta = 0.6, N = 4000
 
 
-# -------------------- on the GPU (formerly test_tree_gpu.py)
+# -------------------- on the GPU (formerly tests/test_gravity_tree_gpu.py)
 # GPU tree forces vs float64 direct summation written here (NumPy).
 
 

@@ -105,7 +105,7 @@ def test_one_gpu_domain_graph(sphere, monkeypatch, scalar_mass):
     """The one-GPU-domain graph (all chunks into one gravity-group task, a slice per output
     chunk), run on NumPy chunks with the CPU tree standing in for the GPU tree: the same
     forces as the one-domain CPU graph, in the input's chunks (the GPU tree itself is
-    tested in test_gravity_tree_graph_gpu.py)."""
+    tested in the GPU tests below)."""
     import cosmo_dask.gravity.tree_gpu as tree_gpu
     from cosmo_dask.gravity.tree_cpu import tree_forces
     from cosmo_dask.gravity.tree_graph import _whole_gpu
@@ -182,7 +182,7 @@ def test_block_lets_periodic_nearest_image(monkeypatch):
     np.testing.assert_array_equal(out[True][1], out[False][1])
 
 
-# -------------------- on the GPU (formerly test_tree_graph_gpu.py)
+# -------------------- on the GPU (formerly tests/test_gravity_tree_graph_gpu.py)
 # Tree gravity graph on CuPy chunks: the GPU tree per domain, CuPy out.
 
 
