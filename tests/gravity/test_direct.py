@@ -10,6 +10,7 @@ import pytest
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.direct import direct_accelerations
 from cosmo_dask.gravity.p2p_kernels import p2p_block
+from tests.support.devices import DEVICES, array_module, to_host
 from tests.support.gravity import reference, rel_err, spline_KP
 
 
@@ -207,7 +208,7 @@ def test_bad_arrays(cloud):
 
 
 @pytest.fixture(scope="module")
-def gpu_cloud():
+def padded_cloud():
     rng = np.random.default_rng(21)
     n = 1500      # not a multiple of any tile: exercises the padding
     x = rng.normal(size=(n, 3)) + 50.0
@@ -218,11 +219,11 @@ def gpu_cloud():
 @pytest.mark.gpu
 @pytest.mark.parametrize("threads, per_thread, splits", [(64, 1, 1), (128, 4, None),
                                                           (256, 8, 3), (32, 2, 7)])
-def test_gpu_launch_shapes_agree(gpu_cloud, threads, per_thread, splits):
+def test_gpu_launch_shapes_agree(padded_cloud, threads, per_thread, splits):
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.gravity.p2p_kernels_gpu import p2p_block_gpu
 
-    x, m = gpu_cloud
+    x, m = padded_cloud
     a0, p0 = reference(x, m, eps=0.01)
     xd, md = cupy.asarray(x), cupy.asarray(m)
     a, p = p2p_block_gpu(xd, xd, md, softening=0.01, exclude="index", threads=threads,
@@ -235,19 +236,19 @@ def test_gpu_launch_shapes_agree(gpu_cloud, threads, per_thread, splits):
     assert rel_err(a.get(), b0[:700]).max() < 1e-11 and rel_err(p.get(), q0[:700]).max() < 1e-11
 
 
-@pytest.mark.gpu
-def test_dask_graph_cupy_chunks(gpu_cloud):
-    cupy = pytest.importorskip("cupy")
-    x, m = gpu_cloud
+@pytest.mark.parametrize("device", DEVICES)
+def test_dask_graph_device_chunks(padded_cloud, device):
+    xp = array_module(device)
+    x, m = padded_cloud
     a0, p0 = reference(x, m, G=2.0, eps=0.05, kernel="spline")
-    pos = da.from_array(cupy.asarray(x), chunks=(400, 3), asarray=False)
-    mass = da.from_array(cupy.asarray(m), chunks=400, asarray=False)
+    pos = da.from_array(xp.asarray(x), chunks=(400, 3), asarray=False)
+    mass = da.from_array(xp.asarray(m), chunks=400, asarray=False)
     acc, pot = direct_accelerations(pos, mass, G=2.0, softening=0.05, softening_kernel="spline")
-    assert isinstance(acc._meta, cupy.ndarray) and acc.chunks[0] == pos.chunks[0]
+    assert isinstance(acc._meta, xp.ndarray) and acc.chunks[0] == pos.chunks[0]
     a, p = acc.compute(), pot.compute()
-    assert isinstance(a, cupy.ndarray) and isinstance(p, cupy.ndarray)
-    assert rel_err(a.get(), a0).max() < 1e-11 and rel_err(p.get(), p0).max() < 1e-11
+    assert isinstance(a, xp.ndarray) and isinstance(p, xp.ndarray)
+    assert rel_err(to_host(a), a0).max() < 1e-11 and rel_err(to_host(p), p0).max() < 1e-11
     acc32, _ = direct_accelerations(pos, mass, G=2.0, softening=0.05,
                                     softening_kernel="spline", precision="float32")
     a32 = acc32.compute()
-    assert a32.dtype == np.float32 and np.median(rel_err(a32.get(), a0)) < 3e-6
+    assert a32.dtype == np.float32 and np.median(rel_err(to_host(a32), a0)) < 3e-6

@@ -9,6 +9,7 @@ from scipy.spatial import cKDTree
 from cosmo_dask import Snapshot, open_snapshot
 from cosmo_dask.errors import ParameterError
 from cosmo_dask.halos import fof, fof_labels
+from tests.support.devices import DEVICES, array_module, to_host
 from tests.support.fof_reference import clustered, reference_labels
 
 
@@ -161,20 +162,21 @@ def cupy():
     return pytest.importorskip("cupy")
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n_domains", [1, 8])
-def test_gpu_fof_from_zarr_equals_reference(tmp_path, cupy, n_domains):
+def test_fof_from_zarr_equals_reference(tmp_path, device, n_domains):
+    xp = array_module(device)
     rng = np.random.default_rng(3)
     box = 40.0
     pos = clustered(rng, 20000, box, sigma=0.12)
     ids = rng.permutation(len(pos)).astype(np.int64)
     Snapshot.from_arrays(pos, ids=ids, box_size=box, chunks=5000).to_zarr(tmp_path / "s.zarr")
-    snap = open_snapshot(tmp_path / "s.zarr", device="gpu")
+    snap = open_snapshot(tmp_path / "s.zarr", device=device)
     res = fof_labels(snap, 0.25, absolute=True, min_members=5, n_domains=n_domains)
     got = res.labels.compute()
-    assert isinstance(got, cupy.ndarray)
+    assert isinstance(got, xp.ndarray)
     labels, sizes, first = reference_labels(pos, 0.25, box, 5, ids)
-    np.testing.assert_array_equal(got.get(), labels)
+    np.testing.assert_array_equal(to_host(got), labels)
     np.testing.assert_array_equal(res.n_members, sizes)
     np.testing.assert_array_equal(res.first_member_id, first)
 

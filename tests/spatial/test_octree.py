@@ -9,6 +9,7 @@ from cosmo_dask.errors import ParameterError
 from cosmo_dask.models import plummer
 from cosmo_dask.spatial.morton import key_cell, morton_keys, sort_by_key
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
+from tests.support.devices import DEVICES, array_module, to_host
 
 
 def _interleave(i: int, j: int, k: int) -> int:
@@ -228,20 +229,24 @@ def _spread(v):
 
 
 def _host_tree(tree):
-    cupy = pytest.importorskip("cupy")
-    return {k: (cupy.asnumpy(v) if isinstance(v, cupy.ndarray) else v)
+    return {k: (to_host(v) if type(v).__module__.startswith("cupy") else v)
             for k, v in vars(tree).items()}
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_layout_and_multipoles(dtype):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.spatial.octree_gpu import build_octree_gpu
+def test_layout_and_multipoles(dtype, device):
+    """The builder of either device: layout invariants and multipoles against NumPy
+    float64 sums per node."""
+    xp = array_module(device)
+    if device == "gpu":
+        from cosmo_dask.spatial.octree_gpu import build_octree_gpu as build
+    else:
+        build = build_octree
 
     pos, mass = _plummer(3000)
     pos = pos.astype(dtype)
-    tree = build_octree_gpu(cupy.asarray(pos), cupy.asarray(mass), max_leaf=16, max_group=40)
+    tree = build(xp.asarray(pos), xp.asarray(mass), max_leaf=16, max_group=40)
     t = _host_tree(tree)
     n, m = len(pos), tree.n_nodes
     order = t["order"]
