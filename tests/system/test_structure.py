@@ -235,3 +235,28 @@ def test_gpu_modules_are_reached_through_dispatch():
             continue
         found += [f"{me} imports {t}" for t in sorted(targets) if t.endswith("_gpu")]
     assert not found, "GPU modules imported outside dispatch modules:\n" + "\n".join(found)
+
+
+def test_test_modules_share_helpers_only_through_tests_support():
+    """tests/ mirrors the package; a helper two test modules need lives in tests/support/,
+    so no test module (nor conftest.py) imports another test module."""
+    tests = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.ImportFrom):
+                names = ["." * node.level + (node.module or "")]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                inside = parts[0] == "tests" or name.startswith(".")
+                if (parts[0].startswith(("test_", "conftest")) or name.startswith(".")
+                        or (inside and (len(parts) < 2 or parts[1] != "support"))
+                        or (inside and any(p.startswith("test_") for p in parts))):
+                    found.append(f"{path.relative_to(tests.parent)}:{node.lineno}: {name}")
+    assert not found, "test modules import other test modules:\n" + "\n".join(found)
