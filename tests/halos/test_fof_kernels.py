@@ -417,7 +417,7 @@ def backend(request):
 
 
 @pytest.fixture
-def rng():
+def cuda_rng():
     return np.random.default_rng(2024)
 
 
@@ -444,50 +444,50 @@ def _same(backend, pos, periods, ll, min_friends=1, reference=False):
     return root_c, friends_c
 
 
-def _blobs_on_faces_and_corners(rng, n_uniform, box, sigma, per_blob):
+def _blobs_on_faces_and_corners(cuda_rng, n_uniform, box, sigma, per_blob):
     """Uniform background plus Gaussian blobs on every corner, edge and face centre
     of the box, plus random ones; coordinates left unwrapped (some < 0 or >= box)."""
     fractions = (0.0, 0.5, 1.0)
     centres = [np.array(c) * box for c in itertools.product(fractions, repeat=3)]
-    centres += list(rng.random((10, 3)) * box)
-    blobs = [c + rng.normal(scale=sigma, size=(per_blob, 3)) for c in centres]
-    return np.concatenate([rng.random((n_uniform, 3)) * box] + blobs)
+    centres += list(cuda_rng.random((10, 3)) * box)
+    blobs = [c + cuda_rng.normal(scale=sigma, size=(per_blob, 3)) for c in centres]
+    return np.concatenate([cuda_rng.random((n_uniform, 3)) * box] + blobs)
 
 
-def _plummer(rng, n, centre, a, box):
+def _plummer(cuda_rng, n, centre, a, box):
     """A Plummer sphere of ``n`` points and scale radius ``a`` (truncated at ~7 a),
     wrapped into ``[0, box)`` when ``box``."""
-    u = rng.uniform(0.0, 0.98, n)
+    u = cuda_rng.uniform(0.0, 0.98, n)
     r = a / np.sqrt(u ** (-2 / 3) - 1)
-    v = rng.normal(size=(n, 3))
+    v = cuda_rng.normal(size=(n, 3))
     pos = np.asarray(centre) + v * (r / np.linalg.norm(v, axis=1))[:, None]
     return np.mod(pos, box) if box else pos
 
 
-def _plummer_set(rng, L, scale=1):
+def _plummer_set(cuda_rng, L, scale=1):
     """Dense spheres (fine cells with dozens of members) centred on a face, an edge, a
     corner and inside, plus a uniform background."""
-    parts = [rng.random((3000 * scale, 3)) * L]
+    parts = [cuda_rng.random((3000 * scale, 3)) * L]
     for centre, n, a in (((0.0, 2.0, 2.0), 5000, 0.08), ((0.02, L - 0.01, 1.0), 4000, 0.05),
                          ((L - 0.01, 0.0, 0.01), 3000, 0.04), ((2.0, 2.5, 1.5), 6000, 0.15),
                          ((3.0, 1.0, 3.0), 500, 0.3)):
-        parts.append(_plummer(rng, n * scale, centre, a, L))
+        parts.append(_plummer(cuda_rng, n * scale, centre, a, L))
     return np.concatenate(parts)
 
 
 # ---------------------------------------------------------------- partitions and counts
-def test_cuda_uniform_periodic(backend, rng):
+def test_cuda_uniform_periodic(backend, cuda_rng):
     n, box = (200_000, 58.0) if backend.gpu else (40_000, 34.0)
-    root, friends = _same(backend, rng.random((n, 3)) * box, (box, box, box), 0.2)
+    root, friends = _same(backend, cuda_rng.random((n, 3)) * box, (box, box, box), 0.2)
     assert friends.max() > 1 and np.unique(root).size < root.size
 
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_plummer_spheres_straddling_faces(backend, rng, dtype):
+def test_plummer_spheres_straddling_faces(backend, cuda_rng, dtype):
     """Dense cells on faces, an edge and a corner of the periodic box, against scipy."""
     L = 4.0
-    pos = _plummer_set(rng, L).astype(dtype)
+    pos = _plummer_set(cuda_rng, L).astype(dtype)
     pos[pos >= L] = 0.0
     root, friends = _same(backend, pos, (L, L, L), 0.02, reference=True)
     assert friends.max() > 100
@@ -497,13 +497,13 @@ def test_plummer_spheres_straddling_faces(backend, rng, dtype):
 
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
-def test_dense_cell_straddling_a_periodic_face(backend, rng):
+def test_dense_cell_straddling_a_periodic_face(backend, cuda_rng):
     """A tight clump cut by the x = 0 face (and one cut by the y and z faces): its fine
     cells sit at both ends of the axis, one group through the minimum image."""
     L = 2.0
-    clump = rng.normal(scale=0.003, size=(400, 3)) + [0.0, 1.0, 1.0]
-    corner = rng.normal(scale=0.003, size=(300, 3)) + [1.0, 0.0, 0.0]
-    pos = np.concatenate([rng.random((3000, 3)) * L, clump, corner])
+    clump = cuda_rng.normal(scale=0.003, size=(400, 3)) + [0.0, 1.0, 1.0]
+    corner = cuda_rng.normal(scale=0.003, size=(300, 3)) + [1.0, 0.0, 0.0]
+    pos = np.concatenate([cuda_rng.random((3000, 3)) * L, clump, corner])
     for dtype in (np.float64, np.float32):
         p = pos.astype(dtype)
         root, friends = _same(backend, p, (L, L, L), 0.01, reference=True)
@@ -517,12 +517,12 @@ def test_dense_cell_straddling_a_periodic_face(backend, rng):
 
 
 @pytest.mark.parametrize("ll", [1.0, 1.0 + 1e-7, 1.0 - 1e-7, 1.5])
-def test_zeldovich_like_lattice(backend, rng, ll):
+def test_zeldovich_like_lattice(backend, cuda_rng, ll):
     """A lattice of spacing 1 moved by tiny displacements: many distances within 1e-6 of
     the linking length, periodic, against scipy."""
     n = 14
     q = np.indices((n, n, n)).reshape(3, -1).T + 0.5
-    _same(backend, q + rng.normal(scale=3e-7, size=q.shape), [float(n)] * 3, ll,
+    _same(backend, q + cuda_rng.normal(scale=3e-7, size=q.shape), [float(n)] * 3, ll,
           reference=True)
 
 
@@ -542,9 +542,9 @@ def test_stacked_duplicates_at_and_just_beyond_linking_length(backend):
 
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
-def test_clustered_periodic_blobs_on_faces_and_corners(backend, rng):
+def test_clustered_periodic_blobs_on_faces_and_corners(backend, cuda_rng):
     box = 20.0
-    pos = _blobs_on_faces_and_corners(rng, 20_000, box, sigma=0.3, per_blob=400)
+    pos = _blobs_on_faces_and_corners(cuda_rng, 20_000, box, sigma=0.3, per_blob=400)
     root, friends = _same(backend, pos, (box, box, box), 0.15)
     # the corner blob is one group across all eight corners of the box
     corner = np.flatnonzero(np.all(np.minimum(np.mod(pos, box), box - np.mod(pos, box)) < 0.1,
@@ -555,32 +555,32 @@ def test_clustered_periodic_blobs_on_faces_and_corners(backend, rng):
 
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
-def test_clustered_dense_core(backend, rng):
+def test_clustered_dense_core(backend, cuda_rng):
     """A few very dense blobs: many friends per particle, heavy union-find contention."""
     box = 10.0
-    centres = rng.random((5, 3)) * box
-    pos = np.concatenate([c + rng.normal(scale=0.05, size=(3000, 3)) for c in centres]
-                         + [rng.random((5000, 3)) * box])
+    centres = cuda_rng.random((5, 3)) * box
+    pos = np.concatenate([c + cuda_rng.normal(scale=0.05, size=(3000, 3)) for c in centres]
+                         + [cuda_rng.random((5000, 3)) * box])
     root, friends = _same(backend, pos, (box, box, box), 0.05)
     assert friends.max() > 500
 
 
-def test_open_axes(backend, rng):
-    pos = rng.normal(scale=3.0, size=(30_000, 3)) - 5.0
+def test_open_axes(backend, cuda_rng):
+    pos = cuda_rng.normal(scale=3.0, size=(30_000, 3)) - 5.0
     _same(backend, pos, (0.0, 0.0, 0.0), 0.12, reference=True)
 
 
-def test_open_axes_huge_extent(backend, rng):
+def test_open_axes_huge_extent(backend, cuda_rng):
     """Far-away outliers: the cells per open axis are capped and widened."""
-    pos = np.concatenate([rng.random((5000, 3)) * 4.0,
+    pos = np.concatenate([cuda_rng.random((5000, 3)) * 4.0,
                           np.array([[1e9, 0.0, -1e9], [1e9 + 0.01, 0.0, -1e9], [-3e8, 2e8, 0.0]])])
     root, _ = _same(backend, pos, (0.0, 0.0, 0.0), 0.1)
     assert root[5001] == 5000
 
 
-def test_mixed_periods(backend, rng):
+def test_mixed_periods(backend, cuda_rng):
     box = 12.0
-    pos = _blobs_on_faces_and_corners(rng, 10_000, box, sigma=0.25, per_blob=200)
+    pos = _blobs_on_faces_and_corners(cuda_rng, 10_000, box, sigma=0.25, per_blob=200)
     pos[:, 1] *= 0.7  # open axis with its own extent
     _same(backend, pos, (box, 0.0, box), 0.2)
     _same(backend, pos, (0.0, box, 0.0), 0.2)
@@ -588,26 +588,26 @@ def test_mixed_periods(backend, rng):
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
 @pytest.mark.parametrize("min_friends", [2, 3, 8])
-def test_min_friends(backend, rng, min_friends):
+def test_min_friends(backend, cuda_rng, min_friends):
     box = 15.0
-    pos = _blobs_on_faces_and_corners(rng, 15_000, box, sigma=0.3, per_blob=150)
+    pos = _blobs_on_faces_and_corners(cuda_rng, 15_000, box, sigma=0.3, per_blob=150)
     root, friends = _same(backend, pos, (box, box, box), 0.2, min_friends=min_friends)
     low = friends < min_friends
     assert low.any() and (~low).any()
     np.testing.assert_array_equal(root[low], np.flatnonzero(low))
 
 
-def test_min_friends_open(backend, rng):
-    pos = rng.normal(scale=2.0, size=(20_000, 3))
+def test_min_friends_open(backend, cuda_rng):
+    pos = cuda_rng.normal(scale=2.0, size=(20_000, 3))
     _same(backend, pos, (0.0, 0.0, 0.0), 0.15, min_friends=3, reference=True)
 
 
-def test_cuda_duplicates(backend, rng):
+def test_cuda_duplicates(backend, cuda_rng):
     box = 5.0
-    base = rng.random((2000, 3)) * box
+    base = cuda_rng.random((2000, 3)) * box
     pos = np.concatenate([base, base[:500], base[:100], np.zeros((50, 3)),
                           np.full((20, 3), box), np.full((20, 3), -box)])
-    pos = pos[rng.permutation(len(pos))]
+    pos = pos[cuda_rng.permutation(len(pos))]
     root, friends = _same(backend, pos, (box, box, box), 0.05)
     assert friends.max() >= 89  # the 90 points at 0 == box == -box (mod box)
     _same(backend, pos, (box, box, box), 0.05, min_friends=3)
@@ -639,11 +639,11 @@ def test_exactly_at_linking_length(backend):
 
 
 @pytest.mark.parametrize("period", [0.05, 0.26, 0.29])
-def test_period_below_three_linking_lengths(backend, rng, period):
+def test_period_below_three_linking_lengths(backend, cuda_rng, period):
     """One or two cells along an axis (neighbour deduplication, double images)."""
     ll = 0.1
-    pos = rng.random((4000, 3)) * [4.0, period, 4.0]
-    pos[:, 1] += rng.integers(-2, 3, size=4000) * period  # unwrapped images
+    pos = cuda_rng.random((4000, 3)) * [4.0, period, 4.0]
+    pos[:, 1] += cuda_rng.integers(-2, 3, size=4000) * period  # unwrapped images
     _same(backend, pos, (4.0, period, 4.0), ll)
     _same(backend, pos, (0.0, period, 4.0), ll)
     _same(backend, pos, (4.0, period, period), ll)
@@ -651,32 +651,32 @@ def test_period_below_three_linking_lengths(backend, rng, period):
 
 
 @pytest.mark.parametrize("cells", [1.2, 2.5, 3.5])
-def test_few_cells_per_axis_with_a_dense_clump(backend, rng, cells):
+def test_few_cells_per_axis_with_a_dense_clump(backend, cuda_rng, cells):
     """Periods of a few linking lengths with a dense clump at the corner: neighbour
     offsets wrap onto themselves, fine cells hold many points."""
     ll = 0.1
     L = cells * ll
-    pos = np.concatenate([rng.random((600, 3)) * L, _plummer(rng, 600, (0.0, 0.0, 0.0), 0.01,
-                                                                 L)])
+    pos = np.concatenate([cuda_rng.random((600, 3)) * L,
+                          _plummer(cuda_rng, 600, (0.0, 0.0, 0.0), 0.01, L)])
     _same(backend, pos, (L, L, L), ll, reference=True)
     _same(backend, pos, (L, 0.0, L), ll)
 
 
 @pytest.mark.parametrize("sub", [1, 2])
-def test_fine_cells_not_provably_linked(backend, rng, monkeypatch, sub):
+def test_fine_cells_not_provably_linked(backend, cuda_rng, monkeypatch, sub):
     """Capped sub-division: fine cells too large to be linked internally fall back to
     single-particle units; the result is unchanged."""
     monkeypatch.setattr(fof_kernels, "_MAX_SUB_PER_AXIS", sub)
     L = 2.0
-    pos = np.concatenate([rng.random((3000, 3)) * L, _plummer(rng, 3000, (0.0, 1.0, 1.0),
+    pos = np.concatenate([cuda_rng.random((3000, 3)) * L, _plummer(cuda_rng, 3000, (0.0, 1.0, 1.0),
                                                               0.05, L)])
     _same(backend, pos, (L, L, L), 0.05, reference=True)
     _same(backend, pos, (0.0, L, 0.0), 0.05)
 
 
-def test_float32_positions(backend, rng):
+def test_float32_positions(backend, cuda_rng):
     box = np.float32(20.0)
-    pos32 = _blobs_on_faces_and_corners(rng, 20_000, float(box), sigma=0.3,
+    pos32 = _blobs_on_faces_and_corners(cuda_rng, 20_000, float(box), sigma=0.3,
                                         per_blob=100).astype(np.float32)
     _same(backend, pos32, (20.0, 20.0, 20.0), 0.2)  # wrapped in float64 by the kernels
     _same(backend, pos32, (0.0, 20.0, 0.0), 0.2, min_friends=3)
@@ -687,28 +687,28 @@ def test_float32_positions(backend, rng):
     _same(backend, inside, (20.0, 20.0, 20.0), 0.2, min_friends=4)
 
 
-def test_int64_indices(backend, rng, monkeypatch):
+def test_int64_indices(backend, cuda_rng, monkeypatch):
     """The int64 index variant (used from 2^31 particles), forced on a small set."""
     monkeypatch.setattr(fof_kernels_gpu, "INT32_ROWS", 0)
     L = 4.0
-    pos = _plummer_set(rng, L, scale=1)[::3]
+    pos = _plummer_set(cuda_rng, L, scale=1)[::3]
     _same(backend, pos, (L, L, L), 0.03)
     _same(backend, pos.astype(np.float32), (L, L, L), 0.03, min_friends=3)
 
 
 @pytest.mark.parametrize("backend", RACES, indirect=True)
 @pytest.mark.parametrize("min_members", [1, 20])
-def test_group_rows_equal_class_rows(backend, rng, min_members):
+def test_group_rows_equal_class_rows(backend, cuda_rng, min_members):
     """Per-group rows (no sort) reduce to the CPU's per-class rows."""
     L = 3.0
-    pos = np.concatenate([rng.random((20_000, 3)) * L,
-                          rng.normal(scale=0.05, size=(3000, 3)) + 1.5])
+    pos = np.concatenate([cuda_rng.random((20_000, 3)) * L,
+                          cuda_rng.normal(scale=0.05, size=(3000, 3)) + 1.5])
     root, _ = fof_local(pos, (L, L, L), 0.04, count_friends=False)
-    index = rng.permutation(10**6)[:len(pos)].astype(np.int64)
+    index = cuda_rng.permutation(10**6)[:len(pos)].astype(np.int64)
     rep = index[root]
-    ids = rng.permutation(10**7)[:len(pos)].astype(np.int64)
+    ids = cuda_rng.permutation(10**7)[:len(pos)].astype(np.int64)
     # some groups cross a domain face; pairs of them merge into one class
-    nodes = np.unique(rep[rng.random(rep.size) < 0.05])
+    nodes = np.unique(rep[cuda_rng.random(rep.size) < 0.05])
     merged = nodes.copy()
     merged[1::2] = nodes[0:nodes.size - 1:2][:merged[1::2].size]
     at = np.minimum(np.searchsorted(nodes, rep), nodes.size - 1)
@@ -729,12 +729,12 @@ def test_group_rows_equal_class_rows(backend, rng, min_members):
 
 # ---------------------------------------------------------------- GPU only
 @pytest.mark.gpu
-def test_numpy_input_and_non_contiguous(rng):
+def test_numpy_input_and_non_contiguous(cuda_rng):
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.halos.fof_kernels_gpu import fof_local_gpu
 
     box = 6.0
-    big = rng.random((4000, 6)) * box
+    big = cuda_rng.random((4000, 6)) * box
     pos = big[:, ::2]
     root_c, friends_c = fof_local(pos, (box, box, box), 0.2)
     root_g, friends_g = fof_local_gpu(pos, np.array([box, box, box]), 0.2)
@@ -748,18 +748,18 @@ def test_numpy_input_and_non_contiguous(rng):
 
 
 @pytest.mark.gpu
-def test_repeatable_on_a_large_clustered_set(rng):
+def test_repeatable_on_a_large_clustered_set(cuda_rng):
     """Runs on the same 2M clustered points give identical output (no races), equal to
     the CPU kernel, on both paths."""
     cupy = pytest.importorskip("cupy")
     from cosmo_dask.halos.fof_kernels_gpu import fof_local_gpu
 
     L = 40.0
-    parts = [rng.random((1_000_000, 3)) * L]
-    sizes = np.maximum(20, (rng.pareto(1.0, 3000) * 40).astype(int))
+    parts = [cuda_rng.random((1_000_000, 3)) * L]
+    sizes = np.maximum(20, (cuda_rng.pareto(1.0, 3000) * 40).astype(int))
     sizes = sizes[np.cumsum(sizes) <= 1_000_000]
     for n in sizes:
-        parts.append(_plummer(rng, int(n), rng.random(3) * L, 0.005 * n ** (1 / 3), L))
+        parts.append(_plummer(cuda_rng, int(n), cuda_rng.random(3) * L, 0.005 * n ** (1 / 3), L))
     pos = np.concatenate(parts).astype(np.float32)
     pos[pos >= L] = 0.0
     gpos = cupy.asarray(pos)
