@@ -392,7 +392,7 @@ def test_unexpected_error_is_one_line(monkeypatch, capsys):
     # (info has no --n-mesh: the name stays)
     line = _fail_with.__code__.co_firstlineno + 2  # where `command` raises
     assert err == ("cosmo-dask: error: RuntimeError: the n_mesh exploded (raised at "
-                   f"tests/cli/test_cli.py:{line} in command; run with --verbose for the "
+                   f"cli/test_cli.py:{line} in command; run with --verbose for the "
                    "traceback)\n")
     assert "Traceback" not in err
 
@@ -408,7 +408,7 @@ def test_unexpected_error_with_verbose_shows_the_traceback(monkeypatch, capsys):
     line = _fail_with.__code__.co_firstlineno + 2
     assert err.strip().splitlines()[-1] == (
         "cosmo-dask: error: RuntimeError: boom "
-        f"(raised at tests/cli/test_cli.py:{line} in command)")
+        f"(raised at cli/test_cli.py:{line} in command)")
 
 
 class _Client:
