@@ -13,7 +13,7 @@ source benchmarks/device_setup.sh
   2>&1 | tee "$OUT/graph_idiom_env.txt"
 python3 -m pytest -q -p no:cacheprovider -rfs -m gpu tests/gravity/test_direct.py \
   tests/expansion/test_mex.py tests/gravity/tree/test_tree_graph.py tests/gravity/tree/test_tree.py \
-  tests/density/test_pse.py tests/halos/test_fof.py tests/system/test_gpu.py \
+  tests/density/test_pse.py tests/halos/test_fof.py tests/core/test_backend.py tests/core/test_cluster.py tests/store/test_snapshot.py tests/models/test_zeldovich.py \
   tests/cli/test_gpu_pipeline.py tests/store/test_zarr_write.py 2>&1 \
   | tee "$OUT/graph_idiom_gpu_tests.txt" | tail -15
 python3 -m pytest -q -p no:cacheprovider -rf tests/core/test_task_graph.py tests/system/test_structure.py \

@@ -71,3 +71,23 @@ def test_chunk_size_config_is_checked():
     assert default_chunk_size() == 2**20
     with dask.config.set({"cosmo_dask.chunk_size": 0}), pytest.raises(ParameterError):
         default_chunk_size()
+
+
+# -------------------- on the GPU (formerly tests/test_gpu.py)
+# CuPy-backed snapshots and a LocalCUDACluster (run on an H100/H200 host).
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.gpu
+def test_backend_dispatch_and_to_device(cupy):
+    x = da.from_array(np.arange(30.0).reshape(10, 3), chunks=(4, 3))
+    g = to_device(x, "gpu")
+    assert isinstance(g._meta, cupy.ndarray) and array_module(g) is cupy
+    assert device_of(g) == "gpu" and device_of(x) == "cpu"
+    out = g.compute()
+    assert isinstance(out, cupy.ndarray)
+    np.testing.assert_array_equal(to_device(g, "cpu").compute(), x.compute())

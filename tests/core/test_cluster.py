@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dask
 import dask.system
+import numpy as np
 import pytest
 from distributed import LocalCluster
 
-from cosmo_dask import connect
-from cosmo_dask.backend import gpu_available
+from cosmo_dask import SnapshotError, connect, open_snapshot
+from cosmo_dask.backend import gpu_available, gpu_count
 from cosmo_dask.cluster import ENV_VAR
 from cosmo_dask.errors import ClusterError, DeviceError, ParameterError
+from tests.support.stores import snapshot_store as _store
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +211,71 @@ def test_closing_an_owned_cluster_quiets_its_worker_processes_only():
                  dashboard_address=":0", quiet=True) as client:
         quiet_workers(client)
         assert _distributed_levels() == before
+
+
+# -------------------- on the GPU (formerly tests/test_gpu.py)
+# CuPy-backed snapshots and a LocalCUDACluster (run on an H100/H200 host).
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.gpu
+def test_local_cuda_cluster_computes_on_gpu_workers(tmp_path, rng, cupy):
+    path, (pos, *_rest) = _store(tmp_path, rng, n=20000, chunks=3000)
+    with connect(gpu=True, quiet=True) as client:
+        workers = client.scheduler_info()["workers"]
+        assert len(workers) == gpu_count()
+        assert type(client.cluster).__name__ == "LocalCUDACluster"
+        snap = open_snapshot(path, device="gpu")
+        mean = client.compute(snap.pos.mean(axis=0), sync=True)
+        assert isinstance(mean, cupy.ndarray)
+        np.testing.assert_allclose(mean.get(), pos.astype(np.float64).mean(axis=0), rtol=1e-12)
+        assert snap.validate(full=True).ok
+    # the cluster the client started is closed with it
+    assert client.status == "closed"
+
+
+@pytest.mark.gpu
+def test_gpu_check_errors_cross_the_cluster(tmp_path, rng, cupy):
+    from tests.support.stores import good_attrs, write_raw_store
+
+    pos = rng.random((4000, 3))
+    pos[2500] = [1.0, 0.5, 0.5]  # == box_size: outside [0, 1)
+    path = write_raw_store(tmp_path / "o.zarr", {"pos": pos}, good_attrs(box_size=1.0),
+                           chunks=500)
+    with connect(gpu=True, quiet=True) as client:
+        snap = open_snapshot(path, device="gpu")
+        with pytest.raises(SnapshotError, match="particle 2500 at \\[1.0, 0.5, 0.5\\]"):
+            client.compute(snap.pos.sum(), sync=True)
+        wrapped = open_snapshot(path, device="gpu", wrap=True).pos
+        assert float(client.compute(wrapped.max(), sync=True)) < 1.0
+
+
+@pytest.mark.gpu
+def test_rmm_options_need_rmm(cupy):
+    import importlib.util
+
+    from cosmo_dask.errors import ClusterError
+
+    if importlib.util.find_spec("rmm") is not None:
+        with connect(gpu=True, rmm_pool_size="1GB", rmm_cupy=True, quiet=True) as client:
+            assert len(client.scheduler_info()["workers"]) == gpu_count()
+    else:
+        with pytest.raises(ClusterError, match="'rmm' package is not installed"):
+            connect(gpu=True, rmm_pool_size="1GB", quiet=True)
+
+
+@pytest.mark.gpu
+def test_worker_count_against_gpu_count(cupy):
+    from cosmo_dask.errors import DeviceError
+
+    n = gpu_count()
+    with pytest.raises(DeviceError, match=f"{n + 1} GPU workers asked for"):
+        connect(gpu=True, n_workers=n + 1, quiet=True)
+    # "auto" with more workers than GPUs runs CPU workers
+    with connect(gpu="auto", n_workers=n + 1, processes=False, quiet=True) as client:
+        assert type(client.cluster).__name__ == "LocalCluster"
+        assert len(client.scheduler_info()["workers"]) == n + 1

@@ -291,3 +291,24 @@ def test_cosmology_dict_defaults():
     assert c.Omega_L == 0.75 and c.h == 0.6766
     assert c.as_dict()["Omega_L"] == 0.75 and "T_cmb" not in c.as_dict()
     assert Cosmology.coerce(c) is c and Cosmology() == Cosmology.coerce(None)
+
+
+# -------------------- on the GPU (formerly tests/test_gpu.py)
+# CuPy-backed snapshots and a LocalCUDACluster (run on an H100/H200 host).
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.gpu
+def test_zeldovich_on_gpu_matches_cpu(cupy):
+    pytest.importorskip("scipy")
+    from cosmo_dask.models import zeldovich
+
+    snap = zeldovich(32, box_size=64.0, redshift=2.0, seed=9, chunks=5000)
+    cpu = snap.pos.compute()
+    gpu = snap.to_device("gpu").pos.compute()
+    assert isinstance(gpu, cupy.ndarray)
+    np.testing.assert_array_equal(gpu.get(), cpu)

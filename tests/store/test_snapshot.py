@@ -9,6 +9,7 @@ import pytest
 
 import cosmo_dask
 from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot, zarr_read
+from tests.support.stores import snapshot_store as _store
 
 
 def _snap(rng, n=1000, box=10.0, chunks=128, dtype=np.float64, **kw):
@@ -178,3 +179,93 @@ def test_particle_types_survive_the_store_and_are_counted(tmp_path, capsys):
     assert "species       type 0: 300, type 1: 600, type 4: 100" in capsys.readouterr().out
     with pytest.raises(SnapshotError, match="array 'ptype' has shape"):
         Snapshot.from_arrays(rng.random((10, 3)), ptype=np.zeros((10, 2), np.uint8))
+
+
+# -------------------- on the GPU (formerly tests/test_gpu.py)
+# CuPy-backed snapshots and a LocalCUDACluster (run on an H100/H200 host).
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.gpu
+def test_open_snapshot_on_gpu(tmp_path, rng, cupy):
+    path, (pos, vel, ids, mass) = _store(tmp_path, rng)
+    snap = open_snapshot(path, device="gpu")
+    assert snap.device == "gpu"
+    for arr in snap.arrays.values():
+        assert isinstance(arr._meta, cupy.ndarray)
+    got = snap.pos.compute()
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_array_equal(got.get(), pos)
+    np.testing.assert_array_equal(snap.vel.compute().get(), vel)
+    np.testing.assert_array_equal(snap.ids.compute().get(), ids)
+    # a float64 reduction on the GPU against NumPy
+    np.testing.assert_allclose(float(snap.mass.sum().compute()), mass.sum(), rtol=1e-12)
+    assert snap.validate(full=True).ok
+    assert isinstance(snap.to_device("cpu").pos.compute(), np.ndarray)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compressor", [None, "zstd"])
+def test_gpu_store_read_in_pieces(tmp_path, rng, cupy, monkeypatch, compressor):
+    """The GPU read (pinned pieces copied on per-thread streams) gives the stored values
+    for any piece size, across store chunks and dask chunks, compressed or not; a bad
+    value is reported by particle, as on the CPU."""
+    import cosmo_dask.zarr_read as zr
+
+    n, box = 10_007, 10.0
+    pos = rng.random((n, 3)) * box
+    ids = rng.permutation(n).astype(np.int64)
+    vel = rng.normal(size=(n, 3)).astype(np.float32)
+    pos[7_777] = [1.0, box + 1.0, 2.0]  # outside the box
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    group.attrs.update({"format": "cosmo_dask.snapshot", "format_version": 1,
+                        "box_size": box})
+    for name, data in {"pos": pos, "vel": vel, "ids": ids}.items():
+        arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
+                                 chunks=(1000,) + data.shape[1:],
+                                 compressors=(ZstdCodec(level=3),) if compressor else None)
+        arr[...] = data
+    monkeypatch.setattr(zr, "_STAGE_BYTES", 24 * 37)  # 37 float64 rows, 111 int64 ids
+    snap = open_snapshot(tmp_path / "s.zarr", device="gpu", chunks=3000)
+    assert isinstance(snap.pos._meta, cupy.ndarray)
+    np.testing.assert_array_equal(snap.ids.compute().get(), ids)
+    np.testing.assert_array_equal(snap.vel.compute().get(), vel)
+    raw = open_snapshot(tmp_path / "s.zarr", device="gpu", chunks=3000, check=False)
+    np.testing.assert_array_equal(raw.pos.compute().get(), pos)
+    with pytest.raises(SnapshotError, match="particle 7777"):
+        snap.pos.compute()
+    wrapped = open_snapshot(tmp_path / "s.zarr", device="gpu", wrap=True).pos.compute().get()
+    np.testing.assert_array_equal(wrapped[7_777], [1.0, 1.0, 2.0])
+
+
+@pytest.mark.gpu
+def test_gpu_chunks_are_validated(tmp_path, rng, cupy):
+    pos = cupy.asarray(rng.random((1000, 3)))
+    pos[321, 0] = cupy.nan
+    snap = Snapshot.from_arrays(pos, box_size=1.0, chunks=100)
+    assert snap.device == "gpu"
+    with pytest.raises(SnapshotError, match="particle 321 has non-finite"):
+        snap.to_zarr(tmp_path / "bad.zarr")
+    assert not (tmp_path / "bad.zarr").exists()
+    report = snap.validate(full=True, raise_errors=False)
+    assert report.figures["pos_nonfinite"] == 1
+
+
+@pytest.mark.gpu
+def test_cupy_inputs_round_trip(tmp_path, rng, cupy):
+    pos = cupy.asarray(rng.random((3000, 3)).astype(np.float32))
+    mass = cupy.asarray(rng.uniform(1, 2, 3000))
+    snap = Snapshot.from_arrays(pos, mass=mass, chunks=1000)
+    snap.to_zarr(tmp_path / "g.zarr")
+    back = open_snapshot(tmp_path / "g.zarr")
+    np.testing.assert_array_equal(back.pos.compute(), pos.get())
+    np.testing.assert_array_equal(back.mass.compute(), mass.get())
+    pm = Snapshot.from_arrays(pos, particle_mass=2.0, chunks=1000).particle_masses()
+    assert isinstance(pm.compute(), cupy.ndarray)

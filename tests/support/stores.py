@@ -1,5 +1,6 @@
-"""Raw Zarr stores for the malformed-store tests: groups written directly, without
-cosmo_dask's validation, and the attributes of a valid snapshot."""
+"""Zarr stores for tests: raw groups written directly (no cosmo_dask validation) for the
+malformed-store tests, the attributes of a valid snapshot, and a small valid snapshot
+store with its arrays."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 
 import numpy as np
+
+from cosmo_dask import Snapshot
 
 
 def write_raw_store(path, arrays: dict, attrs: dict | None, *, zarr_format: int = 3,
@@ -34,3 +37,15 @@ def good_attrs(**extra):
 def read_json(path):
     with open(os.path.join(path, "zarr.json")) as f:
         return json.load(f)
+
+
+def snapshot_store(tmp_path, rng, n=5000, box=10.0, chunks=700):
+    """``tmp_path/s.zarr``: ``n`` random particles in a box of ``box`` (float64 positions,
+    float32 velocities, masses 1-2); returns the path and ``(pos, vel, ids, mass)``."""
+    pos = rng.random((n, 3)) * box
+    vel = rng.normal(size=(n, 3)).astype(np.float32)
+    mass = rng.uniform(1, 2, n)
+    ids = np.arange(n, dtype=np.int64)
+    Snapshot.from_arrays(pos, vel, ids, mass, box_size=box, chunks=chunks).to_zarr(
+        tmp_path / "s.zarr")
+    return tmp_path / "s.zarr", (pos, vel, ids, mass)
