@@ -15,6 +15,7 @@ from cosmo_dask.gravity.tree_kernels import evaluate_lists
 from cosmo_dask.gravity.tree_walk import interaction_lists, let_subtree
 from cosmo_dask.models import hernquist, plummer
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
+from tests.support.devices import DEVICES, array_module, to_host
 from tests.support.gravity import direct_sums_at as _direct
 
 
@@ -339,56 +340,63 @@ def _plummer(n, seed=11):
     return r[:, None] * v / np.linalg.norm(v, axis=1)[:, None]
 
 
+def _tree_forces_on(device):
+    """The array module and the one-process tree of ``device`` (same signature)."""
+    xp = array_module(device)
+    if device == "gpu":
+        from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+
+        return xp, tree_forces_gpu
+    return xp, tree_forces
+
+
 def _rel(a, b):
     return np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_plummer_theta05_quadrupole(precision):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+def test_plummer_theta05_quadrupole(precision, device):
+    xp, forces = _tree_forces_on(device)
 
     n = 20000
     pos = _plummer(n)
     mass = np.full(n, 1.0 / n)
-    acc, pot = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), G=1.0, theta=0.5,
-                               precision=precision)
+    acc, pot = forces(xp.asarray(pos), xp.asarray(mass), G=1.0, theta=0.5,
+                      precision=precision)
     assert acc.dtype == np.dtype(precision) and acc.shape == (n, 3) and pot.shape == (n,)
     idx = np.random.default_rng(0).choice(n, 2000, replace=False)
     ra, rp = _direct(pos, mass, idx)
-    err = _rel(cupy.asnumpy(acc)[idx].astype(np.float64), ra)
+    err = _rel(to_host(acc)[idx].astype(np.float64), ra)
     med, p99 = np.median(err), np.percentile(err, 99)
     print(f"plummer N=2e4 theta=0.5 {precision}: median {med:.3e} p99 {p99:.3e}")
     assert med <= 5e-4 and p99 <= 5e-3
-    perr = np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)
+    perr = np.abs(to_host(pot)[idx] - rp) / np.abs(rp)
     assert np.median(perr) <= 1e-4
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", ["plummer", "spline"])
-def test_softened(kernel):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+def test_softened(kernel, device):
+    xp, forces = _tree_forces_on(device)
 
     n = 8000
     pos = _plummer(n, seed=5)
     mass = np.random.default_rng(1).uniform(0.5, 1.5, n) / n
-    acc, pot = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), G=2.0, theta=0.5,
-                               softening=0.05, softening_kernel=kernel)
+    acc, pot = forces(xp.asarray(pos), xp.asarray(mass), G=2.0, theta=0.5,
+                      softening=0.05, softening_kernel=kernel)
     idx = np.arange(0, n, 8)
     ra, rp = _direct(pos, mass, idx, G=2.0, eps=0.05, kernel=kernel)
-    err = _rel(cupy.asnumpy(acc)[idx], ra)
+    err = _rel(to_host(acc)[idx], ra)
     print(f"softened {kernel}: median {np.median(err):.3e} p99 {np.percentile(err, 99):.3e}")
     assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3
-    assert np.median(np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)) <= 1e-4
+    assert np.median(np.abs(to_host(pot)[idx] - rp) / np.abs(rp)) <= 1e-4
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_periodic_truncated(precision):
-    cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+def test_periodic_truncated(precision, device):
+    xp, forces = _tree_forces_on(device)
 
     rng = np.random.default_rng(4)
     box, n = 1.0, 4096
@@ -398,27 +406,27 @@ def test_periodic_truncated(precision):
     mass = rng.uniform(0.5, 1.5, n) / n
     rs = 0.04
     r_cut = 4.5 * rs
-    acc, pot = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), theta=0.5,
-                               box_size=box, rs=rs, precision=precision)
+    acc, pot = forces(xp.asarray(pos), xp.asarray(mass), theta=0.5,
+                      box_size=box, rs=rs, precision=precision)
     idx = np.arange(0, n, 4)
     ra, rp = _direct(pos, mass, idx, box=box, rs=rs, r_cut=r_cut)
-    err = _rel(cupy.asnumpy(acc)[idx].astype(np.float64), ra)
+    err = _rel(to_host(acc)[idx].astype(np.float64), ra)
     med, p99 = np.median(err), np.percentile(err, 99)
     print(f"periodic truncated {precision}: median {med:.3e} p99 {p99:.3e}")
     assert med <= 5e-4 and p99 <= 5e-3
-    perr = np.abs(cupy.asnumpy(pot)[idx] - rp) / np.abs(rp)
+    perr = np.abs(to_host(pot)[idx] - rp) / np.abs(rp)
     assert np.median(perr) <= 5e-4
     if precision == "float32":
         # the float32 kernels (T and erfc from truncated.cd_trunc_fit, relative error
         # <= 1.1e-6) reproduce the float64 tree (exact erfc/exp)
-        acc64, pot64 = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), theta=0.5,
-                                       box_size=box, rs=rs, precision="float64")
-        a32 = cupy.asnumpy(acc).astype(np.float64)
-        diff = _rel(a32, cupy.asnumpy(acc64))
+        acc64, pot64 = forces(xp.asarray(pos), xp.asarray(mass), theta=0.5,
+                              box_size=box, rs=rs, precision="float64")
+        a32 = to_host(acc).astype(np.float64)
+        diff = _rel(a32, to_host(acc64))
         print(f"periodic truncated float32 vs float64: median {np.median(diff):.3e} "
               f"max {diff.max():.3e}")
         assert np.median(diff) <= 1e-5
-        pdiff = np.abs(cupy.asnumpy(pot).astype(np.float64) / cupy.asnumpy(pot64) - 1)
+        pdiff = np.abs(to_host(pot).astype(np.float64) / to_host(pot64) - 1)
         assert np.median(pdiff) <= 1e-5
 
 
