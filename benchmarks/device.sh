@@ -141,10 +141,11 @@ PY
 
 gpu_suite() {  # pytest -m gpu in two parts of under 10 minutes
   local A files ignore
-  A="tests/test_center_kernels.py tests/test_cli_gpu_pipeline.py tests/test_distributed_fft.py
-     tests/test_fof_kernels_gpu.py tests/test_gpu.py tests/test_gpu_halos.py
-     tests/test_graph_growth.py tests/test_gravity_api.py tests/test_gravity_direct_gpu.py
-     tests/test_gravity_tree_gpu.py tests/test_gravity_tree_graph_gpu.py"
+  A="tests/halos/test_center_kernels.py tests/cli/test_gpu_pipeline.py tests/spatial/test_fft.py
+     tests/halos/test_fof_kernels.py tests/halos/test_fof.py tests/core/test_backend.py
+     tests/core/test_cluster.py tests/store/test_snapshot.py tests/models/test_zeldovich.py
+     tests/system/test_graph_growth.py tests/gravity/test_api.py tests/gravity/test_direct.py
+     tests/gravity/tree/test_tree.py tests/gravity/tree/test_tree_graph.py"
   if [ "${PART:-A}" = A ]; then
     files=$A; ignore=""
   else

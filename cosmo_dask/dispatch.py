@@ -77,10 +77,6 @@ class KernelDispatch(Dispatch):
         module, _, attr = self.gpu_spec.partition(":")
         return getattr(importlib.import_module(module), attr)
 
-    def cpu_implementation(self) -> Callable:
-        """The CPU implementation (for the contract tests)."""
-        return self._lookup[np.ndarray]
-
     def dispatch(self, cls: type) -> Callable:
         try:
             return super().dispatch(cls)

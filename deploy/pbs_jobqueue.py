@@ -1,6 +1,6 @@
 """Example: run cosmo_dask on a PBS Pro / Torque cluster through dask-jobqueue.
 
-An example to adapt. CI renders its job scripts (tests/test_deploy.py) but runs no
+An example to adapt. CI renders its job scripts (tests/system/test_deploy.py) but runs no
 PBS. Works like
 ``slurm_jobqueue.py``: the scheduler runs in this process, every PBS job runs
 workers that connect back to it, and all of them need the same environment and

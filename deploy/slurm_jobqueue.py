@@ -1,7 +1,7 @@
 """Example: run cosmo_dask on a SLURM cluster through dask-jobqueue.
 
-An example to adapt. CI renders its job scripts (tests/test_deploy.py) and runs it
-for real on a one-node SLURM started on 127.0.0.1 (tests/test_slurm_jobqueue.py:
+An example to adapt. CI renders its job scripts (tests/system/test_deploy.py) and runs it
+for real on a one-node SLURM started on 127.0.0.1 (tests/system/test_slurm_jobqueue.py:
 two worker jobs, FOF with centres compared with the local answer). The Dask
 scheduler runs
 in this Python process (on a login node or in a small long-running job); each

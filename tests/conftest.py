@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+from pathlib import Path
 
 import dask
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 
 # Local clusters started by tests take a free dashboard port, so that clusters started back
 # to back (or by two test runs at once) never contend for 8787; the default itself is
-# checked in test_dashboard.py. The variable reaches CLI subprocesses too.
+# checked in tests/system/test_dashboard.py. The variable reaches CLI subprocesses too.
 os.environ["DASK_COSMO_DASK__DASHBOARD_ADDRESS"] = "127.0.0.1:0"
 dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"})
 
@@ -22,17 +22,25 @@ def _has_gpu() -> bool:
     return gpu_available()
 
 
-#: files that take minutes on 2 cores (CLI subprocesses, clusters, notebooks, SLURM) run
-#: first, so that the two processes of `pytest -n 2 --dist loadfile` (the README's test
-#: command) do not end with one of them alone on a long file; the others keep their order
-LONG_FIRST = ("test_readme.py", "test_cli.py", "test_fof_kernels_gpu.py", "test_notebooks.py",
-              "test_bench_scaling.py", "test_bench_graphs.py", "test_slurm_jobqueue.py",
-              "test_worker_loss.py", "test_data_safety.py", "test_mesh_slabs.py")
+#: files (paths under tests/) that take minutes on 2 cores (CLI subprocesses, clusters,
+#: notebooks, SLURM) run first, so that the two processes of `pytest -n 2 --dist loadfile`
+#: (the README's test command) do not end with one of them alone on a long file; the
+#: others keep their order
+LONG_FIRST = ("system/test_readme.py", "cli/test_cli.py", "halos/test_fof_kernels.py",
+              "system/test_notebooks.py", "system/test_bench_scaling.py",
+              "system/test_bench_graphs.py", "system/test_slurm_jobqueue.py",
+              "system/test_worker_loss.py", "system/test_data_safety.py", "spatial/test_slabs.py")
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+    def long_rank(item):
+        path = Path(item.path)
+        name = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else path.name
+        return rank.get(name, len(rank))
+
+    items.sort(key=long_rank)  # stable
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
@@ -79,30 +87,3 @@ def _scheduler_config_restored():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-def write_raw_store(path, arrays: dict, attrs: dict | None, *, zarr_format: int = 3,
-                    chunks: int = 64):
-    """Write a Zarr group directly (no cosmo_dask validation): for malformed-store tests."""
-    import zarr
-
-    group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
-    if attrs is not None:
-        group.attrs.update(attrs)
-    for name, data in arrays.items():
-        data = np.asarray(data)
-        arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
-                                 chunks=(chunks,) + data.shape[1:], compressors=None)
-        arr[...] = data
-    return path
-
-
-def good_attrs(**extra):
-    attrs = {"format": "cosmo_dask.snapshot", "format_version": 1, "box_size": None}
-    attrs.update(extra)
-    return attrs
-
-
-def read_json(path):
-    with open(os.path.join(path, "zarr.json")) as f:
-        return json.load(f)

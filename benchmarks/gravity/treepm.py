@@ -12,7 +12,7 @@ snapshot. Measured:
   split), same timing;
 * ``error``: relative force error ``|a - a_ref| / |a_ref|`` (median, 90th, 99th
   percentile, max) and potential error on ``--targets`` random particles, against the
-  Ewald-summed direct reference of ``tests/ewald_reference.py`` (float64, every one of
+  Ewald-summed direct reference of ``tests/support/ewald_reference.py`` (float64, every one of
   the N sources, tolerance 1e-10; its run time is reported as ``ewald_seconds``).
 
 ``--device gpu`` moves the positions to CuPy chunks (PM on the GPU, short range with
@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as a file: the repository root, after PYTHO
 from benchmarks.common import emit, parser, start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 
 
@@ -64,11 +64,11 @@ def main(argv=None):
 
     import dask
     import dask.array as da
-    from ewald_reference import ewald
 
     from cosmo_dask.gravity.pm import pm_accelerations
     from cosmo_dask.gravity.treepm import R_SPLIT_CELLS, treepm_accelerations
     from cosmo_dask.models import zeldovich
+    from tests.support.ewald_reference import ewald
 
     n_mesh = args.n_mesh or args.n_side
     snap = zeldovich(args.n_side, box_size=args.box, redshift=0.0, precision="float64",

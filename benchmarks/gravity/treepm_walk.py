@@ -22,7 +22,7 @@ Lines printed (JSON):
   90th, 99th percentile and max, relative to the short-range force and to the total
   (Ewald) force;
 * ``treepm_error``: ``treepm_accelerations`` (PM + CPU tree, float32, no softening:
-  the Ewald sum is Newtonian) against the Ewald sum of ``tests/ewald_reference.py``
+  the Ewald sum is Newtonian) against the Ewald sum of ``tests/support/ewald_reference.py``
   (tolerance 1e-8) on the same targets.
 
 ``--max-leaf`` / ``--max-group`` change the tree of the counts and of the short-range
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 from cosmo_dask.gravity.parameters import TREEPM_MAX_GROUP, TREEPM_MAX_LEAF  # noqa: E402
@@ -166,10 +166,10 @@ def main(argv=None):
 
     import dask
     import dask.array as da
-    from ewald_reference import ewald
 
     from cosmo_dask.gravity.tree_cpu import tree_forces
     from cosmo_dask.gravity.treepm import treepm_accelerations
+    from tests.support.ewald_reference import ewald
 
     pos, box, mass, G = state(args.state, args.n_side, args.z_init,
                               args.steps if args.state == "evolved" else 0, args.cache)

@@ -58,7 +58,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["evaluate", "forces_local", "n_terms", "solid_harmonics", "terms_scan"]
+__all__ = ["evaluate", "forces_local", "n_terms", "terms_scan"]
 
 
 def n_terms(lmax: int) -> int:
@@ -284,22 +284,6 @@ def evaluate(pos, Q, P, iq, ip, lmax: int, eps2: float):
     _evaluate(np.ascontiguousarray(pos), Q, P, np.ascontiguousarray(iq, dtype=np.int64),
               np.ascontiguousarray(ip, dtype=np.int64), int(lmax), float(eps2), acc, phi)
     return acc, phi
-
-
-def solid_harmonics(pos, lmax: int) -> np.ndarray:
-    """``T`` of every point (n, (lmax+1)**2) float64 (for tests and checks)."""
-    pos = np.asarray(pos, dtype=np.float64)
-    out = np.empty((pos.shape[0], n_terms(lmax)))
-    _solid_many(pos, int(lmax), out)
-    return out
-
-
-@numba.njit(nogil=True, cache=True)
-def _solid_many(pos, lmax, out):
-    T = np.empty(out.shape[1], np.float64)
-    for i in range(pos.shape[0]):
-        _solid(pos[i, 0], pos[i, 1], pos[i, 2], lmax, T)
-        out[i, :] = T
 
 
 def forces_local(pos, mass, lmax: int, eps2: float = 0.0):

@@ -86,7 +86,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["canonical_labels", "check_arguments", "fof_local", "group_rows"]
+__all__ = ["check_arguments", "fof_local", "group_rows"]
 
 # Cells are made this much (relatively) larger than the linking length, so that
 # rounding in the cell index can never separate a pair at distance <= ll by two
@@ -1203,30 +1203,6 @@ def fof_local(
     if not inside:  # wrapped in float64, as the reference wraps before measuring
         pos = _wrapped(pos, per)
     return _fof_impl(pos, per, ll, kmin, counts)
-
-
-def canonical_labels(labels) -> np.ndarray:
-    """Relabel a partition so each element's label is the smallest index of its group.
-
-    Parameters
-    ----------
-    labels : array_like
-        Any labelling, shape ``(m,)``; equal labels mean the same group.
-
-    Returns
-    -------
-    numpy.ndarray
-        int64, shape ``(m,)``: for each element the smallest index carrying the
-        same label. Two labellings describe the same partition exactly when
-        their canonical forms are equal.
-    """
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise ParameterError(f"labels must be one-dimensional, got shape {labels.shape}")
-    if labels.size == 0:
-        return np.empty(0, dtype=np.int64)
-    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    return first[inverse].astype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
