@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from timing import emit, wall_median  # noqa: E402
 
-from cosmo_dask.gravity.tree_cpu import tree_forces  # noqa: E402
+from cosmo_dask.gravity.tree.forces import tree_forces  # noqa: E402
 from cosmo_dask.models import hernquist, plummer  # noqa: E402
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmo_dask.density import deposit_tets, snapshot_tetrahedra
-from cosmo_dask.models.zeldovich import zeldovich
+from cosmo_dask.models.zeldovich_ics import zeldovich
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tet_deposit_clip_gpu import deposit_tets_clip_gpu  # noqa: E402

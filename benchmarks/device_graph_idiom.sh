@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU host for issue 15 item 1 (one graph idiom): install the carried
-# wheels, run the gpu-marked tests of the graphs that moved to cosmo_dask.task_graph
+# wheels, run the gpu-marked tests of the graphs that moved to cosmo_dask.core.task_graph
 # (direct, tree domains, FOF domains, MEX, PSE columns/schedule/octree, CuPy stores) and
 # their CPU twins, then the graph paths end to end on CuPy chunks
 # (benchmarks/bench_graph_paths.py), against the old code when bench-out/base holds it.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU host for issue 15 item 1, the mesh path: the slab exchange
 # (spatial/slabs.py), the LPT fields, the generation blocks and the spherical overdensity
-# now build their graphs through cosmo_dask.task_graph. Installs the carried wheels and
+# now build their graphs through cosmo_dask.core.task_graph. Installs the carried wheels and
 # runs the gpu-marked tests on CuPy chunks (paint, P(k), PM, TreePM, LPT ICs, slab FFT,
 # simulation), then their CPU twins.
 #   bash benchmarks/device_mesh_idiom.sh     (repo root, .whl carried)

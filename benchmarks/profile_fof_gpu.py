@@ -33,7 +33,7 @@ from timing import gpu_seconds  # noqa: E402
 
 from cosmo_dask import Snapshot, open_snapshot  # noqa: E402
 from cosmo_dask.halos import fof_labels  # noqa: E402
-from cosmo_dask.snapshot import GPU_READ_ROWS  # noqa: E402
+from cosmo_dask.store.snapshot import GPU_READ_ROWS  # noqa: E402
 
 
 def _profile(fn, n=25):

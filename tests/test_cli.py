@@ -146,7 +146,7 @@ def test_demo_runs_and_matches_linear_theory(tmp_path, capsys, on_cluster):
 def test_demo_at_its_default_size_evolves_a_halo_population(tmp_path):
     """The demo's own configuration (64^3 in 100 Mpc/h, 2LPT at z = 49, 10 PM steps):
     its later stages meet an evolved box."""
-    from cosmo_dask.demo import run_demo
+    from cosmo_dask.cli.demo_stages import run_demo
 
     ctx = run_demo(tmp_path, say=lambda s: None)
     # the rms of a Gaussian field over a 100 Mpc/h box scatters by a few per cent
@@ -312,7 +312,8 @@ def test_density_and_power_commands(tmp_path, capsys, on_cluster):
 def _command(name):
     import argparse
 
-    from cosmo_dask.cli import _command_parser, build_parser
+    from cosmo_dask.cli.messages import _command_parser
+    from cosmo_dask.cli.parser import build_parser
 
     return _command_parser(build_parser(), argparse.Namespace(command=name))
 
@@ -342,7 +343,7 @@ def _command(name):
      "--box-size is needed, not n_halos"),
 ])
 def test_cli_message_names_the_options(command, message, said):
-    from cosmo_dask.cli import cli_message
+    from cosmo_dask.cli.messages import cli_message
 
     assert cli_message(message, _command(command)) == said
 
@@ -473,7 +474,7 @@ def test_a_task_error_on_a_live_cluster_is_not_a_lost_scheduler(monkeypatch, cap
 def test_logged_tracebacks_become_one_line(capsys):
     import logging
 
-    from cosmo_dask.cli import _one_line_logs
+    from cosmo_dask.cli.messages import _one_line_logs
 
     log = logging.getLogger("distributed.test_cli")
     handler = logging.StreamHandler()  # on sys.stderr as captured now

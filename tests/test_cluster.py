@@ -8,9 +8,9 @@ import pytest
 from distributed import LocalCluster
 
 from cosmo_dask import connect
-from cosmo_dask.backend import gpu_available
-from cosmo_dask.cluster import ENV_VAR
-from cosmo_dask.errors import ClusterError, DeviceError, ParameterError
+from cosmo_dask.core.backend import gpu_available
+from cosmo_dask.core.cluster import ENV_VAR
+from cosmo_dask.core.errors import ClusterError, DeviceError, ParameterError
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_closing_an_owned_cluster_quiets_its_worker_processes_only():
     caller's own loggers, and in-process workers (the caller's process), are left."""
     import logging
 
-    from cosmo_dask.cluster import quiet_workers
+    from cosmo_dask.core.cluster import quiet_workers
 
     before = _distributed_levels()
     with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=True,

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from conftest import write_raw_store
 
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.density import open_density_octree
 from cosmo_dask.density.octree_model import DensityOctree, Leaf
-from cosmo_dask.errors import ParameterError, SnapshotError
 
 # rho(x, y, z) = f0(x) f1(y) f2(z), f_d(t) = c0 + c1 t + c2 t^2 (positive on the test regions)
 COEF = [(1.0, 0.7, 0.3), (2.0, -0.5, 0.4), (0.5, 0.2, 0.9)]

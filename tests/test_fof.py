@@ -11,8 +11,8 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from cosmo_dask import Snapshot
-from cosmo_dask.errors import ParameterError
-from cosmo_dask.halos.fof import fof_labels
+from cosmo_dask.core.errors import ParameterError
+from cosmo_dask.halos.fof_graph import fof_labels
 
 
 def reference_labels(pos, ll, box, min_members, ids=None, min_friends=1):

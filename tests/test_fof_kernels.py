@@ -10,7 +10,7 @@ from fof_reference import wrap as _wrap
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos.fof_kernels import canonical_labels, fof_local
 
 # ---------------------------------------------------------------- references

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fof_reference import reference as scipy_reference
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import fof_kernels, fof_kernels_gpu
 from cosmo_dask.halos.fof_kernels import class_rows, fof_local
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from test_gadget import BOX, scaled, wrapped, write_gadget_file
 
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5
 
 #: G in (kpc/h) (km/s)^2 / (1e10 Msun/h) from the IAU solar mass parameter GM_sun

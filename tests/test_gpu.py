@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot, SnapshotError, connect, open_snapshot
-from cosmo_dask.backend import array_module, device_of, gpu_count, to_device
+from cosmo_dask.core.backend import array_module, device_of, gpu_count, to_device
 
 pytestmark = pytest.mark.gpu
 
@@ -62,7 +62,7 @@ def test_gpu_store_read_in_pieces(tmp_path, rng, cupy, monkeypatch, compressor):
     """The GPU read (pinned pieces copied on per-thread streams) gives the stored values
     for any piece size, across store chunks and dask chunks, compressed or not; a bad
     value is reported by particle, as on the CPU."""
-    import cosmo_dask.zarr_read as zr
+    import cosmo_dask.store.zarr_read as zr
 
     n, box = 10_007, 10.0
     pos = rng.random((n, 3)) * box
@@ -161,7 +161,7 @@ def test_zeldovich_on_gpu_matches_cpu(cupy):
 def test_rmm_options_need_rmm(cupy):
     import importlib.util
 
-    from cosmo_dask.errors import ClusterError
+    from cosmo_dask.core.errors import ClusterError
 
     if importlib.util.find_spec("rmm") is not None:
         with connect(gpu=True, rmm_pool_size="1GB", rmm_cupy=True, quiet=True) as client:
@@ -172,7 +172,7 @@ def test_rmm_options_need_rmm(cupy):
 
 
 def test_worker_count_against_gpu_count(cupy):
-    from cosmo_dask.errors import DeviceError
+    from cosmo_dask.core.errors import DeviceError
 
     n = gpu_count()
     with pytest.raises(DeviceError, match=f"{n + 1} GPU workers asked for"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.gravity.direct import direct_accelerations
 from cosmo_dask.gravity.p2p_kernels import p2p_block
 

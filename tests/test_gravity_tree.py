@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.special import erfc
 
-from cosmo_dask.errors import ParameterError
-from cosmo_dask.gravity.tree_cpu import tree_forces
-from cosmo_dask.gravity.tree_kernels import evaluate_lists
-from cosmo_dask.gravity.tree_walk import interaction_lists, let_subtree
+from cosmo_dask.core.errors import ParameterError
+from cosmo_dask.gravity.tree.forces import tree_forces
+from cosmo_dask.gravity.tree.list_kernels import evaluate_lists
+from cosmo_dask.gravity.tree.walk import interaction_lists, let_subtree
 from cosmo_dask.models import hernquist, plummer
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
 

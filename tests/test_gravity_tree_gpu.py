@@ -72,7 +72,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 def test_plummer_theta05_quadrupole(precision):
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 20000
     pos = _plummer(n)
@@ -93,7 +93,7 @@ def test_plummer_theta05_quadrupole(precision):
 @pytest.mark.parametrize("kernel", ["plummer", "spline"])
 def test_softened(kernel):
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 8000
     pos = _plummer(n, seed=5)
@@ -111,7 +111,7 @@ def test_softened(kernel):
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 def test_periodic_truncated(precision):
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     rng = np.random.default_rng(4)
     box, n = 1.0, 4096
@@ -147,15 +147,15 @@ def test_periodic_truncated(precision):
 
 @pytest.mark.parametrize("trunc", [False, True])
 def test_walk_matches_cpu_walk(trunc):
-    """The CUDA walk applies the CPU walk's rules (cosmo_dask.gravity.tree_walk): on the same
+    """The CUDA walk applies the CPU walk's rules (cosmo_dask.gravity.tree.walk): on the same
     GPU-built tree the particle-cell (M2P) and particle-particle (P2P) interaction counts of
     the GPU lists equal those of the CPU lists, isolated and with the truncated kernel
     (cut, bmax < theta rs / 2)."""
     import dataclasses
 
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import _forces
-    from cosmo_dask.gravity.tree_walk import interaction_lists
+    from cosmo_dask.gravity.tree.forces_gpu import _forces
+    from cosmo_dask.gravity.tree.walk import interaction_lists
     from cosmo_dask.spatial.octree_gpu import build_with_moments
     from cosmo_dask.spatial.octree_layout import Octree
 
@@ -192,7 +192,7 @@ def test_float32_tiny_scales_single_particle_nodes():
     and no node of the group itself may become a multipole. With such tiny leaves nearly
     all the force comes from multipoles, so the error is larger than with max_leaf=64."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 3000
     pos = 1e-4 * _plummer(n, seed=21)
@@ -216,8 +216,8 @@ def test_float32_tiny_scales_single_particle_nodes():
 
 def test_input_order_independent_and_errors():
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.errors import ParameterError
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.core.errors import ParameterError
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 6000
     pos = _plummer(n, seed=9)
@@ -245,8 +245,8 @@ def test_periodic_nearest_image_matches_cpu_tree_and_direct():
     """A periodic box without rs: Newtonian forces of the nearest images (the documented
     meaning for tree and direct; no Ewald sum), as the CPU tree computes them."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_cpu import tree_forces
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces import tree_forces
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     rng = np.random.default_rng(5)
     box, n = 1.0, 4096

@@ -8,7 +8,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.gravity.tree_graph import tree_accelerations
+from cosmo_dask.gravity.tree.graph import tree_accelerations
 from cosmo_dask.models import plummer
 
 
@@ -75,7 +75,7 @@ def test_independent_of_chunking_and_workers(sphere, client):
 
 
 def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
-    from cosmo_dask.gravity.tree_cpu import group_batch
+    from cosmo_dask.gravity.tree.forces import group_batch
     from cosmo_dask.spatial.octree import build_octree
 
     x, m = sphere
@@ -92,7 +92,7 @@ def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
 
 
 def test_independent_of_group_batching(sphere, monkeypatch):
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     x, m = sphere
     x = da.from_array(x[:6000], chunks=1500)
@@ -132,9 +132,9 @@ def test_one_gpu_domain_graph(sphere, monkeypatch, scalar_mass):
     chunk), run on NumPy chunks with the CPU tree standing in for the GPU tree: the same
     forces as the one-domain CPU graph, in the input's chunks (the GPU tree itself is
     tested in test_gravity_tree_graph_gpu.py)."""
-    import cosmo_dask.gravity.tree_gpu as tree_gpu
-    from cosmo_dask.gravity.tree_cpu import tree_forces
-    from cosmo_dask.gravity.tree_graph import _whole_gpu
+    import cosmo_dask.gravity.tree.forces_gpu as tree_gpu
+    from cosmo_dask.gravity.tree.forces import tree_forces
+    from cosmo_dask.gravity.tree.graph import _whole_gpu
 
     monkeypatch.setattr(tree_gpu, "tree_forces_gpu", tree_forces)
     x, m = sphere
@@ -168,7 +168,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
     """64 domains without a cutoff: LETs cut for blocks of target domains from
     well-separated sources (1,384 LET tasks instead of 4,032) give the per-pair LETs'
     forces bit for bit."""
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     x, m = sphere
     pos, mass = da.from_array(x, chunks=(5000, 3)), da.from_array(m, chunks=5000)
@@ -191,7 +191,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
 def test_block_lets_periodic_nearest_image(monkeypatch):
     """The same in a periodic box without a cutoff (nearest images; blocks separated the
     short way round): block LETs give the per-pair LETs' forces bit for bit."""
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     rng = np.random.default_rng(11)
     x = rng.uniform(0, 10.0, (6000, 3))

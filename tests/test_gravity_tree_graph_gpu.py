@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_gravity_tree_graph import direct_reference, rel_err
 
-from cosmo_dask.gravity.tree_graph import tree_accelerations
+from cosmo_dask.gravity.tree.graph import tree_accelerations
 from cosmo_dask.models import plummer
 
 pytestmark = pytest.mark.gpu
@@ -38,7 +38,8 @@ def gpu_only_walk(monkeypatch):
     """Fail any CPU tree walk or host tree build; count the GPU domain evaluations (the
     GPU kernels of the contracts ``domain_forces`` and ``domain_let``, wrapped)."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity import dispatch, tree_cpu
+    from cosmo_dask.gravity import dispatch
+    from cosmo_dask.gravity.tree import forces as tree_cpu
 
     calls = {"forces": 0, "lets": 0}
     forces = dispatch.domain_forces.gpu_implementation()
@@ -131,7 +132,7 @@ def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree_let_gpu import gpu_domain_tree, gpu_let
+    from cosmo_dask.gravity.tree.let_gpu import gpu_domain_tree, gpu_let
 
     rng = np.random.default_rng(4)
     n, box = 50_000, 10.0
@@ -162,7 +163,7 @@ def test_gpu_treepm_block_lets_equal_pair_lets(monkeypatch):
     truncated direct sum to the tree's error. Slow: ~2,600 GPU LET cuts (each syncs
     with the host per level)."""
     cupy = pytest.importorskip("cupy")
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     rng = np.random.default_rng(12)
     box, n, rs = 10.0, 8000, 0.4

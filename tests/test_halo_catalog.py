@@ -8,7 +8,7 @@ from scipy.spatial import cKDTree
 from test_fof import clustered, reference_labels
 
 from cosmo_dask import Snapshot
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import fof, open_catalog
 
 

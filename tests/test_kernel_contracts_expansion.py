@@ -15,7 +15,7 @@ from scipy.special import sph_harm_y
 from test_mex import blob, legendre_reference, rel_err
 from test_scf import _cloud, _rel, ref_coefficients, ref_fields
 
-from cosmo_dask.backend import host
+from cosmo_dask.core.backend import host
 from cosmo_dask.expansion import dispatch
 from cosmo_dask.expansion.scf_kernels import unpack_sums
 

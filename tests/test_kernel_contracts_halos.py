@@ -10,7 +10,7 @@ import pytest
 from fof_reference import reference
 from test_center_kernels import _gpu_case, brute_potentials, mbp_case
 
-from cosmo_dask.backend import host
+from cosmo_dask.core.backend import host
 from cosmo_dask.halos import dispatch
 
 

@@ -30,8 +30,8 @@ def test_subpackages_are_attributes(name):
 
 
 def test_lazy_top_level_names():
-    from cosmo_dask.cluster import connect
-    from cosmo_dask.snapshot import Snapshot, open_snapshot
+    from cosmo_dask.core.cluster import connect
+    from cosmo_dask.store.snapshot import Snapshot, open_snapshot
 
     assert cosmo_dask.connect is connect
     assert cosmo_dask.open_snapshot is open_snapshot
@@ -51,6 +51,6 @@ def test_cli_help_loads_no_heavy_module():
 
 
 def test_connect_and_compile_lock_leave_import_light():
-    # the compile lock (cosmo_dask.compile_cache) is imported by connect(), not by the package
+    # the compile lock (cosmo_dask.core.compile_cache) is imported by connect(), not by the package
     out = _run("import sys, cosmo_dask; print('compile_cache' in ' '.join(sys.modules))")
     assert out.strip() == "False"

@@ -15,7 +15,7 @@ import pytest
 from scipy.integrate import quad
 from scipy.special import eval_legendre
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.expansion import MEX
 from cosmo_dask.expansion.mex_kernels import solid_harmonics
 from cosmo_dask.models import ferrers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import plummer
 from cosmo_dask.spatial.morton import key_cell, morton_keys, sort_by_key
 from cosmo_dask.spatial.octree import build_octree, node_second_moment

@@ -98,7 +98,7 @@ def test_layout_and_multipoles(dtype):
 
 def test_input_order_and_periodic_root():
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.errors import ParameterError
+    from cosmo_dask.core.errors import ParameterError
     from cosmo_dask.spatial.octree_gpu import build_octree_gpu
 
     rng = np.random.default_rng(7)

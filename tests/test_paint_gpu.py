@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from cosmo_dask.analysis import power_spectrum
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.density import paint
-from cosmo_dask.errors import ParameterError
 
 pytestmark = pytest.mark.gpu
 

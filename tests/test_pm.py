@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from ewald_reference import ewald, ewald_long_range
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.gravity.pm import pm_accelerations
 from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy
 

@@ -43,7 +43,7 @@ def test_treepm_cupy_chunks():
     term is a few 1e-3 of the largest potential on single particles: both are
     held to the Ewald reference instead, and to each other in the median."""
     cupy = pytest.importorskip("cupy")
-    pytest.importorskip("cosmo_dask.gravity.tree_gpu")
+    pytest.importorskip("cosmo_dask.gravity.tree.forces_gpu")
     from ewald_reference import ewald
 
     from cosmo_dask.gravity.treepm import treepm_accelerations

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosmo_dask.backend import to_device
+from cosmo_dask.core.backend import to_device
 from cosmo_dask.density import pse_density
-from cosmo_dask.models.zeldovich import zeldovich
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.models.zeldovich_ics import zeldovich
+from cosmo_dask.store.snapshot import Snapshot
 
 pytestmark = pytest.mark.gpu
 

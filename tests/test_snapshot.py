@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import cosmo_dask
-from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot, zarr_read
+from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot
+from cosmo_dask.store import zarr_read
 
 
 def _snap(rng, n=1000, box=10.0, chunks=128, dtype=np.float64, **kw):

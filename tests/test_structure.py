@@ -88,7 +88,7 @@ def test_no_import_cycles_between_packages_at_module_level():
 
 # --------------------------------------------------------------------------- one graph idiom
 #: The one module that builds graphs by hand (issue 15: one graph idiom).
-GRAPH_MODULE = "cosmo_dask/task_graph.py"
+GRAPH_MODULE = "cosmo_dask/core/task_graph.py"
 #: issue 15: being converted to map_blocks/blockwise or TaskGraph; empty this list as
 #: they are (the test fails on an entry that has no site left).
 NOT_YET_CONVERTED: set[str] = set()
@@ -156,7 +156,7 @@ def test_graph_sites_are_found():
 
 def test_one_graph_idiom():
     """Issue 15: chunk-wise work is map_blocks/blockwise; placed or multi-output tasks go
-    through :class:`cosmo_dask.task_graph.TaskGraph`, the only module that touches dask's
+    through :class:`cosmo_dask.core.task_graph.TaskGraph`, the only module that touches dask's
     graph internals. No ``dask.delayed`` and no hand-written ``HighLevelGraph`` elsewhere."""
     found = []
     for path, _ in _modules():
@@ -165,7 +165,7 @@ def test_one_graph_idiom():
             found += [f"{rel}:{line}: {what}" for line, what in graph_sites(path.read_text())]
     stale = sorted(rel for rel in NOT_YET_CONVERTED if not (ROOT.parent / rel).is_file()
                    or not graph_sites((ROOT.parent / rel).read_text()))
-    assert not found, ("hand-built graphs outside cosmo_dask/task_graph.py (use map_blocks/"
+    assert not found, ("hand-built graphs outside cosmo_dask/core/task_graph.py (use map_blocks/"
                        "blockwise or TaskGraph):\n" + "\n".join(found))
     assert not stale, ("converted, so remove from NOT_YET_CONVERTED: " + ", ".join(stale))
 
@@ -227,7 +227,7 @@ def test_no_import_cycles_between_modules():
 
 def test_gpu_modules_are_reached_through_dispatch():
     """Issue 15: a capability chooses its kernel by the chunk's type through its
-    ``dispatch`` module (:class:`cosmo_dask.dispatch.KernelDispatch`); only a dispatch
+    ``dispatch`` module (:class:`cosmo_dask.core.dispatch.KernelDispatch`); only a dispatch
     module or another GPU module imports a ``*_gpu`` module."""
     found = []
     for me, targets in _module_imports().items():

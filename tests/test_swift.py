@@ -21,7 +21,7 @@ from test_gadget import write_gadget_file
 
 from cosmo_dask import open_snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_hdf5, from_swift
 
 #: G in Mpc (km/s)^2 / (1e10 Msun) from the IAU solar mass parameter GM_sun (m^3/s^2)

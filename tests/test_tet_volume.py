@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.density import deposit_tets, tet_cube_volume
-from cosmo_dask.errors import ParameterError
 
 
 def tet_volume(t):
@@ -266,7 +266,7 @@ def test_deposit_matches_per_cell_clips(rng, periodic):
 
 def test_deposit_zeldovich_snapshot_matches_per_cell_clips():
     from cosmo_dask.density import snapshot_tetrahedra
-    from cosmo_dask.models.zeldovich import zeldovich
+    from cosmo_dask.models.zeldovich_ics import zeldovich
 
     snap = zeldovich(8, box_size=12.5, redshift=0.0, precision="float64")
     tets, mass = snapshot_tetrahedra(snap)

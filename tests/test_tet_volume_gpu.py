@@ -74,7 +74,7 @@ def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
 
 
 def _zeldovich_tets(n=16, box=25.0):
-    from cosmo_dask.models.zeldovich import zeldovich
+    from cosmo_dask.models.zeldovich_ics import zeldovich
 
     snap = zeldovich(n, box_size=box, redshift=0.0, precision="float64")
     return snapshot_tetrahedra(snap)
