@@ -386,9 +386,9 @@ def _fail_with(exc):
 
 
 def test_unexpected_error_is_one_line(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
-    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("the n_mesh\nexploded")))
+    monkeypatch.setattr(data, "cmd_info", _fail_with(RuntimeError("the n_mesh\nexploded")))
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     # (info has no --n-mesh: the name stays)
@@ -400,9 +400,9 @@ def test_unexpected_error_is_one_line(monkeypatch, capsys):
 
 
 def test_unexpected_error_with_verbose_shows_the_traceback(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
-    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("boom")))
+    monkeypatch.setattr(data, "cmd_info", _fail_with(RuntimeError("boom")))
     assert main(["--verbose", "info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
@@ -425,7 +425,7 @@ class _Client:
 def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, status, error):
     from distributed.comm.core import CommClosedError
 
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
     if error == "comm":
         error = CommClosedError("in <TCP (closed) local=tcp://10.0.0.2:41000>: Stream is closed")
@@ -434,7 +434,7 @@ def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, stat
         args._client, args._scheduler_address = _Client(status), "tcp://10.0.0.1:8786"
         raise error
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err == (f"cosmo-dask: error: lost the connection to the Dask scheduler at "
@@ -443,13 +443,13 @@ def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, stat
 
 
 def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
     def command(args):
         args._client, args._scheduler_address = _Client("running"), "tcp://10.0.0.1:8786"
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("cosmo-dask: error: OSError: [Errno 28] No space left on device")
@@ -458,13 +458,13 @@ def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, 
 
 def test_a_task_error_on_a_live_cluster_is_not_a_lost_scheduler(monkeypatch, capsys):
     """The client is closed before main sees the error: the judgement is made before."""
-    from cosmo_dask import cli
+    from cosmo_dask.cli import common, data
 
     def command(args):
-        with cli._cluster(args):
+        with common._cluster(args):
             raise FileNotFoundError(2, "No such file or directory", "/gone/chunk")
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["--cpu", "--workers", "1", "info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert "error: FileNotFoundError: [Errno 2] No such file or directory: '/gone/chunk'" in err

@@ -150,9 +150,9 @@ def test_bad_input_subprocess_starts_no_cluster(stores, tmp_path):
 def test_no_particles_run_names_its_output_redshifts(stores, tmp_path, capsys, monkeypatch):
     """``simulate --no-particles`` ended with "outputs z = ;": the outputs hold analyses
     only, and the line names their redshifts (run on dask's local scheduler)."""
-    from cosmo_dask import cli
+    from cosmo_dask.cli import common
 
-    monkeypatch.setattr(cli, "_cluster", lambda args, needed=True: _nothing())
+    monkeypatch.setattr(common, "_cluster", lambda args, needed=True: _nothing())
     out = tmp_path / "sim"
     assert main(["simulate", str(stores / "ics.zarr"), str(out), "--steps", "1",
                  "--outputs", "9", "--no-particles", "--analyses", "power"]) == 0

@@ -146,7 +146,7 @@ def test_lazy_packages_keep_public_names_over_submodules():
     importlib.import_module("cosmo_dask.density.painting")
     assert inspect.isfunction(halos.fof) and halos.fof.__module__ == "cosmo_dask.halos.api"
     assert inspect.isfunction(density.paint)
-    assert density.paint.__module__ == "cosmo_dask.density.paint"
+    assert density.paint.__module__ == "cosmo_dask.density.painting"
 
 
 # ----------------------------------------------------------------- one error, two doors

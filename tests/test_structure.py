@@ -1,6 +1,8 @@
-"""The package's structure rules (issue 15, "one way to do each thing"), checked on the
-source: a capability package uses another package only through its public names, and
-the package imports form no cycles between capability packages at module level."""
+"""The package's structure rules (issue 15, "one way to do each thing"; issue 35, "layers
+in folders"), checked on the source: a capability package uses another package only
+through its public names, the package imports form no cycles between capability packages
+at module level, and no import points up a layer (core, units, plot, store, the
+capabilities, cli)."""
 
 from __future__ import annotations
 
@@ -235,3 +237,97 @@ def test_gpu_modules_are_reached_through_dispatch():
             continue
         found += [f"{me} imports {t}" for t in sorted(targets) if t.endswith("_gpu")]
     assert not found, "GPU modules imported outside dispatch modules:\n" + "\n".join(found)
+
+
+# --------------------------------------------------------------------------- layers
+#: The layers, lowest first: a module imports only from its own layer or lower ones. The
+#: package root (``cosmo_dask/__init__.py``, ``__main__.py``) sits above them all.
+LAYERS = (
+    ("core", ("core", "cuda")),
+    ("units", ("units",)),
+    ("plot", ("plot",)),
+    ("store", ("store",)),
+    ("capabilities", ("models", "spatial", "io", "gravity", "expansion", "density", "halos",
+                      "analysis", "simulation")),
+    ("cli", ("cli",)),
+)
+_ROOT_LAYER = len(LAYERS)
+
+
+def layer_of(parts: tuple[str, ...]) -> int:
+    """The layer (index into :data:`LAYERS`) of module ``parts`` (``("cosmo_dask",
+    "store", "atomic")``); the package root and its ``__main__`` are above every layer."""
+    if len(parts) < 2 or parts[1] == "__main__":
+        return _ROOT_LAYER
+    for i, (_, packages) in enumerate(LAYERS):
+        if parts[1] in packages:
+            return i
+    raise AssertionError(f"{'.'.join(parts)}: in no layer; add its package to LAYERS")
+
+
+def _imports(path: Path, parts: tuple[str, ...]):
+    """(line, imported module parts) of every import of the package in ``path``, at module
+    level and inside functions, relative (``from ..store import x``) or absolute
+    (``import cosmo_dask.core.backend``)."""
+    tree = ast.parse(path.read_text())
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = base + (tuple(node.module.split(".")) if node.module else ())
+            elif node.module and node.module.split(".")[0] == "cosmo_dask":
+                target = tuple(node.module.split("."))
+            else:
+                continue
+            if len(target) == 1:  # from cosmo_dask import x / from .. import x
+                for a in node.names:
+                    yield node.lineno, target + (a.name,)
+            else:
+                yield node.lineno, target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "cosmo_dask":
+                    yield node.lineno, tuple(a.name.split("."))
+
+
+def upward_imports(path: Path, parts: tuple[str, ...]) -> list[str]:
+    """One line per import of ``path`` that points to a higher layer."""
+    me = layer_of(parts)
+    found = []
+    for line, target in _imports(path, parts):
+        if len(target) > 1 and target[1] == "__version__" or target == ("cosmo_dask",):
+            there = _ROOT_LAYER
+        else:
+            there = layer_of(target)
+        if there > me:
+            name = lambda i: LAYERS[i][0] if i < _ROOT_LAYER else "package root"  # noqa: E731
+            found.append(f"{'/'.join(parts)}.py:{line}: imports "
+                         f"{'.'.join(target)} (layer {there}, {name(there)}) from layer "
+                         f"{me} ({name(me)})")
+    return found
+
+
+def test_no_import_points_up_a_layer():
+    """Issue 35: the layers in folders, lowest first: core (and cuda), units, plot, store,
+    the capabilities, cli; no module imports from a higher layer, counting imports inside
+    functions."""
+    found = []
+    for path, parts in _modules():
+        found += upward_imports(path, parts)
+    assert not found, "imports pointing up a layer:\n" + "\n".join(found)
+
+
+def test_layer_rule_finds_an_upward_import(tmp_path):
+    """The rule reads relative, absolute and function-level imports."""
+    for source in ("from ..store.atomic import local_path",
+                   "def f():\n    from ..cli import main",
+                   "import cosmo_dask.halos.api",
+                   "from cosmo_dask import plot"):
+        path = tmp_path / "cosmo_dask" / "core" / "x.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source + "\n")
+        found = upward_imports(path, ("cosmo_dask", "core", "x"))
+        assert len(found) == 1 and "from layer 0 (core)" in found[0], (source, found)
+    path.write_text("from .errors import ParameterError\nfrom ..cuda import module\n")
+    assert upward_imports(path, ("cosmo_dask", "core", "x")) == []
