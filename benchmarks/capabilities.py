@@ -63,7 +63,7 @@ def _host_sum(x) -> float:
 def _on_device(snap, device):
     """``snap`` with its arrays persisted (on the GPU for ``device="gpu"``)."""
     from cosmo_dask import Snapshot
-    from cosmo_dask.backend import to_device
+    from cosmo_dask.core.backend import to_device
 
     pos = snap.pos.persist()
     if device == "gpu":

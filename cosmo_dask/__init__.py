@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
-
-from . import config as _config  # noqa: E402,F401  (registers dask config defaults)
-from .errors import CosmoDaskError, DeviceError, ParameterError, SnapshotError  # noqa: E402
+from .core import config as _config  # noqa: E402,F401  (registers dask config defaults)
+from .core.errors import CosmoDaskError, DeviceError, ParameterError, SnapshotError  # noqa: E402
+from .core.version import __version__  # noqa: E402,F401
 
 #: subpackages reachable as attributes, imported on first access
 SUBPACKAGES = ("analysis", "density", "expansion", "gravity", "halos", "io", "models", "spatial")
 #: top-level names, imported on first access: name -> defining module
-_LAZY_NAMES = {"connect": "cluster", "open_snapshot": "snapshot", "Snapshot": "snapshot"}
+_LAZY_NAMES = {"connect": "core.cluster", "open_snapshot": "store.snapshot",
+               "Snapshot": "store.snapshot"}
 
 __all__ = [
     "__version__",

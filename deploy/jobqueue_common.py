@@ -97,7 +97,7 @@ def run(description: str, system: str, cluster_class_name: str, cpu_options, gpu
         # Any address works; cluster.get_client() would return a plain Client too.
         with cosmo_dask.connect(cluster.scheduler_address) as client:
             client.wait_for_workers(1, timeout=1800)  # queue wait
-            print(cosmo_dask.cluster.describe(client))
+            print(cosmo_dask.core.cluster.describe(client))
             if args.snapshot:
                 snap = cosmo_dask.open_snapshot(args.snapshot,
                                                 device="gpu" if args.gpu else "cpu")

@@ -17,7 +17,7 @@ dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"})
 
 
 def _has_gpu() -> bool:
-    from cosmo_dask.backend import gpu_available
+    from cosmo_dask.core.backend import gpu_available
 
     return gpu_available()
 

@@ -60,9 +60,9 @@ def _env(device):
 
 
 def _snapshot(n, box, device):
-    from cosmo_dask.backend import to_device
-    from cosmo_dask.models.zeldovich import zeldovich
-    from cosmo_dask.snapshot import Snapshot
+    from cosmo_dask.core.backend import to_device
+    from cosmo_dask.models.zeldovich_ics import zeldovich
+    from cosmo_dask.store.snapshot import Snapshot
 
     snap = zeldovich(n, box_size=box, redshift=0.0, precision="float64")
     pos, ids = snap.pos.persist(), snap.ids.persist()

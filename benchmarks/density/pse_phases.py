@@ -32,12 +32,12 @@ def main(argv=None):
     start(args, "pse-phases")
 
     import cosmo_dask
+    from cosmo_dask.core.progress import persist
     from cosmo_dask.density import pse as pse_mod
     from cosmo_dask.density.parameters import check_octree_params
     from cosmo_dask.density.pse_octree import build_octree, default_root
     from cosmo_dask.density.pse_schedule import choose_strategy, gather_graph, leaf_items
     from cosmo_dask.density.tessellation import _lagrangian, block_columns
-    from cosmo_dask.progress import persist
 
     t = {}
     with cosmo_dask.connect(gpu=args.device == "gpu", quiet=True):

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmo_dask.density import deposit_tets, snapshot_tetrahedra
-from cosmo_dask.models.zeldovich import zeldovich
+from cosmo_dask.models.zeldovich_ics import zeldovich
 
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))

@@ -21,9 +21,9 @@ import functools
 
 import numpy as np
 
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.cuda import include_options
 from cosmo_dask.density.tet_volume import check_grid
-from cosmo_dask.errors import ParameterError
 
 WARPS_PER_BLOCK = 4
 NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")

@@ -184,7 +184,7 @@ def main(argv=None):
         emit(env, workload="truncated_table_error", precision=dt, n_samples=2**20 + 1,
              **{f"max_rel_err_level{lv}": e for lv, e in err.items()})
     if not args.no_gpu and args.device == "gpu":
-        from cosmo_dask.backend import gpu_available
+        from cosmo_dask.core.backend import gpu_available
 
         if gpu_available():
             bench_gpu(env, args)

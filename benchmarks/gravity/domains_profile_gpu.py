@@ -64,7 +64,7 @@ def main(argv=None):
     start(args, "domains-profile-gpu")
     import cupy
 
-    import cosmo_dask.gravity.tree_let_gpu as tlg
+    import cosmo_dask.gravity.tree.let_gpu as tlg
     from cosmo_dask.gravity.dispatch import domain_let
     from cosmo_dask.gravity.parameters import (
         R_SPLIT_CELLS,
@@ -72,7 +72,7 @@ def main(argv=None):
         TREEPM_MAX_LEAF,
         default_r_cut,
     )
-    from cosmo_dask.gravity.tree_graph import tree_accelerations
+    from cosmo_dask.gravity.tree.graph import tree_accelerations
     from cosmo_dask.models import zeldovich
 
     n = args.n_side

@@ -101,7 +101,7 @@ def _run(label: str, args, store: str, slabs: int | None, workers: int, memory: 
     from distributed import Client, LocalCluster
 
     from cosmo_dask import open_snapshot
-    from cosmo_dask.density.paint import mesh_slabs
+    from cosmo_dask.density.painting import mesh_slabs
 
     out = {}
     itemsize = np.dtype(args.precision).itemsize
@@ -130,7 +130,7 @@ def _gpu(args, env) -> None:
     import dask.array as da
 
     from cosmo_dask.analysis import power_spectrum
-    from cosmo_dask.density.paint import mesh_slabs
+    from cosmo_dask.density.painting import mesh_slabs
     from cosmo_dask.gravity.pm import pm_accelerations
 
     pool = cupy.get_default_memory_pool()

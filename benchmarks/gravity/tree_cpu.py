@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmo_dask.gravity.tree_cpu import tree_forces  # noqa: E402
+from cosmo_dask.gravity.tree.forces import tree_forces  # noqa: E402
 from cosmo_dask.models import hernquist, plummer  # noqa: E402
 
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH

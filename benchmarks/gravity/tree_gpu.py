@@ -89,7 +89,7 @@ def direct_gpu(cp, pos64, mass64, idx):
 def main(argv=None):
     import cupy as cp
 
-    from cosmo_dask.gravity.tree_gpu import _forces, _Timer
+    from cosmo_dask.gravity.tree.forces_gpu import _forces, _Timer
 
     ap = parser(__doc__, repeat=5, devices=("gpu",))
     ap.add_argument("--n", type=int, default=2**23)
@@ -115,7 +115,7 @@ def main(argv=None):
         a.n, min(a.n_check, a.n), replace=False)))
     ref_acc, ref_pot = direct_gpu(cp, pos, mass, idx)
     cp.cuda.Device().synchronize()
-    from cosmo_dask.gravity.tree_gpu import BLOCK
+    from cosmo_dask.gravity.tree.forces_gpu import BLOCK
 
     runs = [(p, a.max_leaf, a.max_group, a.block or BLOCK) for p in a.precision]
     for item in filter(None, a.sweep.split(",")):

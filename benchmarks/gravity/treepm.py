@@ -16,7 +16,7 @@ snapshot. Measured:
   the N sources, tolerance 1e-10; its run time is reported as ``ewald_seconds``).
 
 ``--device gpu`` moves the positions to CuPy chunks (PM on the GPU, short range with
-``cosmo_dask.gravity.tree_gpu``); timings then synchronise the device.
+``cosmo_dask.gravity.tree.forces_gpu``); timings then synchronise the device.
 
 Prints one JSON object per measurement.
 """

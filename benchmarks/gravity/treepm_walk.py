@@ -1,7 +1,7 @@
 """TreePM short-range walk on the CPU: interaction counts and force accuracy on one state.
 
 What the GPU TreePM step's cost follows (pairs and multipoles per particle) and what its
-accuracy is, measured with the CPU walk (:mod:`cosmo_dask.gravity.tree_walk`, the same
+accuracy is, measured with the CPU walk (:mod:`cosmo_dask.gravity.tree.walk`, the same
 acceptance rule as the CUDA walk) on a cosmological state, so a walk change can be judged
 without a GPU. Box of ``n_side`` Mpc/h with ``n_side^3`` particles (mean spacing 1 Mpc/h),
 mesh ``n_side``, ``rs = 1.2`` cells, ``r_cut = 4.5 rs``, TreePM's ``max_leaf`` and
@@ -84,7 +84,7 @@ def state(kind: str, n_side: int, z_init: float, steps: int, cache: str | None):
 
 def counts(pos, box, theta, rs, r_cut, max_leaf, max_group):
     """Interaction counts per particle of the CPU walk (the GPU walk's rule)."""
-    from cosmo_dask.gravity.tree_walk import interaction_lists
+    from cosmo_dask.gravity.tree.walk import interaction_lists
     from cosmo_dask.spatial.octree import build_octree
 
     tree = build_octree(pos, 1.0, max_leaf=max_leaf, max_group=max_group, box_size=box)
@@ -167,7 +167,7 @@ def main(argv=None):
     import dask
     import dask.array as da
 
-    from cosmo_dask.gravity.tree_cpu import tree_forces
+    from cosmo_dask.gravity.tree.forces import tree_forces
     from cosmo_dask.gravity.treepm import treepm_accelerations
     from tests.support.ewald_reference import ewald
 

@@ -226,7 +226,7 @@ def main(argv=None):
         return _memory_child(*args.memory_child)
 
     from cosmo_dask import Snapshot
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
 
     env = {
         "host": platform.node(),
@@ -253,7 +253,7 @@ def main(argv=None):
             if args.catalog:
                 cenv = {**env, "device": args.device}
                 if args.device == "gpu":  # the snapshot resident on the GPU, as a user has it
-                    from cosmo_dask.snapshot import GPU_READ_ROWS
+                    from cosmo_dask.store.snapshot import GPU_READ_ROWS
 
                     snap = Snapshot.from_arrays(pos, box_size=box,
                                                 ids=np.arange(n, dtype=np.int64),
@@ -346,10 +346,10 @@ def bench_gpu(snap, kind, ll, min_members, args, env):
     import cupy
 
     from cosmo_dask import Snapshot, open_snapshot
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
     from cosmo_dask.halos.fof_kernels import fof_local
     from cosmo_dask.halos.fof_kernels_gpu import fof_local_gpu
-    from cosmo_dask.snapshot import GPU_READ_ROWS
+    from cosmo_dask.store.snapshot import GPU_READ_ROWS
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
@@ -476,9 +476,9 @@ def bench_catalog(snap, kind, ll, min_members, repeat, env, kdcount=True):
     from dask.callbacks import Callback
     from dask.utils import key_split
 
-    from cosmo_dask.backend import host
+    from cosmo_dask.core.backend import host
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
 
     class TaskTimes(Callback):
         def __init__(self):
@@ -565,7 +565,7 @@ def bench_kdcount(snap, box, ll, min_members, labels, t_ours, repeat):
     from kdcount.cluster import dataset
     from kdcount.cluster import fof as kd_fof
 
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
     from cosmo_dask.halos.fof_kernels import fof_local
 
     pos32 = snap.pos.compute()
@@ -697,7 +697,7 @@ def _memory_child(path, n_domains, what, ll, min_members, probe):
 
     from cosmo_dask import Snapshot, open_snapshot
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
     from cosmo_dask.halos.parameters import check_linking_length
     from cosmo_dask.spatial import decompose, domain_grid
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from cosmo_dask import Snapshot, open_snapshot  # noqa: E402
 from cosmo_dask.halos import fof_labels  # noqa: E402
-from cosmo_dask.snapshot import GPU_READ_ROWS  # noqa: E402
+from cosmo_dask.store.snapshot import GPU_READ_ROWS  # noqa: E402
 
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))

@@ -27,8 +27,8 @@ def main(argv=None):
     start(args, "info-phases")
 
     import cosmo_dask
-    from cosmo_dask.progress import compute
-    from cosmo_dask.validation import _stats, duplicate_ids
+    from cosmo_dask.core.progress import compute
+    from cosmo_dask.store.validation import _stats, duplicate_ids
 
     with cosmo_dask.connect(gpu=args.device == "gpu", quiet=True):
         for rows in args.chunks:

@@ -1,6 +1,6 @@
 """numba compile seconds of each kernel the demo runs, from a cold cache, biggest first.
 
-The demo's stages (``cosmo_dask.demo.STAGES``, or the ones named with ``--stages``) run
+The demo's stages (``cosmo_dask.cli.demo_stages.STAGES``, or the ones named with ``--stages``) run
 in ONE fresh subprocess on dask's threaded scheduler (no cluster: the compiles happen in
 the measuring process), with ``NUMBA_CACHE_DIR`` a new empty temporary directory, so
 every kernel a run dispatches compiles exactly as on a first run. numba's compile events
@@ -108,7 +108,7 @@ def records():
 
 
 install_recorder()
-from cosmo_dask import demo
+from cosmo_dask.cli import demo_stages as demo
 n_side, mode, want = int(sys.argv[1]), sys.argv[2], set(sys.argv[3:])
 stages = [s for s in demo.STAGES if not want or s.__name__.removeprefix("stage_") in want]
 needed = {"halos", "density", "pse"} & {s.__name__.removeprefix("stage_") for s in stages}

@@ -120,7 +120,7 @@ def _tree_graph(env, xp, n: int, sync) -> None:
     import dask
     import dask.array as da
 
-    from cosmo_dask.gravity.tree_graph import tree_accelerations
+    from cosmo_dask.gravity.tree.graph import tree_accelerations
 
     rng = np.random.default_rng(1)
     pos = da.from_array(xp.asarray(rng.random((n, 3))), chunks=(n // 4, 3), asarray=False)

@@ -78,7 +78,7 @@ def _case(name: str, gpu: bool):
                 return dask.compute(*r)
         return lambda: accelerations(s, method="direct", G=1.0, softening=0.01), run
     if name == "tree":
-        from cosmo_dask.gravity.tree_graph import tree_accelerations
+        from cosmo_dask.gravity.tree.graph import tree_accelerations
 
         s = ready(models.plummer(30000, chunks=5000))
         mass = s.mass if s.mass is not None else s.particle_mass
@@ -129,7 +129,7 @@ def _case(name: str, gpu: bool):
         return (lambda: from_gadget_hdf5(path, chunks=2**17),
                 lambda r: dask.compute(r.pos, r.vel, r.ids))
     if name == "dupids":
-        from cosmo_dask.validation import duplicate_ids
+        from cosmo_dask.store.validation import duplicate_ids
 
         n = 2**20
         s = ready(Snapshot.from_arrays(np.random.default_rng(0).random((n, 3)),

@@ -107,8 +107,8 @@ def make_store(path: Path, n_side: int, chunk_rows: int | None = None) -> None:
     import zarr
 
     from cosmo_dask import __version__
-    from cosmo_dask.backend import default_chunk_size
-    from cosmo_dask.validation import FORMAT, FORMAT_VERSION
+    from cosmo_dask.core.backend import default_chunk_size
+    from cosmo_dask.store.validation import FORMAT, FORMAT_VERSION
 
     n = n_side**3
     rows = min(chunk_rows or default_chunk_size(), n)
@@ -176,7 +176,7 @@ def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | N
     """
     import numpy as np
 
-    import cosmo_dask.progress as progress
+    import cosmo_dask.core.progress as progress
 
     orig = {"compute": progress.compute, "persist": progress.persist}
 
@@ -203,7 +203,7 @@ def patch_cosmo_compute(eager: list, fof_fake: bool = False, persisted: list | N
         if fof_fake:
             from dask.delayed import Delayed
 
-            from cosmo_dask.task_graph import KeyCollection
+            from cosmo_dask.core.task_graph import KeyCollection
 
             if persisted is not None:
                 persisted.append((graph, [k for a in args for k in a.__dask_keys__()]))
@@ -423,12 +423,12 @@ def _exchange_keys(n_chunks: int, n_dom: int) -> tuple[int, int]:
 def tree_prediction(n: int, n_chunks: int, box_size: float | None = None,
                     r_cut: float | None = None) -> dict:
     """Task counts of tree_accelerations' graph from its own formulas (CPU, defaults)."""
-    from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
+    from cosmo_dask.gravity.tree.graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
     nb = batches_per_domain(n, nd)
     try:
-        from cosmo_dask.gravity.tree_graph import let_sources
+        from cosmo_dask.gravity.tree.graph import let_sources
     except ImportError:  # the graph before 2026-11-25's changes: all pairs, one stage
         by_kind = {"gravity-split": n_chunks, "getitem (split pieces)": n_chunks * nd,
                    "gravity-domain": nd, "gravity-tree": nd, "gravity-bbox": nd,
@@ -446,7 +446,7 @@ def tree_prediction(n: int, n_chunks: int, box_size: float | None = None,
     grid = domain_grid(nd, box_size=box_size) if box_size else domain_grid(
         nd, bounds=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
     try:  # LETs for blocks of targets (2026-11-26): one task per (source, level, block)
-        from cosmo_dask.gravity.tree_graph import block_index, let_plan
+        from cosmo_dask.gravity.tree.graph import block_index, let_plan
 
         plan = let_plan(grid, r_cut if box_size else None)
         index = {lv: block_index(grid, lv) for lv in {lv for p in plan for _, lv in p}}
@@ -475,7 +475,7 @@ def tree_kind_bytes(n: int) -> dict:
     octree, ~TREE_BYTES a particle, nodes not counted) and a ``gravity-let`` or
     ``gravity-blocklet`` (not estimated: counted 0, so a group task's input is its
     domain tree only)."""
-    from cosmo_dask.gravity.tree_graph import batches_per_domain, default_n_domains
+    from cosmo_dask.gravity.tree.graph import batches_per_domain, default_n_domains
 
     nd = default_n_domains(n, False)
     return {"gravity-group": GROUP_RESULT_BYTES * -(-n // (nd * batches_per_domain(n, nd))),
@@ -488,9 +488,9 @@ def simulate_cluster(workers: int, memory: int, threads: int) -> None:
     memory/worker/thread queries are replaced in every loaded cosmo_dask module."""
     import importlib
 
-    paint = importlib.import_module("cosmo_dask.density.paint")  # (density.paint: a function)
+    paint = importlib.import_module("cosmo_dask.density.painting")  # (density.paint: a function)
     importlib.import_module("cosmo_dask.spatial.fft")  # its namespace is patched below
-    progress = importlib.import_module("cosmo_dask.progress")
+    progress = importlib.import_module("cosmo_dask.core.progress")
 
     # dask's rechunk picks P2P for large rechunks when a distributed client exists (the
     # cluster this simulates): make that choice here, where no client runs
@@ -533,7 +533,7 @@ def run_case(case: str, store: str, n_side: int, max_build: int,
     import cosmo_dask.analysis  # noqa: F401 (load modules before patching their names)
     import cosmo_dask.gravity  # noqa: F401
     import cosmo_dask.halos  # noqa: F401
-    import cosmo_dask.halos.fof  # noqa: F401
+    import cosmo_dask.halos.fof_graph  # noqa: F401
     import cosmo_dask.models  # noqa: F401
 
     dask.config.set(scheduler="sync")

@@ -8,7 +8,7 @@ default 2), the files in the page cache. The value checks of ``open_snapshot`` s
 in both (they are part of every read). Verified and unverified reads alternate
 (which goes first alternates too), so machine load hits both alike; medians are
 reported. ``--impl zlib`` times the standard library's CRC-32 in place of the fast one
-(``cosmo_dask.chunk_manifest.crc32``: ISA-L's or zlib-ng's when installed).
+(``cosmo_dask.store.chunk_manifest.crc32``: ISA-L's or zlib-ng's when installed).
 
 Prints one JSON line per measurement and a summary (overhead = verified / unverified - 1;
 goal <= 0.05), and appends them to ``benchmarks/results/verify.jsonl``.
@@ -50,8 +50,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     start(args, "verify")
 
-    from cosmo_dask import chunk_manifest, open_snapshot, zarr_read
+    from cosmo_dask import open_snapshot
     from cosmo_dask.models import zeldovich
+    from cosmo_dask.store import chunk_manifest, zarr_read
 
     if args.impl == "zlib":
         import zlib

@@ -3,7 +3,7 @@
 2LPT ICs (``--n-side``^3 in ``--box`` Mpc/h at ``--z-init``), ``--steps`` PM steps
 (FastPM factors, mesh twice the particles per side) or TreePM to z = 0, FOF with
 b = 0.2 mean spacings; ``dn/dlnM`` in bins of 0.2 dex from 100 particle masses,
-compared with :func:`cosmo_dask.halos.mass_function.theory_mass_function`
+compared with :func:`cosmo_dask.halos.mass_functions.theory_mass_function`
 (``watson2013_fof``, the same Eisenstein & Hu no-wiggle spectrum as the ICs)
 averaged over each bin, in the bins holding >= 30 halos.
 
@@ -33,7 +33,7 @@ def mass_function_rows(masses, m_p: float, box: float, cosmology, min_particles:
     ``min_particles`` particle masses; returns ``(rows, max |ratio - 1|)`` over the bins
     holding >= ``min_halos`` halos (None when there is none). ``power_spectrum``: the
     linear spectrum under the fit's sigma(M) (the run's own; default EH98)."""
-    from cosmo_dask.halos.mass_function import mass_function, theory_mass_function
+    from cosmo_dask.halos.mass_functions import mass_function, theory_mass_function
 
     masses = np.asarray(masses, dtype=np.float64)
     lo = np.log10(min_particles * m_p)

@@ -58,7 +58,7 @@ def _one(args) -> dict:
     import dask
 
     import cosmo_dask
-    from cosmo_dask.backend import host
+    from cosmo_dask.core.backend import host
     from cosmo_dask.models import lpt_ics
 
     try:  # this checkout's slab count (None for a checkout without slabs)
@@ -106,7 +106,7 @@ def _digest_block(block):
 
     import numpy as np
 
-    from cosmo_dask.backend import host
+    from cosmo_dask.core.backend import host
 
     data = np.ascontiguousarray(host(block)).tobytes()
     return np.array([int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")],

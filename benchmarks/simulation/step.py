@@ -56,9 +56,9 @@ def main(argv=None):
 
     import dask
 
+    from cosmo_dask.core.progress import persist
     from cosmo_dask.gravity.pm import pm_accelerations
     from cosmo_dask.models import zeldovich
-    from cosmo_dask.progress import persist
     from cosmo_dask.simulation import run
 
     name = platform.processor() or platform.machine()
@@ -156,6 +156,7 @@ def force_split(snap, n_mesh: int, params: dict, repeat: int = 3, trees=()) -> d
     timed alone (``tree_variants``)."""
     import cupy
 
+    from cosmo_dask.core.progress import persist
     from cosmo_dask.gravity.parameters import (
         R_SPLIT_CELLS,
         TREEPM_MAX_GROUP,
@@ -163,9 +164,8 @@ def force_split(snap, n_mesh: int, params: dict, repeat: int = 3, trees=()) -> d
         default_r_cut,
     )
     from cosmo_dask.gravity.pm import pm_accelerations
-    from cosmo_dask.gravity.tree_gpu import _forces, _Timer
+    from cosmo_dask.gravity.tree.forces_gpu import _forces, _Timer
     from cosmo_dask.gravity.treepm import treepm_accelerations
-    from cosmo_dask.progress import persist
 
     box, m, G = snap.box_size, float(snap.particle_mass), float(snap.G)
     rs = R_SPLIT_CELLS * box / n_mesh

@@ -1,10 +1,10 @@
 """Analysis of snapshots and meshes: power spectrum and multipoles, linear theory.
 
-The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``analysis.parameters`` (as the CLI's parser does) loads no kernels.
 """
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it
 _PUBLIC = {"linear_power": "power", "plot_power_spectrum": "power",

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = ["POLES", "POLES_DEFAULT", "LOS_AXES", "INTERLACE_DEFAULT", "check_los_poles"]
 

@@ -1,7 +1,7 @@
 """Power spectrum (and Legendre multipoles) of particles or of a density mesh.
 
 Method (the mesh path of issue 19, ``docs/fft.md``): the particles are painted
-in slabs along x (:func:`cosmo_dask.density.paint.paint_meshes`; CPU numba or
+in slabs along x (:func:`cosmo_dask.density.painting.paint_meshes`; CPU numba or
 GPU CuPy by chunk type), the mesh less its mean (only ``k = 0`` changes; a
 float32 FFT is more accurate without the mean) is transformed by the
 distributed real FFT (:func:`cosmo_dask.spatial.fft.rfftn`: ``scipy.fft`` or
@@ -49,20 +49,15 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from ..backend import array_module, host, resolve_precision
+from ..core.backend import array_module, host, resolve_precision
+from ..core.errors import ParameterError
+from ..core.progress import compute
 from ..density import parameters as dp
-from ..density.paint import (
-    centred,
-    interlace_kslab,
-    mesh_slabs,
-    paint_meshes,
-    particles_input,
-)
-from ..errors import ParameterError
-from ..product_units import product_units
-from ..progress import compute
+from ..density.painting import centred, interlace_kslab, mesh_slabs, paint_meshes, particles_input
+from ..plot.power import plot_power_spectrum  # noqa: F401  (public here)
 from ..spatial.fft import reduce_kslabs, rfftn, slab_chunks
 from ..units import factor
+from ..units.products import product_units
 from .parameters import INTERLACE_DEFAULT, POLES_DEFAULT, check_los_poles
 
 __all__ = ["linear_power", "power_spectrum", "plot_power_spectrum"]
@@ -90,7 +85,7 @@ def _bin_kslab(f0, kx, ky, kz, f1=None, *, n, box, scheme, edges, los, poles):
     """``power-bin``: one k-space slab's window-compensated power, binned in ``|k|``.
 
     ``f0`` (and ``f1``, the half-cell-shifted mesh's slab, combined by
-    :func:`~cosmo_dask.density.paint.interlace_kslab`) is the unnormalised FFT of
+    :func:`~cosmo_dask.density.painting.interlace_kslab`) is the unnormalised FFT of
     the mass mesh; ``kx, ky, kz`` its float64 wavenumbers. Returns a host float64
     array ``(2 + len(poles), n_bins)``: rows = sum of mode weights (n_modes),
     sum of weight*|k|, then sum of weight*|F|^2 / W^2 L_l(mu) per pole.
@@ -188,7 +183,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
         Unit of positions and box (default: the snapshot's ``units["length"]``,
         else the label ``"input length"``): ``k`` is in its inverse (``"h / Mpc"``
         for ``Mpc/h``), ``power`` in its cube (``"Mpc3 / h3"``), as
-        :func:`cosmo_dask.product_units.product_units` spells them.
+        :func:`cosmo_dask.units.products.product_units` spells them.
     slabs : int, optional
         Slabs of the mesh path (default:
         :func:`~cosmo_dask.spatial.fft.default_slab_count` or the dask config key
@@ -219,7 +214,7 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
     docstring): no task holds the whole mesh unless it is one slab. Costs:
     paint O(N p^3) per mesh, FFT O(n^3 log n), binning O(n^3).
     """
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     what = "power_spectrum"
     if length_unit is None and isinstance(snap_or_mesh, Snapshot):
@@ -332,60 +327,6 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
              "estimator": "FFT, window-compensated (sinc^p), "
                           + ("interlaced" if mesh1 is not None else "not interlaced")}
     return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-def plot_power_spectrum(ds, path=None, *, ax=None, reference=None, label=None):
-    """Log-log plot of ``ds.power`` (and multipoles) with the shot-noise level.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        From :func:`power_spectrum`.
-    path : str or path, optional
-        Save the figure there (format from the suffix).
-    ax : matplotlib Axes, optional
-    reference : callable, optional
-        ``P(k)`` to overplot (e.g. ``lambda k: cosmo.power_spectrum(k) * D**2``).
-    label : str, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import matplotlib
-
-    if ax is None and path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig = ax.figure if ax is not None else plt.figure(figsize=(6, 4.5))
-    ax = ax if ax is not None else fig.add_subplot(111)
-    k = ds["k"].values
-    good = ds["n_modes"].values > 0
-    ax.loglog(k[good], ds["power"].values[good], label=label or "P(k)")
-    if "multipoles" in ds:
-        for ell in ds["ell"].values:
-            if ell == 0:
-                continue
-            p = ds["multipoles"].sel(ell=ell).values
-            ax.loglog(k[good], np.abs(p[good]), ls="--", label=f"|P_{ell}(k)|")
-    sn = float(ds["shot_noise"])
-    if np.isfinite(sn):
-        ax.axhline(sn, color="0.5", ls=":", label="shot noise")
-    if reference is not None:
-        ax.loglog(k[good], reference(k[good]), color="k", lw=0.8,
-                  label=getattr(reference, "label", "reference"))
-    ax.axvline(float(ds.attrs["k_nyquist"]), color="0.7", lw=0.8)
-    from matplotlib.ticker import NullFormatter
-
-    ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap
-    ax.set_xlabel(f"k [{ds['k'].attrs.get('units', '1 / box length')}]")
-    ax.set_ylabel(f"P(k) [{ds['power'].attrs.get('units', 'box length^3')}]")
-    ax.legend(frameon=False)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
 
 
 def linear_power(cosmology, scale_factor: float, length_unit: str = "Mpc/h"):

@@ -5,7 +5,7 @@ source are preprocessor defines given by its module):
 
 * ``p2p.cu`` (:mod:`cosmo_dask.gravity.p2p_kernels_gpu`), ``pm.cu``
   (:mod:`~cosmo_dask.gravity.pm_kernels_gpu`), ``tree.cu``
-  (:mod:`~cosmo_dask.gravity.tree_gpu`);
+  (:mod:`~cosmo_dask.gravity.tree.forces_gpu`);
 * ``paint.cu`` (:mod:`cosmo_dask.density.paint_kernels_gpu`), ``tessellation.cu``
   (:mod:`~cosmo_dask.density.tessellation_gpu`), ``tet_volume.cu`` and
   ``tet_volume_lattice.cu`` (:mod:`~cosmo_dask.density.tet_volume_gpu`);
@@ -76,7 +76,7 @@ NO_FMAD = ("--fmad=false",)
 def header_text(name: str) -> str:
     """The text of one shared header (``name`` one of :data:`HEADERS`)."""
     if name not in HEADERS:
-        from ..errors import ParameterError
+        from ..core.errors import ParameterError
 
         raise ParameterError(f"name must be one of {HEADERS}, got {name!r}")
     return (HEADER_DIR / name).read_text()
@@ -125,7 +125,7 @@ def source(name: str, defines: Mapping | Iterable = ()) -> str:
         The ``#define`` lines, ``#line 1 "<name>.cu"`` and the file's text.
     """
     if name not in KERNEL_SOURCES:
-        from ..errors import ParameterError
+        from ..core.errors import ParameterError
 
         raise ParameterError(f"CUDA source name must be one of {KERNEL_SOURCES}, got {name!r}")
     text = (HEADER_DIR / f"{name}.cu").read_text()

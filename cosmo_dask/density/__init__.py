@@ -2,17 +2,17 @@
 tessellation and exact tetrahedron deposits behind them; mesh painting
 (NGP/CIC/TSC/PCS).
 
-The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``density.parameters`` (as the CLI's parser does) loads no kernels.
 """
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it
 _PUBLIC = {"DensityOctree": "octree_model", "block_tetrahedra": "tessellation",
-           "density_contrast": "paint", "deposit_tets": "tetrahedra",
+           "density_contrast": "painting", "deposit_tets": "tetrahedra",
            "lagrangian_blocks": "tessellation", "open_density_octree": "octree_model",
-           "paint": "paint", "pse_density": "pse", "snapshot_tetrahedra": "tessellation",
+           "paint": "painting", "pse_density": "pse", "snapshot_tetrahedra": "tessellation",
            "tet_cube_volume": "tetrahedra"}
 
 __all__ = list(_PUBLIC)

@@ -1,4 +1,4 @@
-"""The kernel contracts of ``density``: one :class:`~cosmo_dask.dispatch.KernelDispatch`
+"""The kernel contracts of ``density``: one :class:`~cosmo_dask.core.dispatch.KernelDispatch`
 per computation, chosen by the type of the chunk it is given.
 
 Each contract has one signature, shared by its CPU implementation (NumPy/numba,
@@ -16,7 +16,7 @@ columns are reached with ``kernel.for_chunk(column[0])(...)``.
 
 from __future__ import annotations
 
-from ..dispatch import KernelDispatch
+from ..core.dispatch import KernelDispatch
 from .paint_kernels import paint_numpy
 from .tessellation_kernels import column_bboxes, column_block_tets, rows_tets
 from .tet_volume import deposit_tets_cpu, tet_cube_volume_cpu

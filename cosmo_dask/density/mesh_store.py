@@ -8,7 +8,7 @@ Layout of ``OUT.zarr`` (Zarr v3 group, written atomically; attrs
 attribute), chunked in slabs along axis 0 (about 128 MiB of float64 each; the
 painted mesh's slabs are rechunked to them as they are written). Cell ``i``
 covers ``[i H, (i + 1) H)`` with ``H = box_size / n``; divide by ``H**3`` for a
-density (in ``density_units``). Units come from :func:`~cosmo_dask.product_units.product_units`.
+density (in ``density_units``). Units come from :func:`~cosmo_dask.units.products.product_units`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..atomic import atomic_directory, local_path
-from ..backend import host
-from ..product_units import product_units, store_units
-from ..zarr_read import open_product_group
-from ..zarr_write import store_arrays
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group
+from ..store.zarr_write import store_arrays
+from ..units.products import product_units, store_units
 
 FORMAT = "cosmo_dask.mesh"
 FORMAT_VERSION = 1
@@ -50,7 +49,7 @@ def write_mesh(path: str | os.PathLike, mesh: da.Array, *, box_size: float, sche
         More attributes of the store (``source``, ...).
     units : mapping, optional
         The painted snapshot's ``units`` (or their
-        :func:`~cosmo_dask.product_units.product_units`); None: the "input
+        :func:`~cosmo_dask.units.products.product_units`); None: the "input
         mass" / "input length" labels.
     """
     n = int(mesh.shape[0])
@@ -77,39 +76,3 @@ def open_mesh(path: str | os.PathLike):
     group, attrs = open_product_group(path, fmt=FORMAT, version=FORMAT_VERSION,
                                       what="mesh store")
     return da.from_zarr(group["mass"]), attrs
-
-
-def plot_mesh_slice(mesh, box_size: float, *, axis: int = 2, index: int | None = None,
-                    thickness: int = 1, path=None, ax=None):
-    """Log-density image of a slab of a mesh (mass per cell), e.g. from :func:`open_mesh`.
-
-    ``thickness`` cells along ``axis`` starting at ``index`` (default: the middle) are
-    summed; the image is ``log10(1 + delta)`` of the slab. Returns the figure.
-    """
-    import matplotlib
-
-    if ax is None and path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    n = int(mesh.shape[axis])
-    start = n // 2 if index is None else int(index)
-    sel = [slice(None)] * 3
-    sel[axis] = slice(start, start + max(1, int(thickness)))
-    slab = mesh[tuple(sel)].sum(axis=axis)
-    slab = np.asarray(host(slab.compute() if hasattr(slab, "compute") else slab), np.float64)
-    mean = slab.mean()
-    image = np.log10(np.maximum(slab / mean, 1e-3)) if mean > 0 else slab
-    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 4.5))
-    ax = ax if ax is not None else fig.add_subplot(111)
-    shown = ax.imshow(image.T, origin="lower", extent=(0, box_size, 0, box_size),
-                      cmap="magma")
-    fig.colorbar(shown, ax=ax, label="log10(1 + delta)")
-    names = [a for a in "xyz" if a != "xyz"[axis]]
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(names[1])
-    ax.set_title(f"{'xyz'[axis]} cells {start}-{start + max(1, int(thickness)) - 1} of {n}")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig

@@ -18,7 +18,7 @@ None) the root's upper faces belong to the root too. With a periodic
 The class holds the model (the tiling, its index and the leaves). Its products live
 beside it: :mod:`.octree_sampling` (``sample``, ``to_uniform``), :mod:`.octree_store`
 (the Zarr store behind ``to_zarr`` and :func:`open_density_octree`) and
-:mod:`.octree_plot` (``plot_slice``); the methods of the class call them. Those
+:mod:`cosmo_dask.plot.density` (``plot_slice``); the methods of the class call them. Those
 modules never import this one, so the imports go one way (no cycle).
 """
 
@@ -31,12 +31,12 @@ from typing import NamedTuple
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, host
-from ..checks import check_positive
-from ..errors import ParameterError
-from ..product_units import product_units
-from ..progress import compute
+from ..core.backend import array_module, host
+from ..core.checks import check_positive
+from ..core.errors import ParameterError
+from ..core.progress import compute
 from ..units import QUANTITIES
+from ..units.products import product_units
 
 _MAX_BITS = 52  # level + log2(patch_size): cell indices stay exact in float64
 
@@ -216,7 +216,7 @@ class DensityOctree:
     @property
     def unit_strings(self) -> dict[str, str]:
         """Unit strings of the tree's quantities (``length``, ``density``, ...):
-        :func:`~cosmo_dask.product_units.product_units` of :attr:`units`."""
+        :func:`~cosmo_dask.units.products.product_units` of :attr:`units`."""
         return product_units(self.units)
 
     @property
@@ -349,8 +349,8 @@ class DensityOctree:
     def plot_slice(self, *, axis: int = 2, position: float | None = None,
                    resolution: int | None = None, leaf_edges: bool = True, path=None, ax=None):
         """Image of log10 density on the plane ``x[axis] = position`` (a matplotlib
-        Figure): see :func:`~cosmo_dask.density.octree_plot.plot_slice`."""
-        from .octree_plot import plot_slice
+        Figure): see :func:`~cosmo_dask.plot.density.plot_slice`."""
+        from ..plot.density import plot_slice
 
         return plot_slice(self, axis=axis, position=position, resolution=resolution,
                           leaf_edges=leaf_edges, path=path, ax=ax)

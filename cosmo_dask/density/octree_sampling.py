@@ -11,10 +11,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import host
-from ..errors import ParameterError
-from ..progress import compute
-from ..task_graph import TaskGraph
+from ..core.backend import host
+from ..core.errors import ParameterError
+from ..core.progress import compute
+from ..core.task_graph import TaskGraph
 from .octree_store import FORMAT
 
 _TASK_ELEMENTS = 2**22  # float64 elements (32 MiB) per default uniform slab / batch

@@ -20,7 +20,7 @@ subgroup per level present)::
         density  (n_l, p, p, p)  float64, chunks (1, p, p, p) (units: mass / length^3)
 
 Units (attribute ``units`` of each array, ``*_units`` of each attribute) come
-from :func:`~cosmo_dask.product_units.product_units` of the tree's ``units``.
+from :func:`~cosmo_dask.units.products.product_units` of the tree's ``units``.
 
 Leaves are stored grouped by level (in their order within a level), so a tree
 re-opened with :func:`open_density_octree` lists its leaves level by level.
@@ -35,11 +35,11 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..atomic import atomic_directory, local_path
-from ..errors import ParameterError, SnapshotError
-from ..product_units import store_units
-from ..zarr_read import open_product_group
-from ..zarr_write import plain_attrs, store_arrays
+from ..core.errors import ParameterError, SnapshotError
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group
+from ..store.zarr_write import plain_attrs, store_arrays
+from ..units.products import store_units
 
 FORMAT = "cosmo_dask.density_octree"
 FORMAT_VERSION = 1

@@ -15,8 +15,8 @@ import math
 import numbers
 from typing import Any
 
-from ..checks import check_integer
-from ..errors import ParameterError
+from ..core.checks import check_integer
+from ..core.errors import ParameterError
 
 __all__ = ["SCHEMES", "SCHEME_DEFAULT", "CLI_N_MESH_DEFAULT", "SPLIT_EVERY_DEFAULT",
            "STRATEGIES", "PATCH_SIZE_DEFAULT", "MAX_LEVEL_MAX", "BLOCK_DEFAULT",

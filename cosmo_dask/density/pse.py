@@ -22,9 +22,9 @@ import math
 import dask
 import numpy as np
 
-from ..backend import array_module
-from ..errors import ParameterError
-from ..progress import active_client, wait
+from ..core.backend import array_module
+from ..core.errors import ParameterError
+from ..core.progress import active_client, wait
 from .octree_model import DensityOctree
 from .parameters import (
     BLOCK_DEFAULT,

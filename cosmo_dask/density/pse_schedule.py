@@ -5,7 +5,7 @@ and the octree layout (:func:`~.pse_octree.build_octree`), runs the graph,
 and returns the ``(L, p, p, p)`` dask array of the leaves' density patches,
 persisted (one chunk per leaf, computed by the task ``(pse-leaf-<token>, i,
 0, 0, 0)``): mass over cell volume, float64, NumPy or CuPy like the snapshot.
-The graphs are written task by task (:class:`~cosmo_dask.task_graph.TaskGraph`),
+The graphs are written task by task (:class:`~cosmo_dask.core.task_graph.TaskGraph`),
 each task with its placement, which reaches the distributed scheduler.
 
 gather (A)
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import array_module
-from ..task_graph import TaskGraph
+from ..core.backend import array_module
+from ..core.task_graph import TaskGraph
 from .dispatch import deposit_tets_kernel, rows_tets_kernel
 
 #: tetrahedra gathered before one deposit call (bounds a task's temporary memory)

@@ -61,9 +61,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, host
-from ..errors import ParameterError, SnapshotError
-from ..task_graph import TaskGraph
+from ..core.backend import array_module, host
+from ..core.errors import ParameterError, SnapshotError
+from ..core.task_graph import TaskGraph
 from .dispatch import column_bboxes_kernel, column_tets_kernel
 from .parameters import check_block
 from .tessellation_kernels import block_tets_from_corners

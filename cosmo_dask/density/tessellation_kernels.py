@@ -20,7 +20,7 @@ import itertools
 
 import numpy as np
 
-from ..backend import array_module
+from ..core.backend import array_module
 
 # corner c of a cell has offset ((c >> 2) & 1, (c >> 1) & 1, c & 1)
 CORNER_OFFSETS = np.array([[(c >> 2) & 1, (c >> 1) & 1, c & 1] for c in range(8)], np.int64)

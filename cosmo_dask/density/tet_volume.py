@@ -79,7 +79,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 _STACK = 16
 

@@ -89,8 +89,8 @@ import functools
 import numpy as np
 
 from .. import cuda
-from ..backend import require_gpu
-from ..errors import ParameterError
+from ..core.backend import require_gpu
+from ..core.errors import ParameterError
 from .tet_volume import _as_cubes, _as_tets, check_grid
 
 # compile-time settings of deposit_lattice: warps per block, doubles of the per-warp

@@ -8,7 +8,7 @@ kernels of :mod:`.tet_volume_gpu` (method, cost and accuracy in their docstrings
 
 from __future__ import annotations
 
-from ..backend import array_module
+from ..core.backend import array_module
 from .dispatch import deposit_tets_kernel, tet_cube_volume_kernel
 
 __all__ = ["tet_cube_volume", "deposit_tets"]

@@ -1,12 +1,12 @@
 """Basis-function expansions of isolated systems: SCF and MEX (see docs/expansions.md).
 
-The public names load on first use (:func:`cosmo_dask.lazy.lazy_exports`), so that
+The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``expansion.parameters`` (as the CLI's parser does) loads no kernels.
 """
 
 from __future__ import annotations
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it
 _PUBLIC = {"MEX": "mex", "ExpansionInput": "particles", "expansion_input": "particles",

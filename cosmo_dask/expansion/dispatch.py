@@ -1,4 +1,4 @@
-"""The expansion kernels' contracts: one :class:`~cosmo_dask.dispatch.KernelDispatch` per
+"""The expansion kernels' contracts: one :class:`~cosmo_dask.core.dispatch.KernelDispatch` per
 computation, chosen by the type of the chunk it is given.
 
 The CPU kernels (numba, :mod:`.scf_kernels`, :mod:`.mex_kernels`) are registered here for
@@ -15,7 +15,7 @@ its backend to the contract's test in ``tests/test_kernel_contracts_expansion.py
 
 from __future__ import annotations
 
-from ..dispatch import KernelDispatch
+from ..core.dispatch import KernelDispatch
 from . import mex_kernels, scf_kernels
 
 __all__ = ["mex_evaluate", "mex_terms_scan", "scf_coefficient_sums", "scf_evaluate"]

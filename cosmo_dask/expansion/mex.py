@@ -60,11 +60,11 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, host, resolve_precision
-from ..errors import ParameterError
-from ..product_units import input_units
-from ..progress import compute, persist
-from ..task_graph import TaskGraph
+from ..core.backend import array_module, host, resolve_precision
+from ..core.errors import ParameterError
+from ..core.progress import compute, persist
+from ..core.task_graph import TaskGraph
+from ..units.products import input_units
 from .dispatch import mex_evaluate, mex_terms_scan
 from .parameters import (
     CENTER_DEFAULT,
@@ -281,7 +281,7 @@ class MEX:
     ----------
     units_ : dict
         After :meth:`fit`: the unit strings of the results
-        (:func:`~cosmo_dask.product_units.input_units` of the fitted input):
+        (:func:`~cosmo_dask.units.products.input_units` of the fitted input):
         ``units_["acceleration"]`` (velocity^2 / length), ``units_["potential"]``
         (velocity^2), ``units_["length"]`` (``center_``, ``softening``), ``G_``
         in ``units_["gravitational_constant"]``; mass / length^2 and mass /
@@ -336,7 +336,7 @@ class MEX:
         Three small host computations (centre of mass and input checks; radii
         samples; bucket sizes), then one persisted pass: split, sort, scan.
         """
-        from ..snapshot import Snapshot
+        from ..store.snapshot import Snapshot
 
         center = self.center
         if isinstance(center, str) and center == "potential_min":

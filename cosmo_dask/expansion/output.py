@@ -9,7 +9,7 @@ Layout of ``OUT.zarr`` (Zarr v3 group; attrs ``format="cosmo_dask.expansion"``,
   snapshot's particles, in its particle order (always for MEX, whose fitted
   state is per particle; for SCF with ``--accelerations``), each with a
   ``units`` attribute (velocity^2 / length and velocity^2 of the snapshot's
-  units, :func:`~cosmo_dask.product_units.product_units`).
+  units, :func:`~cosmo_dask.units.products.product_units`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from collections.abc import Mapping
 import dask.array as da
 import zarr
 
-from ..atomic import atomic_directory, local_path
-from ..product_units import FORCE_ARRAYS, product_units, store_units
-from ..zarr_read import open_product_group
-from ..zarr_write import store_arrays
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group
+from ..store.zarr_write import store_arrays
+from ..units.products import FORCE_ARRAYS, product_units, store_units
 
 FORMAT = "cosmo_dask.expansion"
 FORMAT_VERSION = 1
@@ -35,7 +35,7 @@ def write_expansion(path: str | os.PathLike, *, method: str, parameters: dict, s
     """Write an expansion result (see the module docstring for the layout).
 
     ``units``: the unit strings of ``acc`` and ``pot`` as
-    :func:`~cosmo_dask.product_units.product_units` gives them (``MEX.units_``,
+    :func:`~cosmo_dask.units.products.product_units` gives them (``MEX.units_``,
     or the snapshot's ``units``). Default: those of ``scf``
     (``acceleration_units``, ``potential_units``), else the "input ..." labels.
     """

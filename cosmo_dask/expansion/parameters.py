@@ -8,7 +8,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = ["METHODS", "NMAX_DEFAULT", "LMAX_DEFAULT", "NMAX_LIMIT", "LMAX_LIMIT",
            "SCALE_RADIUS_DEFAULT", "SOFTENING_DEFAULT", "CENTERS", "CENTER_DEFAULT",

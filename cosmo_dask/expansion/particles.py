@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, host, particle_rows, resolve_precision
-from ..errors import ParameterError
-from ..progress import compute
+from ..core.backend import array_module, host, particle_rows, resolve_precision
+from ..core.errors import ParameterError
+from ..core.progress import compute
 
 
 @dataclass
@@ -86,7 +86,7 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
         positions not finite, a periodic snapshot without an explicit centre,
         an invalid centre or precision.
     """
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     dtype = resolve_precision(precision)
     box = None

@@ -44,10 +44,10 @@ import os
 import dask.array as da
 import numpy as np
 
-from ..backend import array_module, as_dask_rows, host, resolve_precision
-from ..errors import ParameterError
-from ..product_units import input_units
-from ..progress import compute
+from ..core.backend import array_module, as_dask_rows, host, resolve_precision
+from ..core.errors import ParameterError
+from ..core.progress import compute
+from ..units.products import input_units
 from .dispatch import scf_coefficient_sums, scf_evaluate
 from .parameters import (
     CENTER_DEFAULT,
@@ -126,7 +126,7 @@ class SCF:
         ``mass`` (total), ``n_particles``, ``nmax``, ``lmax``, ``precision``.
         The coefficients are dimensionless (``units="1"``): the potential is
         ``G mass / scale_radius`` times their sum over the basis. The units of
-        the rest are attrs too (:func:`~cosmo_dask.product_units.product_units`
+        the rest are attrs too (:func:`~cosmo_dask.units.products.product_units`
         of the fitted snapshot's units): ``scale_radius_units``,
         ``center_units``, ``mass_units``, ``G_units``, and those of what
         :meth:`potential` (``potential_units``, velocity^2),
@@ -300,7 +300,7 @@ class SCF:
 
     # ------------------------------------------------------------------ evaluation
     def _eval(self, pos, what: str) -> da.Array:
-        from ..snapshot import Snapshot
+        from ..store.snapshot import Snapshot
 
         self._require_fit()
         if isinstance(pos, Snapshot):
@@ -355,8 +355,8 @@ class SCF:
         """
         import xarray as xr
 
-        from ..atomic import atomic_directory
-        from ..zarr_write import store_dataset
+        from ..store.atomic import atomic_directory
+        from ..store.zarr_write import store_dataset
 
         self._require_fit()
         ds = xr.Dataset({"coefficients": self.coefficients, "variance": self.variance})
@@ -375,8 +375,8 @@ class SCF:
         """Read a store written by :meth:`to_zarr`."""
         import xarray as xr
 
-        from ..errors import SnapshotError
-        from ..zarr_read import open_product_group, product_store
+        from ..core.errors import SnapshotError
+        from ..store.zarr_read import open_product_group, product_store
 
         open_product_group(path, fmt=FORMAT, what="SCF store")  # format, every chunk there
         try:  # every chunk read is checked against its recorded CRC-32 (product_store)
@@ -455,7 +455,7 @@ def fit_series(paths, nmax: int = NMAX_DEFAULT, lmax: int = LMAX_DEFAULT, *,
     import xarray as xr
     import zarr
 
-    from ..snapshot import open_snapshot
+    from ..store.snapshot import open_snapshot
 
     paths = [os.fspath(p) for p in paths]
     if not paths:

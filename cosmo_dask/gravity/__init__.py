@@ -9,13 +9,13 @@ Public API::
     ds = open_gravity("gravity.zarr")   # xarray Dataset of dask arrays
 
 See ``docs/gravity.md`` for the conventions, methods and store layout. The
-method modules (``direct``, ``tree_graph``, ``pm``, ``treepm``) are imported
+method modules (``direct``, ``tree.graph``, ``pm``, ``treepm``) are imported
 only when a method is asked for.
 """
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
-#: public name -> the module holding it; loaded on first use (:func:`cosmo_dask.lazy.
+#: public name -> the module holding it; loaded on first use (:func:`cosmo_dask.core.lazy.
 #: lazy_exports`), so that importing the light ``gravity.parameters`` (as the CLI's parser
 #: does) does not load numba and the kernels
 _PUBLIC = {"accelerations": "api", "check_parameters": "api", "default_n_mesh": "api",

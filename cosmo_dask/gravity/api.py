@@ -4,7 +4,7 @@ Every parameter is checked before any graph is built (:func:`check_parameters`
 needs no particle data); the particle values (finite positions, positions inside
 a periodic box, positive finite masses) are then checked by one small reduction
 over the input before the method's graph is built. Bad input raises
-:class:`~cosmo_dask.errors.ParameterError` naming the parameter.
+:class:`~cosmo_dask.core.errors.ParameterError` naming the parameter.
 
 The methods live in their own modules and are imported only when asked for:
 
@@ -12,7 +12,7 @@ The methods live in their own modules and are imported only when asked for:
 method     module                                           what it computes
 ========== ================================================ =====================================
 "direct"   :mod:`cosmo_dask.gravity.direct`                 all pairs, tiled block-pair tasks
-"tree"     :mod:`cosmo_dask.gravity.tree_graph`             octree, group interaction lists
+"tree"     :mod:`cosmo_dask.gravity.tree.graph`             octree, group interaction lists
 "pm"       :mod:`cosmo_dask.gravity.pm`                     periodic particle-mesh (FFT)
 "treepm"   :mod:`cosmo_dask.gravity.treepm`                 PM long range + truncated tree
 ========== ================================================ =====================================
@@ -29,11 +29,11 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ..backend import device_of, particle_rows, resolve_precision, to_device
-from ..checks import check_positive
-from ..errors import ParameterError
-from ..product_units import input_units, product_units
-from ..progress import compute
+from ..core.backend import device_of, particle_rows, resolve_precision, to_device
+from ..core.checks import check_positive
+from ..core.errors import ParameterError
+from ..core.progress import compute
+from ..units.products import input_units, product_units
 from .parameters import (
     KERNELS,
     MAX_GROUP_DEFAULT,
@@ -54,7 +54,7 @@ __all__ = ["accelerations", "check_parameters", "prepare", "GravityInput", "METH
 
 #: method name (gravity.parameters.METHODS) -> (module in cosmo_dask.gravity, function name)
 _IMPLEMENTATIONS = {
-    "tree": ("tree_graph", "tree_accelerations"),
+    "tree": ("tree.graph", "tree_accelerations"),
     "direct": ("direct", "direct_accelerations"),
     "pm": ("pm", "pm_accelerations"),
     "treepm": ("treepm", "treepm_accelerations"),
@@ -94,7 +94,7 @@ class GravityInput:
     source : str or None
         Path of the snapshot the particles came from.
     units : dict
-        Unit strings of the results (:func:`~cosmo_dask.product_units.input_units`
+        Unit strings of the results (:func:`~cosmo_dask.units.products.input_units`
         of the input): ``units["acceleration"]``, ``units["potential"]``, ...
     """
 
@@ -203,7 +203,7 @@ def check_parameters(
 # ----------------------------------------------------------------------------- particles
 def _resolve_particles(snap_or_pos, mass, G, box_size):  # noqa: N803
     """``(pos, mass, G, box_size, source)`` from a Snapshot or raw arrays (no data read)."""
-    from ..snapshot import particles_of
+    from ..store.snapshot import particles_of
 
     pos, mass, box, snap = particles_of(snap_or_pos, mass, box_size, what="accelerations")
     if snap is None:
@@ -431,7 +431,7 @@ def accelerations(
                       potential=potential, max_leaf=max_leaf, max_group=max_group,
                       r_cut=r_cut)
     if out is not None:
-        from ..atomic import check_writable_target
+        from ..store.atomic import check_writable_target
 
         check_writable_target(out, overwrite=overwrite, what="gravity store")
     acc, pot = _call(inp)

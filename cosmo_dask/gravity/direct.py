@@ -22,9 +22,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, resolve_precision
-from ..errors import ParameterError
-from ..task_graph import TaskGraph
+from ..core.backend import array_module, resolve_precision
+from ..core.errors import ParameterError
+from ..core.task_graph import TaskGraph
 from .dispatch import p2p_block
 from .p2p_kernels import check_kernel_params
 

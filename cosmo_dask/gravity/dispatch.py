@@ -1,4 +1,4 @@
-"""The kernel contracts of gravity: one :class:`~cosmo_dask.dispatch.KernelDispatch` per
+"""The kernel contracts of gravity: one :class:`~cosmo_dask.core.dispatch.KernelDispatch` per
 computation, chosen by the type of the chunk it is given.
 
 Each contract has one signature (chunk first) and one test suite
@@ -24,16 +24,16 @@ box_size, rs, r_cut, table_level, exclude, centre)``
 ``tree_forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,
 max_leaf, max_group, quadrupole, box_size, rs, r_cut)``
     Tree accelerations (and potentials) of all the particles of one array, in input
-    order (:func:`~cosmo_dask.gravity.tree_cpu.tree_forces`,
-    :func:`~cosmo_dask.gravity.tree_gpu.tree_forces_gpu`).
+    order (:func:`~cosmo_dask.gravity.tree.forces.tree_forces`,
+    :func:`~cosmo_dask.gravity.tree.forces_gpu.tree_forces_gpu`).
 ``domain_tree(pos, mass, index, opts)``, ``domain_let(tree, box_lo, box_hi, opts)``,
 ``domain_forces(tree, lets, batch, opts)``
     The three kernels of the multi-domain tree graph
-    (:mod:`~cosmo_dask.gravity.tree_graph`): a domain's octree, the locally essential
+    (:mod:`~cosmo_dask.gravity.tree.graph`): a domain's octree, the locally essential
     tree a source tree sends to a target box, a batch of a domain's group walks against
-    its own tree and the LETs (:mod:`~cosmo_dask.gravity.tree_cpu`,
-    :mod:`~cosmo_dask.gravity.tree_let_gpu`). ``opts`` is the tree options mapping of
-    :func:`~cosmo_dask.gravity.tree_graph.tree_accelerations`. The first argument of the
+    its own tree and the LETs (:mod:`~cosmo_dask.gravity.tree.forces`,
+    :mod:`~cosmo_dask.gravity.tree.let_gpu`). ``opts`` is the tree options mapping of
+    :func:`~cosmo_dask.gravity.tree.graph.tree_accelerations`. The first argument of the
     last two is a domain tree: reach them with ``domain_let.for_chunk(tree.index)``.
 
 Adding a GPU kernel: write it in a ``*_gpu`` module with the CPU kernel's signature (it
@@ -44,8 +44,9 @@ contract's test.
 
 from __future__ import annotations
 
-from ..dispatch import KernelDispatch
-from . import p2p_kernels, pm_kernels, tree_cpu
+from ..core.dispatch import KernelDispatch
+from . import p2p_kernels, pm_kernels
+from .tree import forces as tree_cpu
 
 __all__ = ["cic_interpolate", "domain_forces", "domain_let", "domain_tree", "green_kslab",
            "p2p_block", "tree_forces"]
@@ -59,10 +60,10 @@ green_kslab = KernelDispatch("gravity.green_kslab", pm_kernels.green_kslab,
 cic_interpolate = KernelDispatch("gravity.cic_interpolate", pm_kernels.cic_interpolate_numpy,
                                  gpu=_GPU + "pm_kernels_gpu:cic_interpolate_cupy")
 tree_forces = KernelDispatch("gravity.tree_forces", tree_cpu.tree_forces,
-                             gpu=_GPU + "tree_gpu:tree_forces_gpu")
+                             gpu=_GPU + "tree.forces_gpu:tree_forces_gpu")
 domain_tree = KernelDispatch("gravity.domain_tree", tree_cpu.domain_tree,
-                             gpu=_GPU + "tree_let_gpu:gpu_domain_tree")
+                             gpu=_GPU + "tree.let_gpu:gpu_domain_tree")
 domain_let = KernelDispatch("gravity.domain_let", tree_cpu.domain_let,
-                            gpu=_GPU + "tree_let_gpu:gpu_let")
+                            gpu=_GPU + "tree.let_gpu:gpu_let")
 domain_forces = KernelDispatch("gravity.domain_forces", tree_cpu.domain_forces,
-                               gpu=_GPU + "tree_let_gpu:gpu_domain_forces")
+                               gpu=_GPU + "tree.let_gpu:gpu_domain_forces")

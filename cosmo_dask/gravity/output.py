@@ -15,7 +15,7 @@ interrupted write leaves nothing at the path and an existing store untouched)::
       pot  (N,)   float32|float64   chunks (C,), dims (particle,); absent when not computed;
                                     attr units: velocity^2
 
-Units come from :func:`~cosmo_dask.product_units.product_units` of the
+Units come from :func:`~cosmo_dask.units.products.product_units` of the
 snapshot's units (mass / length^2 and mass / length, marked "(G = 1)", for raw
 arrays computed with the default G = 1).
 
@@ -33,13 +33,13 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from .. import __version__
-from ..atomic import atomic_directory, local_path
-from ..errors import ParameterError, SnapshotError
-from ..product_units import FORCE_ARRAYS, product_units, store_units
+from ..core.errors import ParameterError, SnapshotError
+from ..core.version import __version__
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group
+from ..store.zarr_write import codecs_for, plain_attrs, store_arrays
 from ..units import QUANTITIES
-from ..zarr_read import open_product_group
-from ..zarr_write import codecs_for, plain_attrs, store_arrays
+from ..units.products import FORCE_ARRAYS, product_units, store_units
 
 FORMAT = "cosmo_dask.gravity"
 FORMAT_VERSION = 1
@@ -90,8 +90,8 @@ def to_zarr(
         Show progress (default: dask config ``cosmo_dask.progress``).
     units : mapping, optional
         The snapshot's ``units`` or their
-        :func:`~cosmo_dask.product_units.product_units` (what
-        :func:`~cosmo_dask.product_units.input_units` gives, with the "(G = 1)"
+        :func:`~cosmo_dask.units.products.product_units` (what
+        :func:`~cosmo_dask.units.products.input_units` gives, with the "(G = 1)"
         variant): ``acc`` is stored in its ``acceleration``, ``pot`` in its
         ``potential`` unit. None: the "input ..." labels.
 

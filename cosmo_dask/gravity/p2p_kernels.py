@@ -36,8 +36,8 @@ import math
 import numba
 import numpy as np
 
-from ..checks import check_finite, check_positive
-from ..errors import ParameterError
+from ..core.checks import check_finite, check_positive
+from ..core.errors import ParameterError
 from .parameters import default_r_cut
 from .softening_kernels import inverse_kp, spline_kp_inside
 from .truncated import T_exact_nb, T_table_nb, check_level, get_table
@@ -256,7 +256,7 @@ def p2p_block(tpos, spos, smass, *, G: float = 1.0, softening: float = 0.0,
     pot : numpy.ndarray or None
         ``(nt,)`` potentials (length^2 / time^2), or None.
     """
-    from ..backend import resolve_precision
+    from ..core.backend import resolve_precision
 
     kp = check_kernel_params(G=G, softening=softening, softening_kernel=softening_kernel,
                              box_size=box_size, rs=rs, r_cut=r_cut, table_level=table_level)

@@ -38,8 +38,8 @@ import math
 import numpy as np
 
 from .. import cuda
-from ..backend import resolve_precision
-from ..errors import ParameterError
+from ..core.backend import resolve_precision
+from ..core.errors import ParameterError
 from .p2p_kernels import _EXCLUDE, SPLINE_SUPPORT, check_kernel_params, check_p2p_inputs
 from .truncated import get_table
 

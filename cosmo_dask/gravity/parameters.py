@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..checks import check_bounded_int
-from ..errors import ParameterError
+from ..core.checks import check_bounded_int
+from ..core.errors import ParameterError
 
 #: the methods of ``gravity.accelerations`` (and ``cosmo-dask gravity --method``); the
 #: first is the default

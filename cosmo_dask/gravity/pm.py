@@ -3,10 +3,10 @@
 Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
 
 1. ``gravity-pm-check``: one task per chunk checks that the positions lie in
-   ``[0, box_size)`` (raises :class:`~cosmo_dask.errors.ParameterError` at
+   ``[0, box_size)`` (raises :class:`~cosmo_dask.core.errors.ParameterError` at
    compute time otherwise).
 2. ``mesh-split`` / ``mesh-paint``: the CIC deposit of
-   :func:`cosmo_dask.density.paint.paint_meshes`: each chunk is routed once to
+   :func:`cosmo_dask.density.painting.paint_meshes`: each chunk is routed once to
    the slabs its particles reach (:mod:`cosmo_dask.spatial.slabs`, covering both
    interlaced shifts) and each slab of each mesh is deposited by one task.
 3. the solve, slab by slab, with :mod:`cosmo_dask.spatial.fft`: ``fft-r2c`` /
@@ -26,7 +26,7 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    one per interlaced mesh, or per mesh and component), the passes before the last
    named ``gravity-pm-interp-part-*``; the last pass's gathers read their columns.
 
-Memory: no task holds more than about :data:`~cosmo_dask.density.paint.TASK_SLABS`
+Memory: no task holds more than about :data:`~cosmo_dask.density.painting.TASK_SLABS`
 slabs (``4 / S`` of a mesh) unless the mesh is one slab (the default up to a
 256 MiB complex mesh: ``n <= 400`` in float32, 320 in float64), whose pipeline
 runs in one worker at a time (about 8 meshes). Over the cluster the potential's
@@ -34,7 +34,7 @@ k-space mesh, one mesh's ``c`` components and the transposes in flight are alive
 at once, about ``c + 2`` meshes, when the workers hold them together; else the
 component in flight only, about 3 meshes (Dask spills what does not fit). ``n_mesh`` up to
 :data:`MAX_N_MESH` (4096), prime factors 2, 3, 5, 7; the memory is checked
-before any work (:func:`cosmo_dask.density.paint.mesh_slabs`).
+before any work (:func:`cosmo_dask.density.painting.mesh_slabs`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, particle_rows, resolve_precision
-from ..density.paint import centred, meshes_fit, paint_meshes
-from ..density.paint import check_n_mesh as check_mesh_size
-from ..errors import ParameterError
+from ..core.backend import array_module, particle_rows, resolve_precision
+from ..core.errors import ParameterError
+from ..density.painting import centred, meshes_fit, paint_meshes
+from ..density.painting import check_n_mesh as check_mesh_size
 from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
 from ..spatial.slabs import after as slab_after
 from .dispatch import cic_interpolate, green_kslab
@@ -74,7 +74,7 @@ def check_box_size(box_size, what: str) -> float:
 
 
 def check_n_mesh(n_mesh, what: str) -> int:
-    """``n_mesh`` checked for the mesh path (:func:`cosmo_dask.density.paint.check_n_mesh`:
+    """``n_mesh`` checked for the mesh path (:func:`cosmo_dask.density.painting.check_n_mesh`:
     a positive integer up to :data:`MAX_N_MESH`, prime factors 2, 3, 5, 7)."""
     return check_mesh_size(n_mesh, what)
 
@@ -156,7 +156,7 @@ def potential_kmesh(mass_mesh: da.Array, *, G: float, box_size: float,
                     r_split: float) -> da.Array:
     """The potential's k-space mesh (k-space slabs) of a mass mesh (mass per cell) in slabs.
 
-    ``rfftn`` of the mesh less its mean (:func:`cosmo_dask.density.paint.centred`:
+    ``rfftn`` of the mesh less its mean (:func:`cosmo_dask.density.painting.centred`:
     more accurate in float32; the ``k = 0`` mode is dropped anyway) times the
     Green's function (the contract :data:`~cosmo_dask.gravity.dispatch.green_kslab`,
     ``scale = -4 pi G / H^3``): ``gravity-pm-green`` tasks.
@@ -221,7 +221,7 @@ def force_passes(n: int, dtype, c: int, *, n_slabs: int, gpu: bool) -> str:
     * ``"shift"``: one interpolation per mesh reads its ``c`` components (the second
       mesh painted once the first is interpolated), when ``c +``
       :data:`PASS_EXTRA_MESHES` meshes fit the workers' memory together
-      (:func:`cosmo_dask.density.paint.meshes_fit`);
+      (:func:`cosmo_dask.density.painting.meshes_fit`);
     * ``"component"``: one interpolation per mesh and component (each component's
       mesh made once the previous one is interpolated), holding about 3 meshes.
 
@@ -244,7 +244,7 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     """(N, 3 or 4) PM accelerations (and potentials) of checked positions, chunked like ``pos``.
 
     The graph of the module docstring; ``slabs`` as in
-    :func:`cosmo_dask.density.paint.paint_meshes` (default: chosen and checked
+    :func:`cosmo_dask.density.painting.paint_meshes` (default: chosen and checked
     against the workers' memory). A mesh in several slabs is interpolated in
     passes (:func:`force_passes`): one per interlaced mesh, reading all its
     components, when the workers hold ``c +`` :data:`PASS_EXTRA_MESHES` meshes

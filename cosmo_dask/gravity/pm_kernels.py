@@ -8,7 +8,7 @@ slab** of planes ``x_lo .. x_lo + nx - 1``; a one-slab mesh is the whole mesh.
 The FFTs are :mod:`cosmo_dask.spatial.fft`'s.
 
 Mesh convention: the one of :mod:`cosmo_dask.density.paint_kernels` (the
-deposit is done there, by :func:`cosmo_dask.density.paint.paint_meshes` with
+deposit is done there, by :func:`cosmo_dask.density.painting.paint_meshes` with
 ``scheme="cic"``): ``n^3`` cells of side ``H = L / n``, node ``j`` at
 ``(j + 1/2) H``, mesh coordinate ``u = x / H - 1/2``, CIC weights
 ``1 - |u - j|`` per axis, indices modulo ``n``. The interpolation here is the
@@ -73,7 +73,7 @@ import math
 import numba
 import numpy as np
 
-from ..backend import array_module
+from ..core.backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
 __all__ = ["green_factors", "green_axes", "green_kslab", "green_slab", "derivative_factor",

@@ -25,7 +25,7 @@ the PM (CIC, interlaced) dominates it.
 Graph: the PM part is the ``gravity-pm-*`` graph of :mod:`~cosmo_dask.gravity.pm`
 (the mesh path: deposit per slab, distributed FFT, interpolation per slab and
 chunk; the slab count is the mesh path's default or ``cosmo_dask.mesh_slabs``). The short
-range is the tree graph of :mod:`~cosmo_dask.gravity.tree_graph` with the
+range is the tree graph of :mod:`~cosmo_dask.gravity.tree.graph` with the
 truncated kernel: particles split among domains, each domain's tree walked by
 its own groups and, through locally essential trees cut at ``r_cut``, by the
 neighbouring domains' groups (on one GPU: the GPU tree on one domain).
@@ -45,8 +45,8 @@ import math
 import dask.array as da
 import numpy as np
 
-from ..backend import resolve_precision
-from ..errors import ParameterError
+from ..core.backend import resolve_precision
+from ..core.errors import ParameterError
 from .parameters import (
     R_CUT_MAX_SPLITS,
     R_CUT_SPLITS,
@@ -57,7 +57,7 @@ from .parameters import (
     check_theta,
 )
 from .pm import _check_number, check_box_size, check_n_mesh, checked_particles, long_range
-from .tree_graph import tree_accelerations
+from .tree.graph import tree_accelerations
 
 __all__ = ["treepm_accelerations", "background_constant", "R_SPLIT_CELLS", "R_CUT_SPLITS",
            "R_CUT_MAX_SPLITS"]

@@ -69,8 +69,8 @@ import math
 import numba
 import numpy as np
 
+from ..core.errors import ParameterError
 from ..cuda import define_lines, header_text
-from ..errors import ParameterError
 
 __all__ = [
     "TABLE_NODES", "TABLE_XMAX", "TABLE_LEVELS", "TABLE_STRIDE", "CUDA_SOURCE",

@@ -8,11 +8,11 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 
-from ..backend import empty_meta
-from ..product_units import product_units
-from ..task_graph import TaskGraph
+from ..core.backend import empty_meta
+from ..core.task_graph import TaskGraph
+from ..units.products import product_units
 from . import catalog as cat
-from .fof import run_fof
+from .fof_graph import run_fof
 from .parameters import (
     CENTERS_DEFAULT,
     LINKING_LENGTH_DEFAULT,
@@ -23,7 +23,7 @@ from .parameters import (
 )
 from .result import HaloResult
 
-#: the quantity of :func:`~cosmo_dask.product_units.product_units` each catalog
+#: the quantity of :func:`~cosmo_dask.units.products.product_units` each catalog
 #: variable is in (its ``units`` attribute)
 VARIABLE_QUANTITIES = {
     "n_members": "dimensionless", "mass": "mass", "center_of_mass": "length",
@@ -78,7 +78,7 @@ def fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: bool 
     -------
     HaloResult
         Every catalog variable carries a ``units`` attribute derived from the
-        snapshot's units (:func:`~cosmo_dask.product_units.product_units`):
+        snapshot's units (:func:`~cosmo_dask.units.products.product_units`):
         masses in its mass unit, positions and ``r_max`` in its length unit,
         ``velocity`` in its velocity unit, ``mbp_potential`` in velocity^2 (mass
         / length marked "(G = 1)" when the snapshot has no ``G``), counts,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import array_module, host
+from ..core.backend import array_module, host
 from . import dispatch as kernels
 from .center_kernels import grid_mbp, mcp_rows, member_potentials
 

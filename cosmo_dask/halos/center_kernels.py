@@ -40,7 +40,7 @@ import numpy as np
 import scipy.fft
 import scipy.ndimage
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = [
     "grid_mbp",

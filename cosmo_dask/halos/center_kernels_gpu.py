@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cuda
-from ..backend import host
-from ..errors import ParameterError
+from ..core.backend import host
+from ..core.errors import ParameterError
 from .center_kernels import check_common, check_starts, segmented_argmin
 
 __all__ = ["segment_mbp_gpu", "segment_potentials_gpu"]

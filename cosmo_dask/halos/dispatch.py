@@ -1,11 +1,11 @@
-"""The halo kernels' contracts: one :class:`~cosmo_dask.dispatch.KernelDispatch` per
+"""The halo kernels' contracts: one :class:`~cosmo_dask.core.dispatch.KernelDispatch` per
 computation, chosen by the type of the chunk it is given.
 
 The CPU kernels (numba, :mod:`.fof_kernels`, :mod:`.center_kernels`) are registered here
 for ``numpy.ndarray``; the GPU kernels (CUDA via CuPy, :mod:`.fof_kernels_gpu`,
 :mod:`.center_kernels_gpu`) are named and imported on the first CuPy chunk. Both take the
 same arguments in the same order, the chunk first, and return the same results. The
-graph code (:mod:`.fof`, :mod:`.catalog`) calls these objects; this is the only module of
+graph code (:mod:`.fof_graph`, :mod:`.catalog`) calls these objects; this is the only module of
 the package that names a ``*_gpu`` module.
 
 Adding a GPU kernel: write it in ``<name>_gpu.py`` with the CPU kernel's signature and
@@ -15,7 +15,7 @@ backend to the contract's test in ``tests/test_kernel_contracts_halos.py``.
 
 from __future__ import annotations
 
-from ..dispatch import KernelDispatch
+from ..core.dispatch import KernelDispatch
 from . import center_kernels, fof_kernels
 
 __all__ = ["fof_local", "group_rows", "segment_mbp", "segment_potentials"]

@@ -84,7 +84,7 @@ import math
 import numba
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = ["check_arguments", "fof_local", "group_rows"]
 

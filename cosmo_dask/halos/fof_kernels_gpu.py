@@ -96,8 +96,8 @@ import math
 import numpy as np
 
 from .. import cuda
-from ..backend import host
-from ..errors import ParameterError
+from ..core.backend import host
+from ..core.errors import ParameterError
 from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, _sub_cells, check_arguments
 
 __all__ = ["fof_local_gpu", "group_rows_gpu"]

@@ -3,7 +3,7 @@ centres, the spherical-overdensity definitions, with their defaults, bounds and 
 
 :func:`cosmo_dask.halos.fof`, :func:`~cosmo_dask.halos.fof_labels` and
 :func:`~cosmo_dask.halos.spherical_overdensity` check their parameters here, once, before
-any graph is built; the graph code (``halos.fof.run_fof``) and the kernels assume valid
+any graph is built; the graph code (``halos.fof_graph.run_fof``) and the kernels assume valid
 values. ``cosmo-dask halos`` takes its defaults and choices from here.
 """
 
@@ -13,8 +13,8 @@ import math
 import numbers
 from typing import Any
 
-from ..checks import check_integer, check_positive, check_subset
-from ..errors import ParameterError
+from ..core.checks import check_integer, check_positive, check_subset
+from ..core.errors import ParameterError
 
 __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
            "MIN_FRIENDS_DEFAULT", "MIN_FRIENDS_MIN", "CENTERS", "CENTERS_DEFAULT",
@@ -103,9 +103,9 @@ def check_potential_softening(value: Any) -> float | None:
 
 def check_n_domains(n_domains: Any, n_particles: int) -> Any:
     """``n_domains`` (a count or three per-axis counts) unchanged when the domains number
-    at most the particles (and :data:`~cosmo_dask.checks.MAX_CHUNKS`), else a
+    at most the particles (and :data:`~cosmo_dask.core.checks.MAX_CHUNKS`), else a
     ParameterError: a domain is a task in every stage, and an empty one is only cost."""
-    from ..checks import MAX_CHUNKS
+    from ..core.checks import MAX_CHUNKS
 
     counts = n_domains if isinstance(n_domains, (tuple, list)) else (n_domains,)
     if not all(isinstance(c, numbers.Integral) and not isinstance(c, bool) and c >= 1

@@ -20,10 +20,10 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from ..atomic import atomic_directory, local_path
-from ..product_units import store_units
-from ..zarr_read import open_product_group, product_store
-from ..zarr_write import plain_attrs, store_arrays, store_dataset
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group, product_store
+from ..store.zarr_write import plain_attrs, store_arrays, store_dataset
+from ..units.products import store_units
 
 FORMAT = "cosmo_dask.halos"
 FORMAT_VERSION = 1
@@ -75,7 +75,7 @@ class HaloResult:
         return out
 
     def _linking_text(self, digits: int) -> str:
-        from ..display import signif, with_unit
+        from ..plot.html import signif, with_unit
 
         p = self.parameters
         b = p.get("linking_length", self.catalog.attrs.get("linking_length"))
@@ -87,7 +87,7 @@ class HaloResult:
 
     def __repr__(self) -> str:
         """One line, numbers to 4 significant digits with the catalog's units."""
-        from ..display import with_unit
+        from ..plot.html import with_unit
 
         length, mass = self._units()
         largest = ""
@@ -104,7 +104,7 @@ class HaloResult:
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: summary, largest halos, catalog columns, parameters."""
-        from ..display import array_row, html_table, signif, with_unit
+        from ..plot.html import array_row, html_table, signif, with_unit
 
         digits = 6
         length, mass = self._units()

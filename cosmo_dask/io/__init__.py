@@ -1,4 +1,4 @@
-"""Importers of foreign snapshot formats into :class:`cosmo_dask.snapshot.Snapshot`."""
+"""Importers of foreign snapshot formats into :class:`cosmo_dask.store.snapshot.Snapshot`."""
 
 from .gadget import GadgetInfo, find_gadget_files, from_gadget_hdf5
 from .gadget_binary import from_gadget_binary

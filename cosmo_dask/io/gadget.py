@@ -64,11 +64,10 @@ import h5py
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import default_chunk_size
-from ..errors import ParameterError, SnapshotError
-from ..task_graph import TaskGraph
-from ..units import QUANTITIES, check_units, gravitational_constant
-from ..validation import (
+from ..core.backend import default_chunk_size
+from ..core.errors import ParameterError, SnapshotError
+from ..core.task_graph import TaskGraph
+from ..store.validation import (
     ARRAY_SCHEMA,
     FIELD_KINDS,
     FIELD_NAME,
@@ -76,6 +75,7 @@ from ..validation import (
     check_field_meta,
     wrap_one_box,
 )
+from ..units import QUANTITIES, check_units, gravitational_constant
 
 logger = logging.getLogger(__name__)
 
@@ -1085,7 +1085,7 @@ def _assemble(path_or_pattern: str | os.PathLike, part_type: Any, chunks: Any,
                        "field is kept only when every type read has it", fmt.family, source,
                        name, ", ".join(fmt.label(name, t) for t in lacking))
 
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     snap = Snapshot.from_arrays(
         arrays["pos"], arrays.get("vel"), arrays.get("ids"), arrays.get("mass"),

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import SnapshotError
+from ..core.errors import SnapshotError
 from .gadget import _assemble, _FileMeta, _files_in_set, _Format, _py
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import Any
 
 import h5py
 
-from ..errors import SnapshotError
+from ..core.errors import SnapshotError
 from ..units import factor
 from .gadget import (
     _EXTENSIONS,

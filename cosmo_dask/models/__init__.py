@@ -16,19 +16,19 @@ Periodic boxes:
 * :func:`halo_blobs`        -- Plummer halos with a power-law mass spectrum in a
   periodic box (a strongly clustered stand-in for an evolved snapshot).
 
-Every generator returns a :class:`~cosmo_dask.snapshot.Snapshot` of dask arrays.
+Every generator returns a :class:`~cosmo_dask.store.snapshot.Snapshot` of dask arrays.
 Random numbers come in fixed generation blocks of 2**16 particles (the
 cosmological ICs: one stream per lattice plane, their fields made slab by slab
 through the distributed FFT, :mod:`~cosmo_dask.models.lpt_fields`), so a given
 seed gives bitwise the same particles for any chunk size. See ``docs/models.md``.
 """
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it (loaded on first use, so that the CLI's parser
 #: reads the light ``models.parameters`` without loading the generators)
 _PUBLIC = {"Cosmology": "cosmology", "plummer": "isolated", "hernquist": "isolated",
-           "ferrers": "isolated", "perturbed_lattice": "lattice", "zeldovich": "zeldovich",
+           "ferrers": "isolated", "perturbed_lattice": "lattice", "zeldovich": "zeldovich_ics",
            "lpt_ics": "lpt", "halo_blobs": "clustered"}
 
 __all__ = list(_PUBLIC)

@@ -20,9 +20,9 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ..backend import default_chunk_size, large_store_rows
-from ..checks import check_chunk_count, check_chunk_memory, check_positive_int
-from ..task_graph import TaskGraph
+from ..core.backend import default_chunk_size, large_store_rows
+from ..core.checks import check_chunk_count, check_chunk_memory, check_positive_int
+from ..core.task_graph import TaskGraph
 
 #: particles per generation block (fixed: changing it changes every realisation)
 GEN_BLOCK = 2**16

@@ -17,10 +17,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import resolve_precision
-from ..checks import check_positive, check_positive_int, check_seed
-from ..errors import ParameterError
-from ..validation import wrap_into_box
+from ..core.backend import resolve_precision
+from ..core.checks import check_positive, check_positive_int, check_seed
+from ..core.errors import ParameterError
+from ..store.validation import wrap_into_box
 from ._blocks import (
     TAGS,
     block_rng,
@@ -31,7 +31,7 @@ from ._blocks import (
 from .cosmology import Cosmology
 from .isolated import _PLUMMER_ENVELOPE, _plummer_speed_density, _rejection_sample
 from .parameters import N_HALOS_DEFAULT, SEED_DEFAULT
-from .zeldovich import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
+from .zeldovich_ics import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
 
 #: Plummer profiles are truncated at this many scale radii
 _TRUNCATION = 10.0
@@ -144,7 +144,7 @@ def halo_blobs(n: int, *, box_size: float, n_halos: int = N_HALOS_DEFAULT,
         ``pos`` in Mpc/h in ``[0, box_size)``, ``vel`` in km/s, ``ids = arange(n)``,
         ``particle_mass`` in 1e10 Msun/h, ``G = 43.00917``.
     """
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     n = check_positive_int(n, "n")
     box_size = check_positive(box_size, "box_size")

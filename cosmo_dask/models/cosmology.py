@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from scipy import integrate
 
-from ..checks import check_finite
-from ..errors import ParameterError
+from ..core.checks import check_finite
+from ..core.errors import ParameterError
 
 #: keys of the ``cosmology`` attribute written on snapshots
 SNAPSHOT_KEYS = ("Omega_m", "Omega_b", "Omega_L", "h", "sigma8", "n_s")

@@ -18,9 +18,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import resolve_precision
-from ..checks import check_positive, check_positive_int, check_seed
-from ..errors import ParameterError
+from ..core.backend import resolve_precision
+from ..core.checks import check_positive, check_positive_int, check_seed
+from ..core.errors import ParameterError
 from ._blocks import (
     generate,
     isotropic_directions,
@@ -38,7 +38,7 @@ NBODY_UNITS = {"length": "N-body length", "velocity": "N-body velocity", "mass":
 
 
 def _snapshot(arrays: dict, n: int, mass: float, G: float | None):  # noqa: N803
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     ids = da.arange(n, chunks=arrays["pos"].chunks[0], dtype=np.int64)
     return Snapshot.from_arrays(

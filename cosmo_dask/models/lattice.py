@@ -6,9 +6,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import resolve_precision
-from ..checks import check_positive, check_positive_int, check_seed
-from ..validation import wrap_into_box
+from ..core.backend import resolve_precision
+from ..core.checks import check_positive, check_positive_int, check_seed
+from ..store.validation import wrap_into_box
 from ._blocks import generate
 from .parameters import LATTICE_AMPLITUDE_DEFAULT, SEED_DEFAULT
 
@@ -65,7 +65,7 @@ def perturbed_lattice(n_side: int, *, box_size: float, amplitude: float = LATTIC
         grid ``id = (i*n_side + j)*n_side + k`` (int64, equal to ``arange(N)``),
         ``lagrangian_shape = (n_side,)*3``, ``particle_mass = 1/N`` (total mass 1).
     """
-    from ..snapshot import Snapshot
+    from ..store.snapshot import Snapshot
 
     n_side = check_positive_int(n_side, "n_side")
     box_size = check_positive(box_size, "box_size")

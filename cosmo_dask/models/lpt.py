@@ -26,19 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import resolve_precision
-from ..checks import (
+from ..core.backend import resolve_precision
+from ..core.checks import (
     check_bounded_int,
     check_chunk_count,
     check_cube_side,
     check_positive_int,
     check_seed,
 )
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 from .cosmology import Cosmology
 from .lpt_fields import check_ics_mesh, second_order_displacement
 from .parameters import LPT_ORDER_DEFAULT, LPT_ORDERS, SEED_DEFAULT
-from .zeldovich import check_ics_device, check_redshift, lpt_snapshot
+from .zeldovich_ics import check_ics_device, check_redshift, lpt_snapshot
 
 __all__ = ["TabulatedPower", "lpt_ics", "mesh_k_range", "resolve_power_spectrum",
            "second_order_displacement"]
@@ -242,7 +242,7 @@ def lpt_ics(n_side: int, *, box_size: float, redshift: float, order: int = LPT_O
 
     A Gaussian random field with the linear power spectrum ``power_spectrum`` is
     realised on the ``n_side^3`` Lagrangian mesh from the same white noise as
-    :func:`~cosmo_dask.models.zeldovich.zeldovich` (same seed, same field). Each
+    :func:`~cosmo_dask.models.zeldovich_ics.zeldovich` (same seed, same field). Each
     particle moves from its lattice site ``q = ((i, j, k) + 0.5) * box_size / n_side``
     to
 

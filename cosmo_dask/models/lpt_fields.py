@@ -60,9 +60,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, empty_meta
-from ..checks import check_positive_int
-from ..errors import ParameterError
+from ..core.backend import array_module, empty_meta
+from ..core.checks import check_positive_int
+from ..core.errors import ParameterError
+from ..core.task_graph import TaskGraph
 from ..spatial.fft import (
     MAX_N_MESH,
     default_slab_count,
@@ -74,8 +75,7 @@ from ..spatial.fft import (
     rfftn,
     slab_chunks,
 )
-from ..task_graph import TaskGraph
-from ..validation import wrap_into_box
+from ..store.validation import wrap_into_box
 from ._blocks import TAGS, block_rng
 from .cosmology import Cosmology
 

@@ -12,16 +12,16 @@
 
 See ``docs/simulation.md``: :mod:`.integrator` (equations, kick/drift factors),
 :mod:`.schedule` (step schedule), :mod:`.store` (store layout, checkpoints),
-:mod:`.run` (:func:`run`).
+:mod:`.runner` (:func:`run`).
 """
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it; loaded on first use
-#: (:func:`cosmo_dask.lazy.lazy_exports`), so that importing the light
+#: (:func:`cosmo_dask.core.lazy.lazy_exports`), so that importing the light
 #: ``simulation.parameters`` (as the CLI's parser does) loads no kernels
-_PUBLIC = {"run": "run", "open_simulation": "store", "SimulationResult": "run",
-           "SimulationStore": "store", "SimulationInterrupted": "run"}
+_PUBLIC = {"run": "runner", "open_simulation": "store", "SimulationResult": "runner",
+           "SimulationStore": "store", "SimulationInterrupted": "runner"}
 
 __all__ = ["run", "open_simulation", "SimulationResult", "SimulationStore",
            "SimulationInterrupted"]

@@ -54,7 +54,7 @@ from dask.base import tokenize
 from scipy import integrate
 
 from ..models.cosmology import Cosmology
-from ..validation import wrap_into_box
+from ..store.validation import wrap_into_box
 from .parameters import FACTORS_DEFAULT, check_factors
 
 

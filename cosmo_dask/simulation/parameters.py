@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_bounded_int, check_subset
-from ..errors import ParameterError
+from ..core.checks import check_bounded_int, check_subset
+from ..core.errors import ParameterError
 
 __all__ = ["METHODS", "METHOD_DEFAULT", "STEP_KINDS", "DEFAULT_STEPS", "FACTORS",
            "FACTORS_DEFAULT", "ANALYSES", "Z_FINAL_DEFAULT", "SOFTENING_SPACINGS",

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 #: relative distance below which a base schedule point is moved onto an output
 SNAP_TOL = 1e-9

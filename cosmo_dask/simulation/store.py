@@ -37,7 +37,8 @@ from pathlib import Path
 import xarray as xr
 import zarr
 
-from ..atomic import (
+from ..core.errors import ParameterError, SnapshotError
+from ..store.atomic import (
     atomic_directory,
     check_writable_target,
     clean,
@@ -46,10 +47,9 @@ from ..atomic import (
     recover,
     store_format,
 )
-from ..chunk_manifest import verify_default
-from ..errors import ParameterError, SnapshotError
-from ..zarr_read import open_product_group, product_store, read_array
-from ..zarr_write import plain_attrs, store_arrays, store_dataset
+from ..store.chunk_manifest import verify_default
+from ..store.zarr_read import open_product_group, product_store, read_array
+from ..store.zarr_write import plain_attrs, store_arrays, store_dataset
 
 FORMAT = "cosmo_dask.simulation"
 CHECKPOINT_FORMAT = "cosmo_dask.simulation_checkpoint"
@@ -79,7 +79,7 @@ def is_simulation_store(path: Path) -> bool:
 
 def check_target(out, *, overwrite: bool, resume: bool, inputs=()) -> Path:
     """The local path of ``out`` after checking it can be (re)used; nothing is written but
-    the settling of what killed writes left (:func:`cosmo_dask.atomic.clean`: a replace of
+    the settling of what killed writes left (:func:`cosmo_dask.store.atomic.clean`: a replace of
     ``out`` interrupted between its renames is finished or undone; with ``resume``, also
     those of its checkpoint and outputs, and dead writers' temporary stores removed).
 
@@ -169,7 +169,7 @@ def check_member_name(name, where: Path) -> str:
 
 def create_store(path: Path, parameters: dict) -> dict:
     """Fill the new, empty directory ``path`` (a run's temporary store, see
-    :class:`cosmo_dask.atomic.Replacement`) as a simulation store; returns its manifest."""
+    :class:`cosmo_dask.store.atomic.Replacement`) as a simulation store; returns its manifest."""
     (path / "outputs").mkdir()
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "parameters": parameters,
            "outputs": [], "log": []}
@@ -242,7 +242,7 @@ def read_checkpoint(path: Path, verify: bool | None = None) -> tuple[dict, dict]
     with its written size (a missing chunk would otherwise read as zeros and resume a
     wrong state). With ``verify`` (default: dask config ``cosmo_dask.verify``, True)
     every chunk's CRC-32 is compared with the manifest's as it is read
-    (:class:`~cosmo_dask.errors.ChecksumError` naming the chunk).
+    (:class:`~cosmo_dask.core.errors.ChecksumError` naming the chunk).
     """
     target = path / CHECKPOINT
     verify = verify_default(verify)
@@ -324,7 +324,7 @@ class SimulationStore:
 
     def snapshot(self, z: float, **kwargs):
         """The output snapshot at redshift ``z`` (``cosmo_dask.open_snapshot`` kwargs)."""
-        from ..snapshot import open_snapshot
+        from ..store.snapshot import open_snapshot
 
         e = self._entry(z)
         if not e.get("snapshot"):

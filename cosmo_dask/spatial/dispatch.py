@@ -1,5 +1,5 @@
 """The kernel contracts of spatial: Morton keys and the octree build, chosen by the type of
-the positions they are given (:class:`~cosmo_dask.dispatch.KernelDispatch`).
+the positions they are given (:class:`~cosmo_dask.core.dispatch.KernelDispatch`).
 
 ``morton_keys(pos, root_lo, root_size, *, box_size=None)``
     Level-21 Morton keys, ``(N,)`` uint64 (:func:`cosmo_dask.spatial.morton.morton_keys`,
@@ -20,7 +20,7 @@ reverse), name it here and add the contract test's ``"gpu"`` case.
 
 from __future__ import annotations
 
-from ..dispatch import KernelDispatch
+from ..core.dispatch import KernelDispatch
 from . import morton, octree
 
 __all__ = ["build_octree", "morton_keys"]

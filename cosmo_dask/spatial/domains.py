@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backend import array_module, host
-from ..errors import ParameterError
-from ..task_graph import task_payload
+from ..core.backend import array_module, host
+from ..core.errors import ParameterError
+from ..core.task_graph import task_payload
 
 
 @dataclass(frozen=True)

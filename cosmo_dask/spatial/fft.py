@@ -30,7 +30,7 @@ sizes on every axis behave as in NumPy (the last axis of the k-space mesh has
 float64 meshes complex128.
 
 Chunks may be NumPy or CuPy arrays: each block function picks its module from
-the block it is given (:func:`cosmo_dask.backend.array_module`), ``scipy.fft``
+the block it is given (:func:`cosmo_dask.core.backend.array_module`), ``scipy.fft``
 with ``workers=1`` on the CPU (one task is one thread; Dask runs the slabs in
 parallel, unlike the single-task paths, which give ``scipy.fft`` every core) and
 ``cupy.fft`` on the GPU; the ``meta`` of every result keeps the input's array
@@ -62,9 +62,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, empty_meta
-from ..errors import ParameterError
-from ..progress import worker_threads
+from ..core.backend import array_module, empty_meta
+from ..core.errors import ParameterError
+from ..core.progress import worker_threads
 
 __all__ = ["DEFAULT_SLAB_BYTES", "LARGE_SLAB_BYTES", "MAX_DEFAULT_SLABS", "MAX_N_MESH",
            "MAX_PRIME_FACTOR", "SINGLE_SLAB_BYTES",

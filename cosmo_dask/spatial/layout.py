@@ -29,9 +29,9 @@ Round trip: ``gather`` of the owned rows of what ``exchange`` gave returns every
 column exactly, in chunk order (``tests/test_layout.py``, periodic and isolated
 boxes, with and without ghosts, one and two stages).
 
-Users: FOF (``fof``, ghosts of one or two linking lengths, :mod:`cosmo_dask.halos.fof`)
+Users: FOF (``fof``, ghosts of one or two linking lengths, :mod:`cosmo_dask.halos.fof_graph`)
 and tree gravity, hence TreePM's short range (``gravity``, no ghosts: the locally
-essential trees replace them, :mod:`cosmo_dask.gravity.tree_graph`). ``docs/spatial.md``
+essential trees replace them, :mod:`cosmo_dask.gravity.tree.graph`). ``docs/spatial.md``
 lists the other decompositions of cosmo_dask (mesh slabs, MEX's radial buckets, PSE's
 Lagrangian columns) and why each stays apart.
 """
@@ -47,9 +47,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module
-from ..errors import ParameterError
-from ..task_graph import TaskGraph
+from ..core.backend import array_module
+from ..core.errors import ParameterError
+from ..core.task_graph import TaskGraph
 from . import domains
 from .domains import (
     DomainGrid,

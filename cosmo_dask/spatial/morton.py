@@ -23,8 +23,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..backend import array_module
-from ..errors import ParameterError
+from ..core.backend import array_module
+from ..core.errors import ParameterError
 from .octree_layout import MORTON_BITS
 
 __all__ = ["MORTON_BITS", "check_pos", "check_root", "morton_keys", "sort_by_key",
@@ -109,7 +109,7 @@ def check_root(root_lo: Any, root_size: float, box_size: float | None):
 
 
 def check_pos(pos: Any) -> None:
-    """Raise :class:`~cosmo_dask.errors.ParameterError` unless ``pos`` has shape (N, 3)."""
+    """Raise :class:`~cosmo_dask.core.errors.ParameterError` unless ``pos`` has shape (N, 3)."""
     if pos.ndim != 2 or pos.shape[1] != 3:
         raise ParameterError(f"pos must have shape (N, 3), got {tuple(pos.shape)}")
 

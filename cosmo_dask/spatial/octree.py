@@ -24,7 +24,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 from .morton import morton_keys, sort_by_key, wrap_positions
 from .octree_layout import MORTON_BITS, Octree
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cuda
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 from .morton import check_pos, check_root, wrap_positions
 from .octree_layout import MORTON_BITS, Octree
 

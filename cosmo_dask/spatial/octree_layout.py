@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..task_graph import task_payload
+from ..core.task_graph import task_payload
 
 MORTON_BITS = 21  # bits per axis; keys fit in 63 bits of an int64/uint64
 

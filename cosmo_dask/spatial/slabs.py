@@ -83,9 +83,9 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..backend import array_module, host
-from ..errors import ParameterError
-from ..task_graph import TaskGraph
+from ..core.backend import array_module, host
+from ..core.errors import ParameterError
+from ..core.task_graph import TaskGraph
 from . import domains
 from .domains import _groups, _slices, rows_by_chunk
 from .fft import slab_chunks
@@ -361,7 +361,7 @@ class SlabExchange:
         Task-name prefix (``<name>-split``, ``<name>-piece``).
 
     The pieces, the deposits and the interpolations are tasks of one
-    :class:`~cosmo_dask.task_graph.TaskGraph`, so every mesh and every value array
+    :class:`~cosmo_dask.core.task_graph.TaskGraph`, so every mesh and every value array
     made from the exchange shares its (large) piece layer.
     """
 

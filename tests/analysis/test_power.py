@@ -8,9 +8,9 @@ import scipy.fft
 
 from cosmo_dask import Snapshot
 from cosmo_dask.analysis import plot_power_spectrum, power_spectrum
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models.cosmology import Cosmology
-from cosmo_dask.models.zeldovich import mesh_wavenumbers, white_noise, zeldovich
+from cosmo_dask.models.zeldovich_ics import mesh_wavenumbers, white_noise, zeldovich
 
 
 def lattice(n, box):

@@ -3,7 +3,7 @@
 The rule: every bad-input exit prints exactly one line on stderr, ``cosmo-dask[
 COMMAND]: error: ...`` (argparse's errors end with ``(see 'cosmo-dask COMMAND
 --help')`` on that same line instead of the 10-13 lines of usage), exits with
-status 2, and happens before a cluster starts: here ``cosmo_dask.cluster.connect``
+status 2, and happens before a cluster starts: here ``cosmo_dask.core.cluster.connect``
 is replaced by a function that fails the test, so a check that runs only once a
 cluster is up is caught (on a 2-core VM under load the checks took 0.4-2 s of CPU
 each, against 6-10 s of wall time before a cluster start; see the issue 36 report).
@@ -33,12 +33,12 @@ def stores(tmp_path_factory):
 @pytest.fixture
 def no_cluster(monkeypatch):
     """``connect`` fails the test: a bad-input run must end before a cluster starts."""
-    import cosmo_dask.cluster
+    import cosmo_dask.core.cluster
 
     def connect(*args, **kwargs):
         raise AssertionError("a cluster was started before the bad input was refused")
 
-    monkeypatch.setattr(cosmo_dask.cluster, "connect", connect)
+    monkeypatch.setattr(cosmo_dask.core.cluster, "connect", connect)
 
 
 def _run(argv, capsys) -> tuple[int, list[str]]:
@@ -150,9 +150,9 @@ def test_bad_input_subprocess_starts_no_cluster(stores, tmp_path):
 def test_no_particles_run_names_its_output_redshifts(stores, tmp_path, capsys, monkeypatch):
     """``simulate --no-particles`` ended with "outputs z = ;": the outputs hold analyses
     only, and the line names their redshifts (run on dask's local scheduler)."""
-    from cosmo_dask import cli
+    from cosmo_dask.cli import common
 
-    monkeypatch.setattr(cli, "_cluster", lambda args, needed=True: _nothing())
+    monkeypatch.setattr(common, "_cluster", lambda args, needed=True: _nothing())
     out = tmp_path / "sim"
     assert main(["simulate", str(stores / "ics.zarr"), str(out), "--steps", "1",
                  "--outputs", "9", "--no-particles", "--analyses", "power"]) == 0

@@ -146,7 +146,7 @@ def test_demo_runs_and_matches_linear_theory(tmp_path, capsys, on_cluster):
 def test_demo_at_its_default_size_evolves_a_halo_population(tmp_path):
     """The demo's own configuration (64^3 in 100 Mpc/h, 2LPT at z = 49, 10 PM steps):
     its later stages meet an evolved box."""
-    from cosmo_dask.demo import run_demo
+    from cosmo_dask.cli.demo_stages import run_demo
 
     ctx = run_demo(tmp_path, say=lambda s: None)
     # the rms of a Gaussian field over a 100 Mpc/h box scatters by a few per cent
@@ -311,7 +311,8 @@ def test_density_and_power_commands(tmp_path, capsys, on_cluster):
 def _command(name):
     import argparse
 
-    from cosmo_dask.cli import _command_parser, build_parser
+    from cosmo_dask.cli.messages import _command_parser
+    from cosmo_dask.cli.parser import build_parser
 
     return _command_parser(build_parser(), argparse.Namespace(command=name))
 
@@ -341,7 +342,7 @@ def _command(name):
      "--box-size is needed, not n_halos"),
 ])
 def test_cli_message_names_the_options(command, message, said):
-    from cosmo_dask.cli import cli_message
+    from cosmo_dask.cli.messages import cli_message
 
     assert cli_message(message, _command(command)) == said
 
@@ -384,9 +385,9 @@ def _fail_with(exc):
 
 
 def test_unexpected_error_is_one_line(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
-    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("the n_mesh\nexploded")))
+    monkeypatch.setattr(data, "cmd_info", _fail_with(RuntimeError("the n_mesh\nexploded")))
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     # (info has no --n-mesh: the name stays)
@@ -398,9 +399,9 @@ def test_unexpected_error_is_one_line(monkeypatch, capsys):
 
 
 def test_unexpected_error_with_verbose_shows_the_traceback(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
-    monkeypatch.setattr(cli, "cmd_info", _fail_with(RuntimeError("boom")))
+    monkeypatch.setattr(data, "cmd_info", _fail_with(RuntimeError("boom")))
     assert main(["--verbose", "info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
@@ -424,7 +425,7 @@ class _Client:
 def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, status, error):
     from distributed.comm.core import CommClosedError
 
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
     if error == "comm":
         error = CommClosedError("in <TCP (closed) local=tcp://10.0.0.2:41000>: Stream is closed")
@@ -433,7 +434,7 @@ def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, stat
         args._client, args._scheduler_address = _Client(status), "tcp://10.0.0.1:8786"
         raise error
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err == (f"cosmo-dask: error: lost the connection to the Dask scheduler at "
@@ -442,13 +443,13 @@ def test_lost_scheduler_is_one_line_naming_its_address(monkeypatch, capsys, stat
 
 
 def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, capsys):
-    from cosmo_dask import cli
+    from cosmo_dask.cli import data
 
     def command(args):
         args._client, args._scheduler_address = _Client("running"), "tcp://10.0.0.1:8786"
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("cosmo-dask: error: OSError: [Errno 28] No space left on device")
@@ -457,13 +458,13 @@ def test_os_error_with_a_running_scheduler_is_not_a_lost_scheduler(monkeypatch, 
 
 def test_a_task_error_on_a_live_cluster_is_not_a_lost_scheduler(monkeypatch, capsys):
     """The client is closed before main sees the error: the judgement is made before."""
-    from cosmo_dask import cli
+    from cosmo_dask.cli import common, data
 
     def command(args):
-        with cli._cluster(args):
+        with common._cluster(args):
             raise FileNotFoundError(2, "No such file or directory", "/gone/chunk")
 
-    monkeypatch.setattr(cli, "cmd_info", command)
+    monkeypatch.setattr(data, "cmd_info", command)
     assert main(["--cpu", "--workers", "1", "info", "x.zarr"]) == 1
     err = capsys.readouterr().err
     assert "error: FileNotFoundError: [Errno 2] No such file or directory: '/gone/chunk'" in err
@@ -473,7 +474,7 @@ def test_a_task_error_on_a_live_cluster_is_not_a_lost_scheduler(monkeypatch, cap
 def test_logged_tracebacks_become_one_line(capsys):
     import logging
 
-    from cosmo_dask.cli import _one_line_logs
+    from cosmo_dask.cli.messages import _one_line_logs
 
     log = logging.getLogger("distributed.test_cli")
     handler = logging.StreamHandler()  # on sys.stderr as captured now

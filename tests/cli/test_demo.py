@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cosmo_dask import demo
+from cosmo_dask.cli import demo_stages as demo
 
 
 class FakeProc:

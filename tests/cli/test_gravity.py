@@ -120,7 +120,7 @@ def test_gravity_tree_command(tmp_path, capsys, plummer_store):
 
 
 def test_demo_gravity_stage(tmp_path):
-    from cosmo_dask.demo import stage_gravity
+    from cosmo_dask.cli.demo_stages import stage_gravity
 
     lines = []
     ctx = {"dir": tmp_path, "seed": 2, "say": lines.append}

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot
-from cosmo_dask.cli import SO_RENAMES, _so_center, main
-from cosmo_dask.models.zeldovich import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
+from cosmo_dask.cli import main
+from cosmo_dask.cli.halos import SO_RENAMES, _so_center
+from cosmo_dask.models.zeldovich_ics import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
 
 BOX = 50.0
 A = 0.8  # z = 0.25

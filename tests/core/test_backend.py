@@ -10,7 +10,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.backend import (
+from cosmo_dask.core.backend import (
     array_module,
     cupy_installed,
     default_chunk_size,
@@ -19,7 +19,7 @@ from cosmo_dask.backend import (
     resolve_precision,
     to_device,
 )
-from cosmo_dask.errors import DeviceError, ParameterError
+from cosmo_dask.core.errors import DeviceError, ParameterError
 
 
 def test_dispatch_on_chunk_type():
@@ -46,7 +46,7 @@ def test_to_device_gpu_without_gpu_is_a_clear_error():
 def test_cupy_is_never_imported_without_it():
     code = (
         "import sys, numpy as np, cosmo_dask\n"
-        "from cosmo_dask.backend import gpu_available, array_module\n"
+        "from cosmo_dask.core.backend import gpu_available, array_module\n"
         "assert not gpu_available()\n"
         "s = cosmo_dask.Snapshot.from_arrays(np.zeros((4, 3)))\n"
         "array_module(s.pos); s.validate(full=True)\n"

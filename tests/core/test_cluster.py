@@ -9,9 +9,9 @@ import pytest
 from distributed import LocalCluster
 
 from cosmo_dask import SnapshotError, connect, open_snapshot
-from cosmo_dask.backend import gpu_available, gpu_count
-from cosmo_dask.cluster import ENV_VAR
-from cosmo_dask.errors import ClusterError, DeviceError, ParameterError
+from cosmo_dask.core.backend import gpu_available, gpu_count
+from cosmo_dask.core.cluster import ENV_VAR
+from cosmo_dask.core.errors import ClusterError, DeviceError, ParameterError
 from tests.support.stores import snapshot_store as _store
 
 
@@ -196,7 +196,7 @@ def test_closing_an_owned_cluster_quiets_its_worker_processes_only():
     caller's own loggers, and in-process workers (the caller's process), are left."""
     import logging
 
-    from cosmo_dask.cluster import quiet_workers
+    from cosmo_dask.core.cluster import quiet_workers
 
     before = _distributed_levels()
     with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=True,
@@ -258,7 +258,7 @@ def test_gpu_check_errors_cross_the_cluster(tmp_path, rng, cupy):
 def test_rmm_options_need_rmm(cupy):
     import importlib.util
 
-    from cosmo_dask.errors import ClusterError
+    from cosmo_dask.core.errors import ClusterError
 
     if importlib.util.find_spec("rmm") is not None:
         with connect(gpu=True, rmm_pool_size="1GB", rmm_cupy=True, quiet=True) as client:
@@ -270,7 +270,7 @@ def test_rmm_options_need_rmm(cupy):
 
 @pytest.mark.gpu
 def test_worker_count_against_gpu_count(cupy):
-    from cosmo_dask.errors import DeviceError
+    from cosmo_dask.core.errors import DeviceError
 
     n = gpu_count()
     with pytest.raises(DeviceError, match=f"{n + 1} GPU workers asked for"):

@@ -11,8 +11,8 @@ import pytest
 
 from cosmo_dask import Snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.cluster import connect
-from cosmo_dask.errors import ClusterError
+from cosmo_dask.core.cluster import connect
+from cosmo_dask.core.errors import ClusterError
 
 pytest.importorskip("cryptography")  # distributed's Security.temporary() needs it
 pytestmark = pytest.mark.timeout(180)

@@ -31,7 +31,7 @@ import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import numba.core.event as ev
 if sys.argv[3] == "lock":
-    from cosmo_dask import compile_cache
+    from cosmo_dask.core import compile_cache
     compile_cache.install()
 
 class Slow(ev.Listener):
@@ -79,7 +79,7 @@ def test_without_the_lock_both_compile(tmp_path):
 def test_install_is_idempotent_and_keeps_uncached_kernels_working():
     import numba
 
-    from cosmo_dask import compile_cache
+    from cosmo_dask.core import compile_cache
 
     compile_cache.install()
     compile_cache.install()

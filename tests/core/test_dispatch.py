@@ -1,12 +1,12 @@
-"""cosmo_dask.dispatch.KernelDispatch: the kernel contract chosen by the chunk's type."""
+"""cosmo_dask.core.dispatch.KernelDispatch: the kernel contract chosen by the chunk's type."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cosmo_dask.dispatch import KernelDispatch
-from cosmo_dask.errors import DeviceError
+from cosmo_dask.core.dispatch import KernelDispatch
+from cosmo_dask.core.errors import DeviceError
 from tests.support.kernels import cpu_implementation
 
 

@@ -11,7 +11,7 @@ import uuid
 import dask
 import pytest
 
-from cosmo_dask import progress
+from cosmo_dask.core import progress
 
 
 class FakeTTY(io.StringIO):

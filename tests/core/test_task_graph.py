@@ -6,7 +6,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from cosmo_dask.task_graph import TaskGraph
+from cosmo_dask.core.task_graph import TaskGraph
 
 
 def _inputs():
@@ -178,7 +178,7 @@ def test_task_payloads_count_their_bytes_and_travel_field_by_field():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree_cpu import DomainTree
+    from cosmo_dask.gravity.tree.forces import DomainTree
     from cosmo_dask.spatial import DomainPart
     from cosmo_dask.spatial.octree import build_octree
 

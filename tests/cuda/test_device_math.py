@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.cuda import HEADER_DIR, HEADERS, OPTIONS, header_text, include_options
-from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity.softening_kernels import plummer_kp, spline_kp
 from tests.support import cuda_host
 

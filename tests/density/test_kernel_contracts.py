@@ -21,8 +21,8 @@ from cosmo_dask.density.dispatch import (
 )
 from cosmo_dask.density.tessellation_kernels import CORNER_OFFSETS, KUHN_TETS
 from cosmo_dask.models.lattice import perturbed_lattice
-from cosmo_dask.models.zeldovich import zeldovich
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.models.zeldovich_ics import zeldovich
+from cosmo_dask.store.snapshot import Snapshot
 from tests.support.density import (
     corner_simplex_in_unit_cube,
     reference_paint,
@@ -324,7 +324,7 @@ def test_column_bboxes_contract(backend, periodic):
 
 
 def test_column_contracts_reject_other_chunk_types():
-    from cosmo_dask.errors import DeviceError
+    from cosmo_dask.core.errors import DeviceError
 
     with pytest.raises(DeviceError, match="column_block_tets: no kernel for chunks of type "
                                           "builtins.list"):

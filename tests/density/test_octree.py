@@ -17,9 +17,9 @@ import dask.array as da
 import numpy as np
 import pytest
 
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.density import open_density_octree
 from cosmo_dask.density.octree_model import DensityOctree, Leaf
-from cosmo_dask.errors import ParameterError, SnapshotError
 from tests.support.stores import write_raw_store
 
 # rho(x, y, z) = f0(x) f1(y) f2(z), f_d(t) = c0 + c1 t + c2 t^2 (positive on the test regions)

@@ -9,8 +9,8 @@ import pytest
 
 from cosmo_dask import Snapshot
 from cosmo_dask.analysis import power_spectrum
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.density import density_contrast, paint
-from cosmo_dask.errors import ParameterError
 from tests.support.density import reference_paint
 
 SCHEMES = ["ngp", "cic", "tsc", "pcs"]
@@ -200,7 +200,7 @@ def test_interlaced_slabs_match_fourier_average(particles):
 def test_mesh_size_and_memory_errors(particles, monkeypatch):
     import importlib
 
-    paint_module = importlib.import_module("cosmo_dask.density.paint")
+    paint_module = importlib.import_module("cosmo_dask.density.painting")
     pos, _ = particles
     with pytest.raises(ParameterError, match="n_mesh=4097 is larger than 4096"):
         paint(pos, n_mesh=4097, box_size=50.0)

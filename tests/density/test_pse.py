@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from cosmo_dask.backend import to_device
+from cosmo_dask.core.backend import to_device
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.density import deposit_tets, pse_density, snapshot_tetrahedra
 from cosmo_dask.density.pse_octree import build_octree
 from cosmo_dask.density.tessellation import lagrangian_blocks
-from cosmo_dask.errors import ParameterError, SnapshotError
 from cosmo_dask.models.lattice import perturbed_lattice
-from cosmo_dask.models.zeldovich import zeldovich
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.models.zeldovich_ics import zeldovich
+from cosmo_dask.store.snapshot import Snapshot
 
 
 def leaf_masses(octree):

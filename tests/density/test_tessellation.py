@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cosmo_dask.core.errors import SnapshotError
 from cosmo_dask.density import (
     block_tetrahedra,
     deposit_tets,
@@ -12,9 +13,8 @@ from cosmo_dask.density import (
     snapshot_tetrahedra,
 )
 from cosmo_dask.density.tessellation_kernels import CORNER_OFFSETS, KUHN_TETS, tet_vertex_ids
-from cosmo_dask.errors import SnapshotError
 from cosmo_dask.models.lattice import perturbed_lattice
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.store.snapshot import Snapshot
 
 
 def signed_volumes(tets):
@@ -83,7 +83,7 @@ def test_perturbed_lattice_tiles_the_box():
 
 
 def test_zeldovich_snapshot_tiles_the_box():
-    from cosmo_dask.models.zeldovich import zeldovich
+    from cosmo_dask.models.zeldovich_ics import zeldovich
 
     snap = zeldovich(8, box_size=100.0, redshift=20.0, precision="float64")
     tets, _ = snapshot_tetrahedra(snap)

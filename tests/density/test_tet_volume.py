@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.density import deposit_tets, snapshot_tetrahedra, tet_cube_volume
-from cosmo_dask.errors import ParameterError
 from tests.support.density import corner_simplex_in_unit_cube, tet_volume, tiled_tets
 
 
@@ -237,7 +237,7 @@ def test_deposit_matches_per_cell_clips(rng, periodic):
 
 def test_deposit_zeldovich_snapshot_matches_per_cell_clips():
     from cosmo_dask.density import snapshot_tetrahedra
-    from cosmo_dask.models.zeldovich import zeldovich
+    from cosmo_dask.models.zeldovich_ics import zeldovich
 
     snap = zeldovich(8, box_size=12.5, redshift=0.0, precision="float64")
     tets, mass = snapshot_tetrahedra(snap)
@@ -373,7 +373,8 @@ def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
 
     import cupy as cp
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "density" / "tet_deposit_clip_gpu.py"
+    path = (Path(__file__).resolve().parents[2] / "benchmarks" / "density"
+            / "tet_deposit_clip_gpu.py")
     spec = importlib.util.spec_from_file_location("tet_deposit_clip_gpu", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -388,7 +389,7 @@ def test_clip_deposits_kept_for_comparison_equal_cpu(rng, method, periodic):
 
 
 def _zeldovich_tets(n=16, box=25.0):
-    from cosmo_dask.models.zeldovich import zeldovich
+    from cosmo_dask.models.zeldovich_ics import zeldovich
 
     snap = zeldovich(n, box_size=box, redshift=0.0, precision="float64")
     return snapshot_tetrahedra(snap)

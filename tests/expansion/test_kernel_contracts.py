@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.special import sph_harm_y
 
-from cosmo_dask.backend import host
+from cosmo_dask.core.backend import host
 from cosmo_dask.expansion import dispatch
 from cosmo_dask.expansion.scf_kernels import unpack_sums
 from tests.support.expansion import (

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.integrate import quad
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.expansion import MEX
 from cosmo_dask.expansion import mex_kernels as cpu
 from cosmo_dask.models import ferrers

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.expansion import MEX, SCF, expansion_input
 
 

@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.gravity.direct import direct_accelerations
 from cosmo_dask.gravity.p2p_kernels import p2p_block
 from tests.support.devices import DEVICES, array_module, to_host

@@ -292,7 +292,7 @@ def test_domain_tree_let_and_forces(backend, periodic):
 
 def test_numpy_and_cupy_only():
     """Any other chunk type gets the contract's clear error."""
-    from cosmo_dask.errors import DeviceError
+    from cosmo_dask.core.errors import DeviceError
 
     with pytest.raises(DeviceError, match="gravity.p2p_block: no kernel for chunks of type "
                                           "builtins.list; it takes NumPy or CuPy arrays"):

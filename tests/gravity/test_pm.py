@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.gravity.pm import pm_accelerations
 from cosmo_dask.gravity.pm_kernels import cic_interpolate_numpy
 from tests.support.ewald_reference import ewald, ewald_long_range
@@ -288,7 +288,7 @@ def test_treepm_cupy_chunks():
     term is a few 1e-3 of the largest potential on single particles: both are
     held to the Ewald reference instead, and to each other in the median."""
     cupy = pytest.importorskip("cupy")
-    pytest.importorskip("cosmo_dask.gravity.tree_gpu")
+    pytest.importorskip("cosmo_dask.gravity.tree.forces_gpu")
     from cosmo_dask.gravity.treepm import treepm_accelerations
     from tests.support.ewald_reference import ewald
 

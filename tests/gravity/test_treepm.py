@@ -1,7 +1,7 @@
 """TreePM against the Ewald-summed direct reference (tests/support/ewald_reference.py).
 
 The short range is checked twice: with a brute-force truncated sum written here (minimum
-image, every pair closer than r_cut; it replaces ``cosmo_dask.gravity.tree_cpu`` for the
+image, every pair closer than r_cut; it replaces ``cosmo_dask.gravity.tree.forces`` for the
 test, which checks the TreePM assembly: PM part, constants, chunking) and with the real
 CPU octree. Measured values (CPU) are in the docstrings.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy.special import erfc
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.gravity.treepm import background_constant, treepm_accelerations
 from tests.support.ewald_reference import ewald
 
@@ -48,9 +48,9 @@ def brute_short_range(pos, mass, *, G=1.0, box_size=None, rs=None, r_cut=None, p
 
 @pytest.fixture
 def brute_tree(monkeypatch):
-    fake = types.ModuleType("cosmo_dask.gravity.tree_cpu")
+    fake = types.ModuleType("cosmo_dask.gravity.tree.forces")
     fake.tree_forces = brute_short_range
-    monkeypatch.setitem(sys.modules, "cosmo_dask.gravity.tree_cpu", fake)
+    monkeypatch.setitem(sys.modules, "cosmo_dask.gravity.tree.forces", fake)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_treepm_tree(zeldovich_set):
     """Same with the CPU octree (theta = 0.5, quadrupoles, multipoles small against rs):
     measured (2026-11-25) median 1.56e-3, p99 5.9e-3; potential median 8.3e-4 of mean
     |phi| (without the rs cap: 1.53e-3, 8.4e-3, 9.2e-4)."""
-    pytest.importorskip("cosmo_dask.gravity.tree_cpu")
+    pytest.importorskip("cosmo_dask.gravity.tree.forces")
     pos, mass, G, ref_acc, ref_pot = zeldovich_set
     acc, pot = _treepm(pos, mass, G=G, box_size=BOX, n_mesh=16)
     err, perr = _errors(acc, pot, ref_acc, ref_pot)
@@ -122,7 +122,7 @@ def test_treepm_tree_clumpy(clumpy_set):
     """2048 particles in 24 Gaussian clumps (sigma = 0.03 L), n_mesh = 32, CPU octree:
     measured (2026-11-25) median relative force error 7.9e-4, p99 3.1e-3; potential median
     6.3e-4 (without the rs cap: 8.2e-4, 3.9e-3, 6.3e-4)."""
-    pytest.importorskip("cosmo_dask.gravity.tree_cpu")
+    pytest.importorskip("cosmo_dask.gravity.tree.forces")
     pos, mass, ref_acc, ref_pot = clumpy_set
     p = da.from_array(pos, chunks=(512, 3))
     m = da.from_array(mass, chunks=512)

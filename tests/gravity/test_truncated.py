@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.cuda import OPTIONS
-from cosmo_dask.errors import ParameterError
 from cosmo_dask.gravity import truncated as tr
 
 

@@ -7,7 +7,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from cosmo_dask import Snapshot
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import fof, open_catalog
 from tests.support.fof_reference import clustered, reference_labels
 

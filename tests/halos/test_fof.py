@@ -7,7 +7,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from cosmo_dask import Snapshot, open_snapshot
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import fof, fof_labels
 from tests.support.devices import DEVICES, array_module, to_host
 from tests.support.fof_reference import clustered, reference_labels

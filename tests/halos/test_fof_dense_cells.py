@@ -161,7 +161,7 @@ def test_fof_labels_without_counts_matches_finder(rng):
     """The plain-FOF graph (no counts) and the finder (counts for the MCP) agree."""
     from cosmo_dask import Snapshot
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
 
     L = 8.0
     pos = np.concatenate([rng.random((3000, 3)) * L,

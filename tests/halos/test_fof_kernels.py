@@ -9,7 +9,7 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import fof_kernels, fof_kernels_gpu
 from cosmo_dask.halos.fof_kernels import class_rows, fof_local
 from tests.support import cuda_host

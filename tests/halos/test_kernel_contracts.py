@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosmo_dask.backend import host
+from cosmo_dask.core.backend import host
 from cosmo_dask.halos import dispatch
 from tests.support.fof_reference import reference
 from tests.support.halos import _gpu_case, brute_potentials, mbp_case

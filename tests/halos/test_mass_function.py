@@ -10,8 +10,8 @@ import pytest
 import xarray as xr
 from scipy import integrate
 
-from cosmo_dask.errors import ParameterError
-from cosmo_dask.halos.mass_function import (
+from cosmo_dask.core.errors import ParameterError
+from cosmo_dask.halos.mass_functions import (
     dlnsigma_dlnM,
     mass_function,
     multiplicity_warren2006,
@@ -21,7 +21,7 @@ from cosmo_dask.halos.mass_function import (
     theory_mass_function,
 )
 from cosmo_dask.models import Cosmology
-from cosmo_dask.models.zeldovich import RHO_CRIT_1E10
+from cosmo_dask.models.zeldovich_ics import RHO_CRIT_1E10
 
 OTHER = {"Omega_m": 0.25, "Omega_b": 0.04, "h": 0.72, "sigma8": 0.75, "n_s": 1.0}
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.halos import spherical_overdensity
-from cosmo_dask.models.zeldovich import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.models.zeldovich_ics import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
+from cosmo_dask.store.snapshot import Snapshot
 
 BOX = 50.0
 COSMO = {"Omega_m": 0.3, "Omega_b": 0.05, "Omega_L": 0.7, "h": 0.7, "sigma8": 0.8,
@@ -192,8 +192,8 @@ def test_bad_inputs_are_named_before_any_work():
     check_parameters reads no particle data."""
     import xarray as xr
 
-    from cosmo_dask.errors import CosmoDaskError
-    from cosmo_dask.halos.spherical_overdensity import DELTAS, check_deltas, check_parameters
+    from cosmo_dask.core.errors import CosmoDaskError
+    from cosmo_dask.halos.overdensity import DELTAS, check_deltas, check_parameters
 
     assert issubclass(ParameterError, CosmoDaskError)
     pos = np.random.default_rng(0).random((100, 3))

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from cosmo_dask.halos import spherical_overdensity
-from cosmo_dask.halos.spherical_overdensity import bryan_norman_delta
+from cosmo_dask.halos.overdensity import bryan_norman_delta
 from cosmo_dask.models.cosmology import Cosmology
-from cosmo_dask.models.zeldovich import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.models.zeldovich_ics import G_COSMO, RHO_CRIT_1E10, ZELDOVICH_UNITS
+from cosmo_dask.store.snapshot import Snapshot
 
 colossus = pytest.importorskip("colossus")
 from colossus.cosmology import cosmology as col_cosmology  # noqa: E402

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import find_gadget_files, from_gadget_hdf5
 from cosmo_dask.io.gadget import DEFAULT_UNITS
 from cosmo_dask.units import gravitational_constant

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5
 from tests.support.gadget import BOX, scaled, wrapped, write_gadget_file
 from tests.support.gadget_binary import FORMATS, TWIN_HEADER, make_parts, write_binary

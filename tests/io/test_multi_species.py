@@ -24,7 +24,7 @@ from scipy.spatial import cKDTree
 
 from cosmo_dask import Snapshot, open_snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.halos import fof
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5, from_swift
 from tests.support import gadget as tg

@@ -21,7 +21,7 @@ import pytest
 
 from cosmo_dask import Snapshot, open_snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_binary, from_gadget_hdf5, from_swift
 from tests.support import gadget as tg
 from tests.support import gadget_binary as tb
@@ -97,7 +97,7 @@ def test_field_errors(fields, pattern):
 
 # ------------------------------------------------------------------------------ the store
 def test_store_round_trip(tmp_path, snap, extra):
-    from cosmo_dask.chunk_manifest import MANIFEST
+    from cosmo_dask.store.chunk_manifest import MANIFEST
 
     path = tmp_path / "s.zarr"
     snap.to_zarr(path)

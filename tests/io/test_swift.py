@@ -20,7 +20,7 @@ import pytest
 
 from cosmo_dask import open_snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 from cosmo_dask.io import from_gadget_hdf5, from_swift
 from tests.support.gadget import write_gadget_file
 from tests.support.swift import BOX, MASKED, A, H, make_parts, one, write_swift_file

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import halo_blobs
 from cosmo_dask.models.clustered import halo_table
 

@@ -18,7 +18,7 @@ import pytest
 from scipy import integrate
 
 from cosmo_dask.analysis import power_spectrum
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import Cosmology, lpt_ics, zeldovich
 from cosmo_dask.models.lpt import (
     TabulatedPower,
@@ -31,7 +31,7 @@ from cosmo_dask.models.lpt_fields import (
     linear_density_kslabs,
     noise_slabs,
 )
-from cosmo_dask.models.zeldovich import linear_density_k, white_noise
+from cosmo_dask.models.zeldovich_ics import linear_density_k, white_noise
 from cosmo_dask.spatial.fft import slab_chunks
 
 COSMO = Cosmology()

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import integrate, interpolate, stats
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import ferrers, hernquist, perturbed_lattice, plummer
 from cosmo_dask.models._blocks import GEN_BLOCK
-from cosmo_dask.validation import wrap_into_box
+from cosmo_dask.store.validation import wrap_into_box
 
 N_DYN = 200_000  # particles for the dynamical tests
 N_CHUNK = 2 * GEN_BLOCK + 4_321  # spans three generation blocks, the last one partial

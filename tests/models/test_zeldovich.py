@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import Cosmology, zeldovich
 from cosmo_dask.models.lpt_fields import ics_slab_count
 

@@ -9,13 +9,13 @@ import pytest
 
 from cosmo_dask import open_snapshot
 from cosmo_dask.analysis import power_spectrum
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import lpt_ics, zeldovich
 from cosmo_dask.models.cosmology import Cosmology
 from cosmo_dask.simulation import SimulationInterrupted, open_simulation, run
 from cosmo_dask.simulation.integrator import Factors, to_momentum, to_velocity
 from cosmo_dask.simulation.schedule import step_schedule
-from cosmo_dask.snapshot import Snapshot
+from cosmo_dask.store.snapshot import Snapshot
 
 
 def _ics(n_side=16, box=1000.0, z=19.0, seed=3, **cosmo):
@@ -146,7 +146,7 @@ def test_kill_and_resume_bit_identical(tmp_path):
 
 def test_resume_from_a_damaged_checkpoint_is_a_clear_error(tmp_path):
     """A deleted chunk of the checkpoint is an error naming it, not a resume from zeros."""
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
 
     ics = _ics(16, box=500.0)
     out = tmp_path / "sim"

@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.spatial import decompose, domain_grid
 from cosmo_dask.spatial.domains import _factor3
 

@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.spatial.fft import default_slab_count, irfftn, rfftn, slab_chunks
 
 SHAPES = [(16, 16, 16), (12, 18, 10), (15, 15, 15)]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import cosmo_dask.spatial.domains as sd
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
+from cosmo_dask.core.task_graph import TaskGraph
 from cosmo_dask.spatial import DomainPart, decompose, domain_grid, rows_by_chunk
-from cosmo_dask.task_graph import TaskGraph
 
 N, BOX = 3000, 10.0
 

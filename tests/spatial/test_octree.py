@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import plummer
 from cosmo_dask.spatial.morton import key_cell, morton_keys, sort_by_key
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
@@ -309,7 +309,7 @@ def test_layout_and_multipoles(dtype, device):
 @pytest.mark.gpu
 def test_input_order_and_periodic_root():
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.errors import ParameterError
+    from cosmo_dask.core.errors import ParameterError
     from cosmo_dask.spatial.octree_gpu import build_octree_gpu
 
     rng = np.random.default_rng(7)

@@ -10,7 +10,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.spatial.fft import slab_chunks
 from cosmo_dask.spatial.slabs import SlabExchange, route_rows, slab_layout
 
@@ -108,7 +108,7 @@ def test_interpolate_matches_whole_mesh(rng, n_slabs, shift):
 def test_graph_size_and_names():
     n, n_slabs = 16, 4
     pos = da.from_array(np.random.default_rng(0).random((1000, 3)), chunks=(250, 3))
-    from cosmo_dask.density.paint import paint_meshes
+    from cosmo_dask.density.painting import paint_meshes
 
     meshes, ex = paint_meshes(pos, 1.0, n_mesh=n, box_size=1.0, scheme="cic", shifts=(0.0,),
                               dtype=np.float64, slabs=n_slabs)
@@ -204,8 +204,8 @@ def test_two_stage_deposit_in_runs_of_chunks(monkeypatch, groups):
     """A slab's chunks painted in several runs (fewer slabs than threads) whose bounds
     cut a group of chunks: the two-stage deposit gives the one-stage slabs bit for bit."""
     import cosmo_dask.spatial.domains as sd
-    from cosmo_dask.density.paint import _deposit_block
     from cosmo_dask.density.paint_kernels import paint_numpy
+    from cosmo_dask.density.painting import _deposit_block
 
     rng = np.random.default_rng(groups)
     n, box = 10, 5.0
@@ -299,7 +299,7 @@ def test_gpu_memory_check_counts_interlaced_meshes_and_transpose(monkeypatch):
     interlaced meshes count as one."""
     import importlib
 
-    paint = importlib.import_module("cosmo_dask.density.paint")
+    paint = importlib.import_module("cosmo_dask.density.painting")
 
     monkeypatch.setattr(paint, "memory_per_worker", lambda gpu: (80 * 2**30, "GPU"))
     monkeypatch.setattr(paint, "worker_count", lambda: 1)
@@ -321,7 +321,7 @@ def test_gpu_pm_force_whose_one_slab_pipeline_does_not_fit_is_cut_in_slabs(monke
 
     from cosmo_dask.gravity.pm import gpu_one_slab_meshes
 
-    paint = importlib.import_module("cosmo_dask.density.paint")
+    paint = importlib.import_module("cosmo_dask.density.painting")
     monkeypatch.setattr(paint, "worker_count", lambda: 1)
     pm_meshes = 2 * gpu_one_slab_meshes(3)
     assert pm_meshes >= 19  # the measured peak
@@ -340,7 +340,7 @@ def _pm_by_passes(monkeypatch, pos, mass, *, meshes_fit: float, chunks=1000, sla
 
     from cosmo_dask.gravity.pm import pm_accelerations
 
-    paint = importlib.import_module("cosmo_dask.density.paint")
+    paint = importlib.import_module("cosmo_dask.density.painting")
     monkeypatch.setattr(paint, "memory_per_worker",
                         lambda gpu: (int(meshes_fit * n**3 * 8), "worker"))
     monkeypatch.setattr(paint, "worker_count", lambda: 1)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import cosmo_dask
-from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot, zarr_read
+from cosmo_dask import ParameterError, Snapshot, SnapshotError, open_snapshot
+from cosmo_dask.store import zarr_read
 from tests.support.stores import snapshot_store as _store
 
 
@@ -214,7 +215,7 @@ def test_gpu_store_read_in_pieces(tmp_path, rng, cupy, monkeypatch, compressor):
     """The GPU read (pinned pieces copied on per-thread streams) gives the stored values
     for any piece size, across store chunks and dask chunks, compressed or not; a bad
     value is reported by particle, as on the CPU."""
-    import cosmo_dask.zarr_read as zr
+    import cosmo_dask.store.zarr_read as zr
 
     n, box = 10_007, 10.0
     pos = rng.random((n, 3)) * box

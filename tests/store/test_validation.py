@@ -8,7 +8,7 @@ import pytest
 
 from cosmo_dask import Snapshot, SnapshotError, open_snapshot
 from cosmo_dask.cli import main
-from cosmo_dask.validation import duplicate_ids
+from cosmo_dask.store.validation import duplicate_ids
 from tests.support.stores import good_attrs, write_raw_store
 
 N = 200
@@ -165,7 +165,7 @@ def test_wrap_fixes_positions_on_load(tmp_path, rng):
 def test_wrap_never_returns_box_size_in_float32():
     box = np.float32(1.0)
     pos = np.array([[-1e-9, 0.5, 0.5]], dtype=np.float32)  # (-1e-9 mod 1) rounds to 1.0
-    from cosmo_dask.validation import wrap_into_box
+    from cosmo_dask.store.validation import wrap_into_box
 
     out = wrap_into_box(pos, float(box))
     assert out.dtype == np.float32 and 0 <= out[0, 0] < 1.0

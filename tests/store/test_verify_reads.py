@@ -23,9 +23,9 @@ import pytest
 import zarr
 
 from cosmo_dask import Snapshot, open_snapshot
-from cosmo_dask.chunk_manifest import MANIFEST, VerifiedStore, crc32_combine, verified_store
 from cosmo_dask.cli import main
-from cosmo_dask.errors import ChecksumError, SnapshotError
+from cosmo_dask.core.errors import ChecksumError, SnapshotError
+from cosmo_dask.store.chunk_manifest import MANIFEST, VerifiedStore, crc32_combine, verified_store
 
 N, CHUNK, BOX = 4096, 1024, 16.0
 ALTERED = "chunk c/1/0 does not match the CRC-32 recorded when it was written"
@@ -181,7 +181,7 @@ def test_verified_store_pickles_and_passes_unmanifested_arrays(tmp_path):
 def _killed_run(tmp_path):
     from cosmo_dask.models import zeldovich
     from cosmo_dask.simulation import run
-    from cosmo_dask.simulation.run import SimulationInterrupted
+    from cosmo_dask.simulation.runner import SimulationInterrupted
 
     ics = zeldovich(16, box_size=500.0, redshift=19.0, seed=3, precision="float64",
                     chunks=16**3 // 4)
@@ -300,7 +300,7 @@ def test_crc32_combine_matches_zlib():
 def test_gpu_piece_checksums_combine_to_the_chunk_crc(tmp_path):
     """The GPU reader's check (:func:`zarr_read._check_pieces`), on the CPU: pieces of a
     chunk checksummed apart, plus the file's bytes before and after them."""
-    from cosmo_dask.zarr_read import _check_pieces, _direct_plan
+    from cosmo_dask.store.zarr_read import _check_pieces, _direct_plan
 
     path, _ = _store(tmp_path)
     plan = _direct_plan(zarr.open_group(str(path), mode="r")["pos"], verify=True)

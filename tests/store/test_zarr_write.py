@@ -15,8 +15,8 @@ from cosmo_dask.expansion.output import open_expansion, write_expansion
 from cosmo_dask.gravity.output import open_gravity
 from cosmo_dask.gravity.output import to_zarr as write_gravity
 from cosmo_dask.halos.result import HaloResult, open_catalog
-from cosmo_dask.snapshot import Snapshot, open_snapshot
-from cosmo_dask.zarr_write import regular_rows, store_arrays
+from cosmo_dask.store.snapshot import Snapshot, open_snapshot
+from cosmo_dask.store.zarr_write import regular_rows, store_arrays
 
 IRREGULAR = (7, 13, 5, 20, 1, 54)  # 100 rows, no two chunks alike
 
@@ -111,7 +111,7 @@ def test_cupy_chunks_every_writer(tmp_path, meta_numpy):
 
 
 def test_gpu_read_rows_are_whole_store_chunks():
-    from cosmo_dask.snapshot import GPU_READ_ROWS, gpu_read_rows
+    from cosmo_dask.store.snapshot import GPU_READ_ROWS, gpu_read_rows
 
     assert gpu_read_rows(1 << 20) == GPU_READ_ROWS
     assert gpu_read_rows(3000) % 3000 == 0 and GPU_READ_ROWS - 3000 < gpu_read_rows(3000) <= (

@@ -11,7 +11,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 
 
 def wrap(pos, periods):

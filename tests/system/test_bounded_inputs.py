@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cosmo_dask import models
-from cosmo_dask.errors import ParameterError, SnapshotError
+from cosmo_dask.core.errors import ParameterError, SnapshotError
 
 #: ``simulation.parameters.MAX_STEPS`` and ``checks.MAX_CHUNKS`` (written out, so that
 #: the code before them fails these tests on their behaviour, not on an import)
@@ -52,7 +52,7 @@ def test_huge_step_count_is_refused_before_the_schedule_exists(ics, tmp_path):
 
 
 def test_check_run_checks_everything_and_writes_nothing(ics, tmp_path):
-    from cosmo_dask.simulation.run import check_run
+    from cosmo_dask.simulation.runner import check_run
 
     out = tmp_path / "sim"
     params = check_run(ics, n_steps=3, outputs=(1.0,), out=out)
@@ -148,7 +148,7 @@ def test_gadget_coordinates_beyond_one_box_are_reported_not_wrapped(tmp_path):
 
 
 def test_limits_are_the_declared_ones():
-    from cosmo_dask import checks
+    from cosmo_dask.core import checks
     from cosmo_dask.simulation import parameters
 
     assert parameters.MAX_STEPS == MAX_STEPS and checks.MAX_CHUNKS == MAX_CHUNKS

@@ -36,7 +36,7 @@ def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
 @pytest.mark.timeout(120)
 def test_local_dashboard_listens_on_this_machine_only():
     # (an in-process cluster's dashboard_link names the host's address whatever the socket)
-    from cosmo_dask.config import DEFAULTS
+    from cosmo_dask.core.config import DEFAULTS
 
     assert DEFAULTS["cosmo_dask"]["dashboard_address"] == "127.0.0.1:8787"
     with dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"}), \

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot
-from cosmo_dask.atomic import WRITER_FILE, atomic_directory, leftovers
 from cosmo_dask.cli import main
-from cosmo_dask.errors import SnapshotError
+from cosmo_dask.core.errors import SnapshotError
 from cosmo_dask.halos.result import FORMAT as HALOS
+from cosmo_dask.store.atomic import WRITER_FILE, atomic_directory, leftovers
 
 
 def tree_hash(path: Path) -> str:
@@ -147,7 +147,7 @@ def _store(tmp_path, **kw):
 def test_every_chunk_is_written_and_recorded(tmp_path):
     import zarr
 
-    from cosmo_dask.chunk_manifest import MANIFEST
+    from cosmo_dask.store.chunk_manifest import MANIFEST
 
     path = _store(tmp_path)
     vel = zarr.open_group(str(path), mode="r")["vel"]  # all zeros = the fill value
@@ -158,7 +158,7 @@ def test_every_chunk_is_written_and_recorded(tmp_path):
 @pytest.mark.parametrize("array", ["pos", "vel"])
 def test_a_deleted_chunk_is_an_error_on_every_path(tmp_path, capsys, array):
     from cosmo_dask import open_snapshot
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
 
     path = _store(tmp_path)
     (path / array / "c" / "1" / "0").unlink()
@@ -175,7 +175,7 @@ def test_a_deleted_chunk_is_an_error_on_every_path(tmp_path, capsys, array):
 
 def test_an_altered_chunk_is_an_error(tmp_path):
     from cosmo_dask import open_snapshot
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
 
     path = _store(tmp_path)
     chunk = path / "pos" / "c" / "2" / "0"
@@ -191,7 +191,7 @@ def test_a_chunk_altered_in_place_fails_the_full_check(tmp_path, capsys):
     import zarr
 
     from cosmo_dask import open_snapshot
-    from cosmo_dask.chunk_manifest import MANIFEST
+    from cosmo_dask.store.chunk_manifest import MANIFEST
 
     path = _store(tmp_path)
     chunk = path / "pos" / "c" / "2" / "0"
@@ -212,7 +212,7 @@ def test_a_chunk_altered_in_place_fails_the_full_check(tmp_path, capsys):
 
 def test_foreign_store_missing_chunk_needs_explicit_permission(tmp_path):
     from cosmo_dask import open_snapshot
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
     from tests.support.stores import good_attrs, write_raw_store
 
     pos = np.random.default_rng(3).random((256, 3))
@@ -230,7 +230,7 @@ def test_product_chunk_deleted(tmp_path):
     import dask.array as da
     import xarray as xr
 
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
     from cosmo_dask.halos.result import HaloResult, open_catalog
 
     labels = da.from_array(np.arange(100) % 3 - 1, chunks=25)
@@ -246,7 +246,7 @@ def test_halo_catalog_chunk_deleted(tmp_path):
     import dask.array as da
     import xarray as xr
 
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
     from cosmo_dask.halos.result import HaloResult, open_catalog
 
     labels = da.from_array(np.arange(100) % 3 - 1, chunks=25)
@@ -323,8 +323,8 @@ def test_relative_paths_and_missing_chunks_on_workers_elsewhere(tmp_path, monkey
 
 @pytest.mark.timeout(120)
 def test_workers_that_cannot_see_a_path_are_named(client, tmp_path):
-    from cosmo_dask.cluster import check_worker_paths
-    from cosmo_dask.errors import ClusterError
+    from cosmo_dask.core.errors import ClusterError
+    from cosmo_dask.store.atomic import check_worker_paths
 
     check_worker_paths(client, inputs=[tmp_path], outputs=[tmp_path / "out.zarr"])
     with pytest.raises(ClusterError, match="the workers cannot see this path"):
@@ -358,10 +358,10 @@ def test_mesh_sizes_are_checked_before_any_work(work, capsys, monkeypatch):
     import importlib
 
     from cosmo_dask import open_snapshot
+    from cosmo_dask.core.errors import ParameterError
     from cosmo_dask.density import paint
-    from cosmo_dask.errors import ParameterError
 
-    paint_module = importlib.import_module("cosmo_dask.density.paint")
+    paint_module = importlib.import_module("cosmo_dask.density.painting")
 
     before = tree_hash(work / "p")
     assert main(["power", "p/s.zarr", "--n-mesh", "1"]) == 2
@@ -471,7 +471,7 @@ def test_checksums_run_on_this_machine_when_the_cluster_has_fewer_threads(tmp_pa
     from distributed import Client, LocalCluster
 
     from cosmo_dask import open_snapshot
-    from cosmo_dask.chunk_manifest import _checksum_scheduler
+    from cosmo_dask.store.chunk_manifest import _checksum_scheduler
 
     path = _store(tmp_path)
     chunk = path / "vel" / "c" / "1" / "0"

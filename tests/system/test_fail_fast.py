@@ -20,8 +20,8 @@ import dask
 import numpy as np
 import pytest
 
-from cosmo_dask import progress
-from cosmo_dask.errors import ClusterError, ParameterError
+from cosmo_dask.core import progress
+from cosmo_dask.core.errors import ClusterError, ParameterError
 from tests.support.stores import good_attrs, write_raw_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -96,7 +96,7 @@ def _progress_plugins(dask_scheduler):
 @pytest.mark.timeout(120)
 def test_nan_in_pos_fails_halos_through_the_api(nan_store, processes, capsys):
     from cosmo_dask import open_snapshot
-    from cosmo_dask.errors import SnapshotError
+    from cosmo_dask.core.errors import SnapshotError
     from cosmo_dask.halos import fof_labels
 
     snap = open_snapshot(nan_store)

@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-import cosmo_dask.gravity.tree_graph as tg
+import cosmo_dask.gravity.tree.graph as tg
 import cosmo_dask.spatial.domains as sd
 from cosmo_dask.spatial import decompose, domain_grid
 
@@ -174,7 +174,7 @@ def test_fof_way_back_reads_only_the_domains_holding_a_chunk():
     only the domains of one or two x-columns; the labels graph has one piece per
     (domain, chunk) that share rows (counted here from the positions), not per pair."""
     from cosmo_dask import Snapshot
-    from cosmo_dask.halos.fof import fof_labels
+    from cosmo_dask.halos.fof_graph import fof_labels
 
     n_side, box = 32, 32.0
     q = (np.stack(np.meshgrid(*[np.arange(n_side)] * 3, indexing="ij"), -1)
@@ -200,7 +200,7 @@ def test_default_read_chunks_of_very_large_stores(tmp_path):
     """At most MAX_READ_CHUNKS whole store chunks by default; small stores unchanged."""
     import zarr
 
-    from cosmo_dask.backend import MAX_READ_CHUNKS, large_store_rows
+    from cosmo_dask.core.backend import MAX_READ_CHUNKS, large_store_rows
 
     assert large_store_rows(2**20, 2048**3) == 2**24  # 512 chunks of 16 store chunks
     assert large_store_rows(2**20, 2**29) == 2**20  # 512 store chunks: as stored
@@ -208,7 +208,7 @@ def test_default_read_chunks_of_very_large_stores(tmp_path):
     assert -(-10**7 // 21000) <= MAX_READ_CHUNKS < -(-10**7 // 18000)
     # an opened store: the dask chunks follow (metadata only, no chunk written)
     from cosmo_dask import open_snapshot
-    from cosmo_dask.validation import FORMAT, FORMAT_VERSION
+    from cosmo_dask.store.validation import FORMAT, FORMAT_VERSION
 
     n = 600 * 1000
     attrs = {"format": FORMAT, "format_version": FORMAT_VERSION, "box_size": 10.0,

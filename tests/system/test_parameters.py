@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from cosmo_dask.analysis import parameters as ap
-from cosmo_dask.cli import build_parser, cli_message, main
+from cosmo_dask.cli import main
+from cosmo_dask.cli.messages import cli_message
+from cosmo_dask.cli.parser import build_parser
+from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.density import parameters as dp
-from cosmo_dask.errors import ParameterError
 from cosmo_dask.expansion import parameters as ep
 from cosmo_dask.gravity import parameters as gp
 from cosmo_dask.halos import parameters as hp
@@ -134,17 +136,17 @@ def test_python_defaults_are_the_parameters_modules():
 
 def test_lazy_packages_keep_public_names_over_submodules():
     """``halos.fof`` and ``density.paint`` name the functions even after their modules
-    (``halos/fof.py``, ``density/paint.py``) are imported, as eager imports did."""
+    (``halos/fof_graph.py``, ``density/painting.py``) are imported, as eager imports did."""
     import importlib
 
     import cosmo_dask.density as density
     import cosmo_dask.halos as halos
 
-    importlib.import_module("cosmo_dask.halos.fof")
-    importlib.import_module("cosmo_dask.density.paint")
+    importlib.import_module("cosmo_dask.halos.fof_graph")
+    importlib.import_module("cosmo_dask.density.painting")
     assert inspect.isfunction(halos.fof) and halos.fof.__module__ == "cosmo_dask.halos.api"
     assert inspect.isfunction(density.paint)
-    assert density.paint.__module__ == "cosmo_dask.density.paint"
+    assert density.paint.__module__ == "cosmo_dask.density.painting"
 
 
 # ----------------------------------------------------------------- one error, two doors
@@ -196,7 +198,7 @@ def test_bad_value_same_error_from_api_and_cli(command, argv, api, lattice, tmp_
 
 def test_mass_function_models_are_the_multiplicity_functions():
     """halos.parameters names the fits; mass_function implements exactly those."""
-    from cosmo_dask.halos.mass_function import MULTIPLICITY_FUNCTIONS
+    from cosmo_dask.halos.mass_functions import MULTIPLICITY_FUNCTIONS
     from cosmo_dask.halos.parameters import MASS_FUNCTION_MODELS
 
     assert tuple(MULTIPLICITY_FUNCTIONS) == MASS_FUNCTION_MODELS

@@ -22,7 +22,11 @@ import numpy as np
 import pytest
 
 from cosmo_dask import Snapshot, open_snapshot
-from cosmo_dask.atomic import (
+from cosmo_dask.cli import main
+from cosmo_dask.core.errors import ParameterError, SnapshotError
+from cosmo_dask.models import zeldovich
+from cosmo_dask.simulation import SimulationInterrupted, open_simulation, run
+from cosmo_dask.store.atomic import (
     MARKER_SUFFIX,
     STALE_SECONDS,
     atomic_directory,
@@ -30,10 +34,6 @@ from cosmo_dask.atomic import (
     process_start,
     writer_state,
 )
-from cosmo_dask.cli import main
-from cosmo_dask.errors import ParameterError, SnapshotError
-from cosmo_dask.models import zeldovich
-from cosmo_dask.simulation import SimulationInterrupted, open_simulation, run
 
 REPO = Path(__file__).resolve().parents[2]
 DEAD_PID = 999999999  # above any pid_max: no such process
@@ -321,7 +321,7 @@ def test_clean_of_a_simulation_store_settles_its_checkpoint_and_outputs(tmp_path
 
 _TERM_DURING_WRITE = """
 import os, signal, sys, time
-import cosmo_dask.zarr_write as zw
+import cosmo_dask.store.zarr_write as zw
 from cosmo_dask.cli import main
 
 plain = zw.write_manifests

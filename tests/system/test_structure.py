@@ -1,6 +1,8 @@
-"""The package's structure rules (issue 15, "one way to do each thing"), checked on the
-source: a capability package uses another package only through its public names, and
-the package imports form no cycles between capability packages at module level."""
+"""The package's structure rules (issue 15, "one way to do each thing"; issue 35, "layers
+in folders"), checked on the source: a capability package uses another package only
+through its public names, the package imports form no cycles between capability packages
+at module level, and no import points up a layer (core, units, plot, store, the
+capabilities, cli)."""
 
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def test_no_import_cycles_between_packages_at_module_level():
 
 # --------------------------------------------------------------------------- one graph idiom
 #: The one module that builds graphs by hand (issue 15: one graph idiom).
-GRAPH_MODULE = "cosmo_dask/task_graph.py"
+GRAPH_MODULE = "cosmo_dask/core/task_graph.py"
 #: issue 15: being converted to map_blocks/blockwise or TaskGraph; empty this list as
 #: they are (the test fails on an entry that has no site left).
 NOT_YET_CONVERTED: set[str] = set()
@@ -156,7 +158,7 @@ def test_graph_sites_are_found():
 
 def test_one_graph_idiom():
     """Issue 15: chunk-wise work is map_blocks/blockwise; placed or multi-output tasks go
-    through :class:`cosmo_dask.task_graph.TaskGraph`, the only module that touches dask's
+    through :class:`cosmo_dask.core.task_graph.TaskGraph`, the only module that touches dask's
     graph internals. No ``dask.delayed`` and no hand-written ``HighLevelGraph`` elsewhere."""
     found = []
     for path, _ in _modules():
@@ -165,7 +167,7 @@ def test_one_graph_idiom():
             found += [f"{rel}:{line}: {what}" for line, what in graph_sites(path.read_text())]
     stale = sorted(rel for rel in NOT_YET_CONVERTED if not (ROOT.parent / rel).is_file()
                    or not graph_sites((ROOT.parent / rel).read_text()))
-    assert not found, ("hand-built graphs outside cosmo_dask/task_graph.py (use map_blocks/"
+    assert not found, ("hand-built graphs outside cosmo_dask/core/task_graph.py (use map_blocks/"
                        "blockwise or TaskGraph):\n" + "\n".join(found))
     assert not stale, ("converted, so remove from NOT_YET_CONVERTED: " + ", ".join(stale))
 
@@ -227,7 +229,7 @@ def test_no_import_cycles_between_modules():
 
 def test_gpu_modules_are_reached_through_dispatch():
     """Issue 15: a capability chooses its kernel by the chunk's type through its
-    ``dispatch`` module (:class:`cosmo_dask.dispatch.KernelDispatch`); only a dispatch
+    ``dispatch`` module (:class:`cosmo_dask.core.dispatch.KernelDispatch`); only a dispatch
     module or another GPU module imports a ``*_gpu`` module."""
     found = []
     for me, targets in _module_imports().items():
@@ -260,3 +262,97 @@ def test_test_modules_share_helpers_only_through_tests_support():
                         or (inside and any(p.startswith("test_") for p in parts))):
                     found.append(f"{path.relative_to(tests.parent)}:{node.lineno}: {name}")
     assert not found, "test modules import other test modules:\n" + "\n".join(found)
+
+
+# --------------------------------------------------------------------------- layers
+#: The layers, lowest first: a module imports only from its own layer or lower ones. The
+#: package root (``cosmo_dask/__init__.py``, ``__main__.py``) sits above them all.
+LAYERS = (
+    ("core", ("core", "cuda")),
+    ("units", ("units",)),
+    ("plot", ("plot",)),
+    ("store", ("store",)),
+    ("capabilities", ("models", "spatial", "io", "gravity", "expansion", "density", "halos",
+                      "analysis", "simulation")),
+    ("cli", ("cli",)),
+)
+_ROOT_LAYER = len(LAYERS)
+
+
+def layer_of(parts: tuple[str, ...]) -> int:
+    """The layer (index into :data:`LAYERS`) of module ``parts`` (``("cosmo_dask",
+    "store", "atomic")``); the package root and its ``__main__`` are above every layer."""
+    if len(parts) < 2 or parts[1] == "__main__":
+        return _ROOT_LAYER
+    for i, (_, packages) in enumerate(LAYERS):
+        if parts[1] in packages:
+            return i
+    raise AssertionError(f"{'.'.join(parts)}: in no layer; add its package to LAYERS")
+
+
+def _imports(path: Path, parts: tuple[str, ...]):
+    """(line, imported module parts) of every import of the package in ``path``, at module
+    level and inside functions, relative (``from ..store import x``) or absolute
+    (``import cosmo_dask.core.backend``)."""
+    tree = ast.parse(path.read_text())
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = base + (tuple(node.module.split(".")) if node.module else ())
+            elif node.module and node.module.split(".")[0] == "cosmo_dask":
+                target = tuple(node.module.split("."))
+            else:
+                continue
+            if len(target) == 1:  # from cosmo_dask import x / from .. import x
+                for a in node.names:
+                    yield node.lineno, target + (a.name,)
+            else:
+                yield node.lineno, target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "cosmo_dask":
+                    yield node.lineno, tuple(a.name.split("."))
+
+
+def upward_imports(path: Path, parts: tuple[str, ...]) -> list[str]:
+    """One line per import of ``path`` that points to a higher layer."""
+    me = layer_of(parts)
+    found = []
+    for line, target in _imports(path, parts):
+        if len(target) > 1 and target[1] == "__version__" or target == ("cosmo_dask",):
+            there = _ROOT_LAYER
+        else:
+            there = layer_of(target)
+        if there > me:
+            name = lambda i: LAYERS[i][0] if i < _ROOT_LAYER else "package root"  # noqa: E731
+            found.append(f"{'/'.join(parts)}.py:{line}: imports "
+                         f"{'.'.join(target)} (layer {there}, {name(there)}) from layer "
+                         f"{me} ({name(me)})")
+    return found
+
+
+def test_no_import_points_up_a_layer():
+    """Issue 35: the layers in folders, lowest first: core (and cuda), units, plot, store,
+    the capabilities, cli; no module imports from a higher layer, counting imports inside
+    functions."""
+    found = []
+    for path, parts in _modules():
+        found += upward_imports(path, parts)
+    assert not found, "imports pointing up a layer:\n" + "\n".join(found)
+
+
+def test_layer_rule_finds_an_upward_import(tmp_path):
+    """The rule reads relative, absolute and function-level imports."""
+    for source in ("from ..store.atomic import local_path",
+                   "def f():\n    from ..cli import main",
+                   "import cosmo_dask.halos.api",
+                   "from cosmo_dask import plot"):
+        path = tmp_path / "cosmo_dask" / "core" / "x.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source + "\n")
+        found = upward_imports(path, ("cosmo_dask", "core", "x"))
+        assert len(found) == 1 and "from layer 0 (core)" in found[0], (source, found)
+    path.write_text("from .errors import ParameterError\nfrom ..cuda import module\n")
+    assert upward_imports(path, ("cosmo_dask", "core", "x")) == []

@@ -17,8 +17,8 @@ from cosmo_dask.expansion.output import open_expansion, write_expansion
 from cosmo_dask.gravity import accelerations, open_gravity
 from cosmo_dask.halos import fof, open_catalog
 from cosmo_dask.models import halo_blobs, hernquist, zeldovich
-from cosmo_dask.product_units import DIMENSIONS, product_units
 from cosmo_dask.units import factor, gravitational_constant, parse
+from cosmo_dask.units.products import DIMENSIONS, product_units
 
 MPC = {"length": "Mpc/h", "velocity": "km/s (peculiar)", "mass": "1e10 Msun/h"}
 KPC = {"length": "kpc/h", "velocity": "m/s", "mass": "Msun/h"}

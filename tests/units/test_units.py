@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cosmo_dask import units
-from cosmo_dask.errors import ParameterError
+from cosmo_dask.core.errors import ParameterError
 
 KPC_M = 3.0856775814913673e19  # IAU 2012: 1 pc = 648000/pi au, au = 149597870700 m
 GM_SUN = 1.3271244e20  # m^3 s^-2, IAU 2015 nominal solar mass parameter
@@ -90,7 +90,7 @@ def test_to_units_needs_units():
 def test_kpc_and_mpc_give_the_same_halos_mass_function_and_power():
     from cosmo_dask.analysis import power_spectrum
     from cosmo_dask.halos import fof
-    from cosmo_dask.halos.mass_function import mass_function
+    from cosmo_dask.halos.mass_functions import mass_function
 
     mpc = _zeldovich()
     kpc = mpc.to_units(length="kpc/h")
@@ -169,7 +169,7 @@ def test_plots_without_sigma8_show_the_measurement_and_say_what_is_missing(
 
 
 def test_the_api_plot_without_sigma8_shows_the_measurement_and_warns(tmp_path):
-    from cosmo_dask.halos.mass_function import mass_function, plot_mass_function
+    from cosmo_dask.halos.mass_functions import mass_function, plot_mass_function
 
     rng = np.random.default_rng(2)
     ds = mass_function(10 ** rng.uniform(1, 3, 300), 6, 100.0)

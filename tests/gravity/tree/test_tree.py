@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.special import erfc
 
-from cosmo_dask.errors import ParameterError
-from cosmo_dask.gravity.tree_cpu import tree_forces
-from cosmo_dask.gravity.tree_kernels import evaluate_lists
-from cosmo_dask.gravity.tree_walk import interaction_lists, let_subtree
+from cosmo_dask.core.errors import ParameterError
+from cosmo_dask.gravity.tree.forces import tree_forces
+from cosmo_dask.gravity.tree.list_kernels import evaluate_lists
+from cosmo_dask.gravity.tree.walk import interaction_lists, let_subtree
 from cosmo_dask.models import hernquist, plummer
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
 from tests.support.devices import DEVICES, array_module, to_host
@@ -344,7 +344,7 @@ def _tree_forces_on(device):
     """The array module and the one-process tree of ``device`` (same signature)."""
     xp = array_module(device)
     if device == "gpu":
-        from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+        from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
         return xp, tree_forces_gpu
     return xp, tree_forces
@@ -433,15 +433,15 @@ def test_periodic_truncated(precision, device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("trunc", [False, True])
 def test_walk_matches_cpu_walk(trunc):
-    """The CUDA walk applies the CPU walk's rules (cosmo_dask.gravity.tree_walk): on the same
+    """The CUDA walk applies the CPU walk's rules (cosmo_dask.gravity.tree.walk): on the same
     GPU-built tree the particle-cell (M2P) and particle-particle (P2P) interaction counts of
     the GPU lists equal those of the CPU lists, isolated and with the truncated kernel
     (cut, bmax < theta rs / 2)."""
     import dataclasses
 
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import _forces
-    from cosmo_dask.gravity.tree_walk import interaction_lists
+    from cosmo_dask.gravity.tree.forces_gpu import _forces
+    from cosmo_dask.gravity.tree.walk import interaction_lists
     from cosmo_dask.spatial.octree_gpu import build_with_moments
     from cosmo_dask.spatial.octree_layout import Octree
 
@@ -479,7 +479,7 @@ def test_float32_tiny_scales_single_particle_nodes():
     and no node of the group itself may become a multipole. With such tiny leaves nearly
     all the force comes from multipoles, so the error is larger than with max_leaf=64."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 3000
     pos = 1e-4 * _plummer(n, seed=21)
@@ -504,8 +504,8 @@ def test_float32_tiny_scales_single_particle_nodes():
 @pytest.mark.gpu
 def test_input_order_independent_and_errors():
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.errors import ParameterError
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.core.errors import ParameterError
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     n = 6000
     pos = _plummer(n, seed=9)
@@ -534,8 +534,8 @@ def test_periodic_nearest_image_matches_cpu_tree_and_direct():
     """A periodic box without rs: Newtonian forces of the nearest images (the documented
     meaning for tree and direct; no Ewald sum), as the CPU tree computes them."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity.tree_cpu import tree_forces
-    from cosmo_dask.gravity.tree_gpu import tree_forces_gpu
+    from cosmo_dask.gravity.tree.forces import tree_forces
+    from cosmo_dask.gravity.tree.forces_gpu import tree_forces_gpu
 
     rng = np.random.default_rng(5)
     box, n = 1.0, 4096

@@ -8,7 +8,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cosmo_dask.gravity.tree_graph import tree_accelerations
+from cosmo_dask.gravity.tree.graph import tree_accelerations
 from cosmo_dask.models import plummer
 from tests.support.gravity import direct_reference_at as direct_reference
 from tests.support.gravity import rel_err
@@ -49,7 +49,7 @@ def test_independent_of_chunking_and_workers(sphere, client):
 
 
 def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
-    from cosmo_dask.gravity.tree_cpu import group_batch
+    from cosmo_dask.gravity.tree.forces import group_batch
     from cosmo_dask.spatial.octree import build_octree
 
     x, m = sphere
@@ -66,7 +66,7 @@ def test_group_batches_cover_every_group_once_and_balance_particles(sphere):
 
 
 def test_independent_of_group_batching(sphere, monkeypatch):
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     x, m = sphere
     x = da.from_array(x[:6000], chunks=1500)
@@ -106,9 +106,9 @@ def test_one_gpu_domain_graph(sphere, monkeypatch, scalar_mass):
     chunk), run on NumPy chunks with the CPU tree standing in for the GPU tree: the same
     forces as the one-domain CPU graph, in the input's chunks (the GPU tree itself is
     tested in the GPU tests below)."""
-    import cosmo_dask.gravity.tree_gpu as tree_gpu
-    from cosmo_dask.gravity.tree_cpu import tree_forces
-    from cosmo_dask.gravity.tree_graph import _whole_gpu
+    import cosmo_dask.gravity.tree.forces_gpu as tree_gpu
+    from cosmo_dask.gravity.tree.forces import tree_forces
+    from cosmo_dask.gravity.tree.graph import _whole_gpu
 
     monkeypatch.setattr(tree_gpu, "tree_forces_gpu", tree_forces)
     x, m = sphere
@@ -142,7 +142,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
     """64 domains without a cutoff: LETs cut for blocks of target domains from
     well-separated sources (1,384 LET tasks instead of 4,032) give the per-pair LETs'
     forces bit for bit."""
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     x, m = sphere
     pos, mass = da.from_array(x, chunks=(5000, 3)), da.from_array(m, chunks=5000)
@@ -165,7 +165,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
 def test_block_lets_periodic_nearest_image(monkeypatch):
     """The same in a periodic box without a cutoff (nearest images; blocks separated the
     short way round): block LETs give the per-pair LETs' forces bit for bit."""
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     rng = np.random.default_rng(11)
     x = rng.uniform(0, 10.0, (6000, 3))
@@ -211,7 +211,8 @@ def gpu_only_walk(monkeypatch):
     """Fail any CPU tree walk or host tree build; count the GPU domain evaluations (the
     GPU kernels of the contracts ``domain_forces`` and ``domain_let``, wrapped)."""
     cupy = pytest.importorskip("cupy")
-    from cosmo_dask.gravity import dispatch, tree_cpu
+    from cosmo_dask.gravity import dispatch
+    from cosmo_dask.gravity.tree import forces as tree_cpu
 
     calls = {"forces": 0, "lets": 0}
     forces = dispatch.domain_forces.gpu_implementation()
@@ -307,7 +308,7 @@ def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree_let_gpu import gpu_domain_tree, gpu_let
+    from cosmo_dask.gravity.tree.let_gpu import gpu_domain_tree, gpu_let
 
     rng = np.random.default_rng(4)
     n, box = 50_000, 10.0
@@ -339,7 +340,7 @@ def test_gpu_treepm_block_lets_equal_pair_lets(monkeypatch):
     truncated direct sum to the tree's error. Slow: ~2,600 GPU LET cuts (each syncs
     with the host per level)."""
     cupy = pytest.importorskip("cupy")
-    import cosmo_dask.gravity.tree_graph as tg
+    import cosmo_dask.gravity.tree.graph as tg
 
     rng = np.random.default_rng(12)
     box, n, rs = 10.0, 8000, 0.4

@@ -1,0 +1,260 @@
+"""Locally essential trees on the GPU: the multi-domain tree of CuPy workers.
+
+With several domains on GPU workers (:mod:`cosmo_dask.gravity.tree.graph`), every step
+runs on the GPU of the worker that holds the domain. The three functions are the GPU
+kernels of the contracts ``domain_tree``, ``domain_let`` and ``domain_forces`` of
+:mod:`cosmo_dask.gravity.dispatch` (CPU twins in :mod:`cosmo_dask.gravity.tree.forces`, same
+signatures; ``opts`` is the tree options mapping of
+:func:`~cosmo_dask.gravity.tree.graph.tree_accelerations`):
+
+:func:`gpu_domain_tree`
+    The domain's octree over its own particles
+    (:func:`~cosmo_dask.spatial.octree_gpu.build_with_moments`).
+:func:`gpu_let`
+    The part of a source domain's tree that a target box needs, cut on the source's
+    GPU by a level-by-level walk (CuPy, one pass per tree level) with the opening rule of
+    the GPU walk kernel (:mod:`cosmo_dask.gravity.tree.forces_gpu`) applied to the whole target
+    box: a node is kept as a multipole (no children, no particles) when every group
+    inside the box would accept it, dropped (kept as an empty stub) when every group
+    would drop it (the truncated kernel's ``r_cut``), otherwise opened: its children
+    follow on the next level, or, for a leaf, its particles are copied. Each test is
+    made stricter by a relative margin of ``LET_MARGIN`` so that rounding cannot make a
+    group open a node the LET cut short. Only this pruned tree (node moments and the
+    particles of opened leaves) moves between workers.
+:func:`gpu_domain_forces`
+    The domain's groups against its own tree and against every LET received, each with
+    the walk and force kernels of :mod:`cosmo_dask.gravity.tree.forces_gpu` (the LET nodes and
+    the domain's group boxes share one node array, so the kernels need no second tree),
+    summed in float64 in a fixed order.
+
+A group whose box lies in the target box sees in the LET exactly the nodes a walk of
+the whole source tree would accept or open down to the level the LET keeps, so the
+domain split changes which trees exist, not the accuracy criterion (results equal the
+single-domain GPU tree to the tree's own error level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...core.task_graph import task_payload
+from .forces_gpu import KernelSettings, kernel_settings, walk_forces
+
+#: relative margin by which the LET's box-level accept and drop tests are stricter than
+#: the group-level tests of the walk kernel (float64 rounding is ~1e-16)
+LET_MARGIN = 1e-9
+
+
+@task_payload
+@dataclass
+class GPUDomainTree:
+    """A domain's GPU tree: the octree (CuPy arrays), its nodes' ``sum m |x - com|^2``,
+    the sorted float64 positions and the global index of every particle (tree input
+    order, increasing)."""
+
+    tree: Any
+    s2: Any
+    pos64: Any
+    index: Any
+
+
+@task_payload
+@dataclass
+class GPULET:
+    """A pruned source tree in the :class:`~cosmo_dask.spatial.octree_layout.Octree` node
+    layout (breadth first, the root first, each node's children consecutive), with the
+    particles of its opened leaves (``start``/``count`` index ``pos``/``pmass``)."""
+
+    lo: Any
+    hi: Any
+    com: Any
+    bmax: Any
+    mass: Any
+    quad: Any
+    s2: Any
+    first_child: Any
+    n_child: Any
+    start: Any
+    count: Any
+    pos: Any
+    pmass: Any
+
+
+def settings_of(opts: Mapping[str, Any]) -> KernelSettings:
+    """The walk kernels' settings (:func:`~cosmo_dask.gravity.tree.forces_gpu.kernel_settings`)
+    for the tree options ``opts``."""
+    return kernel_settings(G=opts["G"], theta=opts["theta"], softening=opts["softening"],
+                           softening_kernel=opts["softening_kernel"],
+                           precision=opts["precision"], box_size=opts["box_size"],
+                           rs=opts["rs"], r_cut=opts["r_cut"])
+
+
+def gpu_domain_tree(pos, mass, index, opts: Mapping[str, Any]) -> GPUDomainTree:
+    """The GPU octree of one domain's own particles (``pos`` CuPy (n, 3), ``mass`` CuPy
+    (n,) or a float, ``index`` their global indices in increasing order; ``max_leaf``,
+    ``max_group`` and ``box_size`` from ``opts``). The node second moments are always
+    made (the GPU build computes them with the multipoles)."""
+    import cupy as cp
+
+    from ...spatial.octree_gpu import build_with_moments
+
+    if pos.shape[0] == 0:
+        return GPUDomainTree(None, None, None, cp.asarray(index))
+    tree, s2, pos64 = build_with_moments(pos, mass, max_leaf=opts["max_leaf"],
+                                         max_group=opts["max_group"],
+                                         box_size=opts["box_size"])
+    return GPUDomainTree(tree, s2, pos64, cp.asarray(index))
+
+
+def _box_terms(cp, centres, lo, hi, c, hw, box: float):
+    """Per node: distance of ``centres`` from the box ``(c, hw)`` (min, farthest) and,
+    from the nodes' boxes ``lo``/``hi``, the box gap and the farthest box distance
+    (squares), with the periodic minimum image when ``box > 0``."""
+    def wrap(d):
+        return d - box * cp.rint(d / box) if box > 0 else d
+
+    dc = cp.abs(wrap(centres - c))
+    dmin = cp.sqrt((cp.maximum(dc - hw, 0.0) ** 2).sum(axis=1))
+    dmax = cp.sqrt(((dc + hw) ** 2).sum(axis=1))
+    half = 0.5 * (hi - lo)
+    bc = cp.abs(wrap(0.5 * (lo + hi) - c))
+    gap2 = (cp.maximum(bc - hw - half, 0.0) ** 2).sum(axis=1)
+    far2 = ((bc + hw + half) ** 2).sum(axis=1)
+    return dmin, dmax, gap2, far2
+
+
+def _expand(cp, first, counts, total: int):
+    """``concatenate([arange(f, f + c) for f, c in zip(first, counts)])`` on the GPU."""
+    ends = cp.cumsum(counts)
+    k = cp.arange(total, dtype=cp.int64)
+    j = cp.searchsorted(ends, k, side="right")
+    return first[j] + (k - (ends[j] - counts[j]))
+
+
+def gpu_let(dt: GPUDomainTree, box_lo, box_hi, opts: Mapping[str, Any]) -> GPULET | None:
+    """The LET of ``dt``'s tree for the target box ``[box_lo, box_hi]`` (host (3,) arrays),
+    or None when nothing of it can act on the box (an empty source, or every node beyond
+    the cut)."""
+    import cupy as cp
+
+    if dt.tree is None:
+        return None
+    st = settings_of(opts)
+    tree = dt.tree
+    c = cp.asarray(0.5 * (np.asarray(box_lo, np.float64) + np.asarray(box_hi, np.float64)))
+    hw = cp.asarray(0.5 * (np.asarray(box_hi, np.float64) - np.asarray(box_lo, np.float64)))
+    m = LET_MARGIN
+    rc = st.r_cut
+    frontier = cp.zeros(1, dtype=cp.int64)
+    levels, parts = [], []
+    node_off = part_off = 0
+    while frontier.size:
+        dmin, dmax, gap2, far2 = _box_terms(cp, tree.com[frontier], tree.lo[frontier],
+                                            tree.hi[frontier], c, hw, st.box)
+        b = tree.bmax[frontier]
+        if st.trunc:
+            drop = (gap2 >= rc * rc * (1 + m)) | (dmin - b >= rc * (1 + m))
+        else:
+            drop = cp.zeros(frontier.shape, dtype=bool)
+        accept = (~drop & (dmin * st.theta > b * (1 + m)) & (b < st.bcap)
+                  & (dmin - b > st.h_guard + m * dmin))
+        if st.trunc:
+            accept &= (far2 < rc * rc * (1 - m)) | (dmax + b < rc * (1 - m))
+        opened = ~drop & ~accept
+        if node_off == 0:
+            root_dropped = bool(drop[0])
+        leaf = tree.first_child[frontier] < 0
+        inner, leaves = opened & ~leaf, opened & leaf
+        nch = cp.where(inner, tree.n_child[frontier].astype(cp.int64), 0)
+        cnt = cp.where(leaves, tree.count[frontier], 0)
+        ex_nch = cp.cumsum(nch) - nch
+        ex_cnt = cp.cumsum(cnt) - cnt
+        n_children, n_parts = (int(v) for v in cp.asnumpy(cp.stack([nch.sum(), cnt.sum()])))
+        next_base = node_off + int(frontier.size)
+        levels.append((frontier, cp.where(inner, next_base + ex_nch, -1), nch,
+                       cp.where(leaves, part_off + ex_cnt, 0), cnt))
+        if n_parts:
+            parts.append(_expand(cp, tree.start[frontier][leaves], cnt[leaves], n_parts))
+        if n_children:
+            frontier = _expand(cp, tree.first_child[frontier][inner], nch[inner], n_children)
+        else:
+            frontier = frontier[:0]
+        node_off, part_off = next_base, part_off + n_parts
+    if root_dropped:
+        return None
+    src = cp.concatenate([lv[0] for lv in levels])
+    count = cp.concatenate([lv[4] for lv in levels])
+    first_child = cp.concatenate([lv[1] for lv in levels])
+    pidx = cp.concatenate(parts) if parts else cp.zeros(0, dtype=cp.int64)
+    return GPULET(lo=tree.lo[src], hi=tree.hi[src], com=tree.com[src], bmax=tree.bmax[src],
+                  mass=tree.mass[src], quad=tree.quad[src], s2=dt.s2[src],
+                  first_child=first_child,
+                  n_child=cp.concatenate([lv[2] for lv in levels]).astype(cp.int8),
+                  start=cp.concatenate([lv[3] for lv in levels]), count=count,
+                  pos=dt.pos64[pidx], pmass=tree.pmass[pidx])
+
+
+def _let_with_groups(let: GPULET, dt: GPUDomainTree):
+    """One node set: the LET's nodes, then the target's group boxes (unreachable from the
+    LET's root, so the walk never enters them); the LET's particles, then the target's."""
+    from types import SimpleNamespace
+
+    import cupy as cp
+
+    tree = dt.tree
+    groups = tree.groups
+    n_let, n_lp = int(let.lo.shape[0]), int(let.pos.shape[0])
+
+    def cat(a, b):
+        return cp.concatenate([a, b])
+
+    nodes = SimpleNamespace(
+        lo=cat(let.lo, tree.lo[groups]), hi=cat(let.hi, tree.hi[groups]),
+        com=cat(let.com, tree.com[groups]), bmax=cat(let.bmax, tree.bmax[groups]),
+        mass=cat(let.mass, tree.mass[groups]), quad=cat(let.quad, tree.quad[groups]),
+        first_child=cat(let.first_child, cp.full(groups.shape[0], -1, dtype=cp.int64)),
+        n_child=cat(let.n_child, cp.zeros(groups.shape[0], dtype=cp.int8)),
+        start=cat(let.start, tree.start[groups] + n_lp), count=cat(let.count, tree.count[groups]))
+    s2 = cat(let.s2, dt.s2[groups])
+    gnodes = cp.arange(n_let, n_let + groups.shape[0], dtype=cp.int64)
+    pos = cat(let.pos, dt.pos64)
+    pmass = cat(let.pmass, tree.pmass)
+    order = cat(cp.zeros(n_lp, dtype=cp.int64), tree.order)
+    return nodes, s2, gnodes, pos, pmass, order
+
+
+def gpu_domain_forces(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
+                      opts: Mapping[str, Any]):
+    """Accelerations and potentials of a domain's particles from its own tree and the
+    LETs (None entries skipped): ``(index, acc (n, 3) float64, pot (n,) float64)`` in
+    increasing index, CuPy. A GPU domain is one batch: ``batch`` is ``(0, 1)`` (the
+    graph gives GPU domains one batch each; the argument keeps the contract's
+    signature)."""
+    import cupy as cp
+
+    st = settings_of(opts)
+    n = int(dt.index.shape[0])
+    acc = cp.zeros((n, 3), dtype=cp.float64)
+    pot = cp.zeros(n, dtype=cp.float64)
+    if n == 0:
+        return dt.index, acc, pot
+    tree = dt.tree
+    a, p = walk_forces(tree, dt.s2, tree.groups, dt.pos64, tree.pmass, tree.order, n, st,
+                       potential=True)
+    acc += a
+    pot += p
+    for let in lets:
+        if let is None:
+            continue
+        nodes, s2, gnodes, pos, pmass, order = _let_with_groups(let, dt)
+        a, p = walk_forces(nodes, s2, gnodes, pos, pmass, order, n, st, potential=True)
+        acc += a
+        pot += p
+    return dt.index, acc, pot
+
+__all__ = ["GPULET", "LET_MARGIN", "GPUDomainTree", "gpu_domain_forces", "gpu_domain_tree",
+           "gpu_let", "settings_of"]
