@@ -880,7 +880,7 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     take ``1 / sqrt`` in float32 (about 2.5 times faster; error at most
     ``2**-21`` relative, taken into the bounds; exact sums where a squared
     separation is below ``2**-100``). Work is about ``O(n log n)`` a segment: a
-    Plummer halo of 1e5 members takes some 15 times less than the exact double sum,
+    Plummer halo of 1e5 members takes some 15 times less time than the exact double sum,
     and one forest for every halo beats an octree and a round of kernel calls per
     halo (benchmarks/RESULTS.md, most-bound particles).
     """
