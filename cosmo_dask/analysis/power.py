@@ -1,6 +1,6 @@
 """Power spectrum (and Legendre multipoles) of particles or of a density mesh.
 
-Method (the mesh path of issue 19, ``docs/fft.md``): the particles are painted
+Method (the mesh path, ``docs/fft.md``): the particles are painted
 in slabs along x (:func:`cosmo_dask.density.painting.paint_meshes`; CPU numba or
 GPU CuPy by chunk type), the mesh less its mean (only ``k = 0`` changes; a
 float32 FFT is more accurate without the mean) is transformed by the

@@ -4,4 +4,4 @@ progress and bounded waits (:mod:`.progress`), dask config defaults (:mod:`.conf
 error classes (:mod:`.errors`), parameter checks (:mod:`.checks`), lazy public names
 (:mod:`.lazy`), clusters (:mod:`.cluster`) and the kernel compile cache
 (:mod:`.compile_cache`). Nothing here imports from a higher layer (``units``, ``plot``,
-``store``, the capabilities, ``cli``); ``tests/test_structure.py`` checks it."""
+``store``, the capabilities, ``cli``); ``tests/system/test_structure.py`` checks it."""

@@ -9,7 +9,7 @@ the values of other tasks. The graph then becomes dask arrays (:meth:`~TaskGraph
 :meth:`~TaskGraph.item_arrays`, :meth:`~TaskGraph.persist_array`), ``Delayed`` values
 (:meth:`~TaskGraph.delayed`, :meth:`~TaskGraph.persist`) or results
 (:meth:`~TaskGraph.compute`). No other module builds ``HighLevelGraph`` layers, task
-specs or ``dask.delayed`` calls (``tests/test_structure.py`` checks it).
+specs or ``dask.delayed`` calls (``tests/system/test_structure.py`` checks it).
 
 Keys are chosen by the caller: ``<kind>-<token>`` (a string, or the first element of a
 tuple key), where the token hashes every input of the task, so that the dashboard

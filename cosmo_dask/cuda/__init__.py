@@ -43,7 +43,7 @@ line), then the file. :func:`module` compiles that text with NVRTC through
 where results must match the CPU bit for bit: :data:`NO_FMAD`) and
 :func:`include_options`. CuPy keys its own cache by source text and options, so an edited
 ``.cu`` file (read into the source) or header (the digest define) compiles afresh.
-``tests/cuda_host.py`` compiles the same :func:`source` text as C++ on the host. CuPy is
+``tests/support/cuda_host.py`` compiles the same :func:`source` text as C++ on the host. CuPy is
 imported only when a module is compiled. The numba twins of the softening functions are
 :mod:`cosmo_dask.gravity.softening_kernels`.
 """

@@ -7,7 +7,7 @@ and imported on the first CuPy chunk). Graph code and public functions call thes
 objects and never import a ``*_gpu`` module; CPU kernel modules never import their
 GPU twins. Adding a GPU kernel: write it in a ``*_gpu`` module with the CPU
 kernel's signature (CuPy in, CuPy out) and name it in the contract's ``gpu=``;
-its test goes in ``tests/test_kernel_contracts_density.py`` (parametrized over the
+its test goes in ``tests/density/test_kernel_contracts.py`` (parametrized over the
 backends, against a float64 reference).
 
 Contracts whose first argument is a computed block column (a tuple) or a list of

@@ -7,7 +7,7 @@ slabs along axis 0** (``chunks = (slab_chunks(n, S), n, n)``): the layout of
 the distributed FFT (:mod:`cosmo_dask.spatial.fft`), so P(k), PM and TreePM
 take it from here without regathering (:func:`paint_meshes` is their entry).
 
-Method (the mesh path of issue 19, :mod:`cosmo_dask.spatial.slabs`): every
+Method (the mesh path, :mod:`cosmo_dask.spatial.slabs` and ``docs/fft.md``): every
 particle chunk is split by the slabs its assignment kernel reaches (its home
 plane, the kernel's spill into the next planes, a one-plane margin, periodic
 wrap), and each slab is deposited by one task from the pieces of every chunk

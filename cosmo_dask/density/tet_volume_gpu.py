@@ -44,10 +44,10 @@ conserved to 4e-16, each cell within ~1e-7 of the largest cell (8e-8 at
 box 100, 6e-8 at box 250 against float64; 4e-7 against the CPU clip), empty
 cells may receive float32 rounding noise of either sign.
 
-Throughput, the patch deposit and the tuning of ``PQ_SMEM``/``WARPS`` (measured on an
-H200): ``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the GPU).
+Throughput, the patch deposit and the tuning of ``PQ_SMEM``/``WARPS`` on the GPU:
+``benchmarks/RESULTS.md`` (Densities, tetrahedron deposit on the GPU).
 
-Implementation notes (seen on the H200 with CuPy 14.2's NVRTC, 2026-11-21):
+Implementation notes (what CuPy's NVRTC made of earlier forms of this kernel):
 with ``line_add`` as a ``__noinline__`` function the caller's loop bound was
 corrupted across the call (lines beyond the lattice were computed; found with
 compute-sanitizer racecheck/memcheck and device printf), and with every
@@ -77,7 +77,7 @@ float64 results match the numba kernel to rounding; one thread per
 ``arithmetic="float32"`` (float clip: 28% mass error at z=0, determinant
 cancellation; not for production). The per-cell clip deposits built on the
 same functions (one thread or one warp per tetrahedron, ~60-90x slower than
-the lattice) are kept for comparison in ``benchmarks/tet_deposit_clip_gpu.py``.
+the lattice) are kept for comparison in ``benchmarks/density/tet_deposit_clip_gpu.py``.
 The lattice deposit sums with atomics, so the order of additions (and the last
 bits of each cell) may vary from run to run.
 """
@@ -220,7 +220,7 @@ def deposit_tets_gpu(tets, mass, grid_lo, cell_size, shape, *, periodic=False, o
         ``"lattice"`` (what ``"auto"`` runs): one warp per tetrahedron, volumes
         from the clip-fraction lattice described in the module docstring. (The
         older per-cell clip deposits are kept for comparison in
-        ``benchmarks/tet_deposit_clip_gpu.py``.)
+        ``benchmarks/density/tet_deposit_clip_gpu.py``.)
     arithmetic : {"float64", "float32"}
         Kernel arithmetic. In float32: geometry in float, sums and the grid in
         double; total mass conserved to double rounding, each cell to ~1e-7 of

@@ -10,7 +10,7 @@ only caller; this is the only module of the package that names a ``*_gpu`` modul
 
 Adding a GPU kernel: write it in ``<name>_gpu.py`` with the CPU kernel's signature and
 results, name it here with ``gpu="cosmo_dask.expansion.<name>_gpu:<function>"``, and add
-its backend to the contract's test in ``tests/test_kernel_contracts_expansion.py``.
+its backend to the contract's test in ``tests/expansion/test_kernel_contracts.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ as the numba kernel (float64 arithmetic, result in the storage dtype).
 
 Cost: O(n (lmax+1)^2) arithmetic; memory traffic about ``6 K`` doubles per
 particle for the fit (terms, scans, transposes) and ``2 K`` reads per point for
-the evaluation. Timings are in ``benchmarks/bench_mex_part.py``.
+the evaluation. Timings: ``python -m benchmarks expansion
+--methods mex`` (``benchmarks/RESULTS.md``, "Expansions").
 """
 
 from __future__ import annotations

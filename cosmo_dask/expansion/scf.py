@@ -107,8 +107,8 @@ class SCF:
         kernels compute in float64 internally either way (float32 only rounds
         inputs and outputs); GPU kernels compute in the working precision.
         Measured float32 vs float64 acceleration error (Hernquist, N = 1e5,
-        nmax=10, lmax=6, at the particles, ``benchmarks/bench_expansion.py
-        --precision-check``): CPU median 3.9e-8, 90th percentile 7.3e-8, 99th
+        nmax=10, lmax=6, at the particles, ``python -m benchmarks
+        expansion --precision-check``): CPU median 3.9e-8, 90th percentile 7.3e-8, 99th
         1.1e-7, max 1.7e-7 relative (rounding of the float32 positions and
         results only); see :mod:`~cosmo_dask.expansion.scf_kernels_gpu` for the
         GPU figures (float32 arithmetic). float32 is refused where the

@@ -23,10 +23,11 @@ coefficients (``m <= l`` only) and ``K_nl`` staged in shared memory per block
 once per ``(l, n)`` and all ``m`` of that ``l`` consumed from it. Kernels are
 compiled per (nmax, lmax, dtype, quantity) with the orders as compile-time
 constants; the loops over ``n`` are unrolled, those over ``l`` (and ``m`` in
-the coefficient kernel) are not (compile time under a second for 10, 6 instead
-of ~20 s fully unrolled; per-thread arrays then live in L1-cached local memory).
+the coefficient kernel) are not (it compiles some 20 times faster than fully
+unrolled, benchmarks/RESULTS.md, "Expansions"; per-thread arrays then live in
+L1-cached local memory).
 
-Speed and float32 accuracy (H200): ``benchmarks/RESULTS.md``, "Expansions". The fit
+Speed and float32 accuracy on the GPU: ``benchmarks/RESULTS.md``, "Expansions". The fit
 dominates: every term is warp-reduced per 32 particles (1232 shuffle reductions for
 10, 6).
 """

@@ -8,8 +8,8 @@ on chunk ``i`` (the contract :data:`cosmo_dask.gravity.dispatch.p2p_block`:
 ``B`` partial results of target chunk ``i`` are summed by a fixed tree (fan-in 8,
 ``gravity-direct-sum`` tasks), so the summation order, and with it the result, does
 not depend on scheduling. ``B**2`` pair tasks: choose chunks so that ``B`` stays
-below a few hundred (a pair of 2**20-row chunks is ~1e12 interactions: about 1 s on
-one H200, hours on a CPU core).
+below a few hundred (a pair of 2**20-row chunks is ~1e12 interactions: about a second on one GPU,
+hours on a CPU core; benchmarks/RESULTS.md, Gravity, part (a)).
 
 Self pairs are excluded by index in the diagonal blocks; zero separations
 with zero softening (coincident distinct particles) contribute nothing.

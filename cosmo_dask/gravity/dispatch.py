@@ -2,7 +2,7 @@
 computation, chosen by the type of the chunk it is given.
 
 Each contract has one signature (chunk first) and one test suite
-(``tests/test_kernel_contracts_gravity.py``). Its CPU kernel (NumPy/numba) is imported
+(``tests/gravity/test_kernel_contracts.py``). Its CPU kernel (NumPy/numba) is imported
 here; its GPU kernel (CuPy/CUDA) is named by module and imported on the first CuPy
 chunk. Graph code calls these objects, never a ``*_gpu`` module; only this module names
 the GPU kernels.

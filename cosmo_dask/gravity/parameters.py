@@ -40,7 +40,8 @@ TRUNC_OPEN_SPLITS = 0.5
 #: the TreePM short range's octree: leaves and groups of at most this many particles.
 #: 32/32 holds 1.2-1.8x fewer P2P pairs than 64/64 at one particle per mesh cell (CPU
 #: walk, 64^3 boxes at z = 0 and 9) but twice the groups, and the GPU walk runs once per
-#: group: which is faster on a GPU is measured by ``bench_simulation.py --split-trees``
+#: group: which is faster on a GPU is measured by ``python -m benchmarks simulation --split
+#: --split-trees``
 TREEPM_MAX_LEAF = 64
 TREEPM_MAX_GROUP = 64
 

@@ -1,4 +1,4 @@
-"""Periodic particle-mesh (PM) gravity as a Dask graph, on the mesh path of issue 19.
+"""Periodic particle-mesh (PM) gravity as a Dask graph, on the mesh path (``docs/fft.md``).
 
 Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
 
@@ -196,7 +196,7 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
 #: meshes a one-slab PM force holds on a GPU per (interlaced) mesh, besides its ``2 c``
 #: component meshes (k-space and real): the mass mesh, its transform, the potential
 #: and cuFFT's work area. An interlaced 1024^3 float32 force of 3 components peaked
-#: at 19 meshes (76.0 GiB of CuPy pool) on an H200 (benchmarks/RESULTS.md); this
+#: at 19 meshes of CuPy pool (benchmarks/RESULTS.md, mesh path in slabs); this
 #: gives 20, so that a mesh whose one-slab force would not fit a GPU is cut in slabs
 GPU_ONE_SLAB_BASE_MESHES = 4
 
@@ -372,7 +372,7 @@ def pm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int, r_spl
 
     Notes
     -----
-    Accuracy (measured in ``tests/test_pm.py`` against the Ewald long-range
+    Accuracy (measured in ``tests/gravity/test_pm.py`` against the Ewald long-range
     sum): see the test docstrings. The mesh force conserves momentum
     (``sum m a = 0`` to rounding) and has no self-force. Cost: O(N) deposit
     and interpolation, O(n^3 log n) for the 4-5 FFTs per mesh, slab by slab.

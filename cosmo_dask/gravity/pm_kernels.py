@@ -1,6 +1,6 @@
 """Periodic particle-mesh (PM) gravity: CPU kernels (numba + NumPy) on mesh slabs.
 
-The kernels act on one slab of a mesh at a time (the mesh path of issue 19,
+The kernels act on one slab of a mesh at a time (the mesh path, ``docs/fft.md``,
 :mod:`cosmo_dask.spatial.fft`, :mod:`cosmo_dask.spatial.slabs`): the Green's
 function and the gradient on one **k-space slab** given its wavenumbers
 (:func:`~cosmo_dask.spatial.fft.map_kslabs`), the interpolation on one **real

@@ -6,17 +6,17 @@ The Newtonian periodic force is split with a Gaussian of scale ``rs``
 short-range pair force ``-G m r/r^3 T(x)``, ``T(x) = erfc(x) + (2x/sqrt(pi))
 exp(-x^2)``, ``x = r / (2 rs)``, with potential factor ``erfc(x)``, summed with
 the periodic minimum image over the pairs closer than ``r_cut`` (the gravity
-conventions of issue 4).
+conventions of ``docs/gravity.md``).
 
 Defaults and their reasons: ``rs = 1.2 L / n_mesh`` (the mesh force is accurate
-to about 1 % at ``r ~ rs`` with CIC, see ``tests/test_pm.py``, and the
+to about 1 % at ``r ~ rs`` with CIC, see ``tests/gravity/test_pm.py``, and the
 Gaussian leaves ``< 1e-6`` of the power at the Nyquist frequency, so the
 mesh's aliasing is suppressed); ``r_cut = 4.5 rs`` (5.4 mesh cells; PhotoNs-GPU
 uses about 6 cells): there ``T = 1.8e-2`` and ``erfc = 1.5e-3``, i.e. a pair at
 the cut-off loses 1.8 % of its short-range force, but such pairs are many and
 their missing forces largely cancel (``r_cut = 6 rs`` lowered the median error
 of a 4096-particle random set only from 1.3e-3 to 1.0e-3). Measured median
-relative force error against Ewald at the defaults (``tests/test_treepm.py``,
+relative force error against Ewald at the defaults (``tests/gravity/test_treepm.py``,
 CPU octree, theta = 0.5): 1.6e-3 on a 16^3 Zel'dovich set, 8e-4 on a clumpy set;
 the PM (CIC, interlaced) dominates it.
 ``r_cut`` may go up to ``6 rs`` (the end of the truncated-kernel table) and
@@ -35,7 +35,7 @@ Potential: ``phi = phi_PM + phi_short + M_tot C`` with ``C`` from
 cell average of the truncated short-range kernel ``G erfc(r / 2 rs) / r``
 (``r < r_cut``), which the zero-mean periodic potential must not carry, so
 ``phi`` approximates the Ewald potential with zero-mean kernel (each particle's own
-images included, the self pair excluded; see ``tests/ewald_reference.py``).
+images included, the self pair excluded; see ``tests/support/ewald_reference.py``).
 """
 
 from __future__ import annotations

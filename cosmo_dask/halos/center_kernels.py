@@ -355,10 +355,9 @@ def segment_potentials(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0
     Notes
     -----
     Work is ``sum_s n_s**2`` pair evaluations, spread over the numba threads in
-    chunks of equal pair count (so a single halo uses every core). Measured
-    for one halo: 1e4 particles 0.07 s and 1e5 particles 7.2 s on the 2-core
-    development VM (AVX-512), 0.012 s and 1.0 s on the 16 cores of the H200
-    host; periodic boxes cost the same (segments are unwrapped first).
+    chunks of equal pair count (so a single halo uses every core); timings for
+    1e4 and 1e5 members: benchmarks/RESULTS.md, most-bound particles. Periodic
+    boxes cost the same (segments are unwrapped first).
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)
@@ -881,11 +880,9 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     take ``1 / sqrt`` in float32 (about 2.5 times faster; error at most
     ``2**-21`` relative, taken into the bounds; exact sums where a squared
     separation is below ``2**-100``). Work is about ``O(n log n)`` a segment: a
-    Plummer halo of 1e5 members (clump included) takes 0.45 CPU seconds on the
-    2-core development VM (exact double sum: 7 s); the 345 FOF halos (>= 20
-    members, 700k in all) of ``bench_halos.py``'s 2^20-particle "blobs" set take
-    0.68-0.70 s wall there (1.0-1.05 s, measured alike, with an octree and a round
-    of kernel calls per halo and float64 near sums).
+    Plummer halo of 1e5 members takes some 15 times less time than the exact double sum,
+    and one forest for every halo beats an octree and a round of kernel calls per
+    halo (benchmarks/RESULTS.md, most-bound particles).
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)
@@ -1218,8 +1215,7 @@ def grid_mbp(pos, mass, *, box_size=None, softening=0.0, G=1.0, n_grid=64,
     halos below 2000 members, else an octree of the halo and its tree walks (the
     bounds of :func:`segment_mbp`) before the exact potentials of
     the candidates those bounds cannot rule out (the same answer as evaluating
-    every candidate); one NFW halo of 1e5 particles took 0.6-0.9 s on the 2-core
-    development VM before the tree bounds (exact: 7 s).
+    every candidate; timings: benchmarks/RESULTS.md, most-bound particles).
     """
     pos, mass = _check_pos_mass(pos, mass)
     L, eps, G = check_common(box_size, softening, G)

@@ -87,7 +87,7 @@ def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G
 
     Notes
     -----
-    Timings on an H200: ``benchmarks/RESULTS.md``, "Halos".
+    GPU timings: ``benchmarks/RESULTS.md``, "Halos".
     """
     import cupy
 

@@ -10,7 +10,7 @@ the package that names a ``*_gpu`` module.
 
 Adding a GPU kernel: write it in ``<name>_gpu.py`` with the CPU kernel's signature and
 results, name it here with ``gpu="cosmo_dask.halos.<name>_gpu:<function>"``, and add its
-backend to the contract's test in ``tests/test_kernel_contracts_halos.py``.
+backend to the contract's test in ``tests/halos/test_kernel_contracts.py``.
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    ``<= ll``, minimum image on periodic axes) adding one to both counts of each friend
    pair; blocks of cells that are neighbours without wrapping around a period (at
    least four cells per period) skip the minimum-image step, which cannot change
-   their answer. The cost follows the pairs of neighbouring cells' particles, about
-   1.5-3 ns a pair on one core (2^20 clustered points with 16 to 155 friends per
-   particle on average: 0.3-1.2 s); counting over pairs of tree nodes whose bounding
+   their answer. The cost follows the pairs of neighbouring cells' particles (a few ns a pair
+   on one core: ``docs/halos.md``); counting over pairs of tree nodes whose bounding
    boxes decide many pairs at once was tried and was 2x slower at up to 2,400 friends
    a particle. With ``min_friends = k > 1`` a
    second pass links the friend pairs whose two members both have at least ``k``

@@ -70,8 +70,8 @@ every pair's computed ``d2``; where the pairs would take different
 minimum-image branches the test answers "undecided". Partitions therefore do
 not depend on the path, the sub-division or the order in which threads run.
 
-Performance and memory figures (both paths, 256^3 and 512^3 on an H100) are in
-``benchmarks/RESULTS.md`` (``benchmarks/device_halos.sh``).
+Performance and memory figures (both paths, 256^3 and 512^3) are in
+``benchmarks/RESULTS.md``, "Halos" (``bash benchmarks/device.sh halos``).
 
 Memory: indices, cell and unit offsets and the forest are int32 below 2^31
 particles (int64 above); the permutation and the keys are int64. Besides the

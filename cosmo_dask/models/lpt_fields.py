@@ -1,4 +1,4 @@
-"""LPT initial-condition fields slab by slab, through the distributed FFT (issue 19).
+"""LPT initial-condition fields slab by slab, through the distributed FFT (``docs/fft.md``).
 
 The graph code and the block functions (kernels) behind :func:`~cosmo_dask.models.
 zeldovich` and :func:`~cosmo_dask.models.lpt_ics`. No task ever holds the whole

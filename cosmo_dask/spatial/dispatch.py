@@ -10,7 +10,7 @@ box_size=None)``
     CuPy arrays like ``pos`` (:func:`cosmo_dask.spatial.octree.build_octree`, numba;
     :func:`cosmo_dask.spatial.octree_gpu.build_octree_gpu`, CuPy).
 
-One signature and one test suite each (``tests/test_kernel_contracts_spatial.py``). The
+One signature and one test suite each (``tests/spatial/test_kernel_contracts.py``). The
 CPU kernels are imported here, the GPU ones named and imported on the first CuPy array;
 callers that may hold either use these objects instead of importing
 :mod:`~cosmo_dask.spatial.octree_gpu`. Adding a GPU kernel: give it the CPU kernel's

@@ -1,4 +1,4 @@
-"""Distributed 3-d real FFT of a mesh held in slabs (issue 19).
+"""Distributed 3-d real FFT of a mesh held in slabs (``docs/fft.md``).
 
 Every mesh FFT elsewhere in cosmo_dask (PM gravity, P(k), paint's interlacing,
 the IC generators) transforms the whole mesh in one task on one worker. The two

@@ -26,7 +26,7 @@ moves data both ways, in the spirit of pmesh/nbodykit's ``layout.exchange`` /
     chunk.
 
 Round trip: ``gather`` of the owned rows of what ``exchange`` gave returns every
-column exactly, in chunk order (``tests/test_layout.py``, periodic and isolated
+column exactly, in chunk order (``tests/spatial/test_layout.py``, periodic and isolated
 boxes, with and without ghosts, one and two stages).
 
 Users: FOF (``fof``, ghosts of one or two linking lengths, :mod:`cosmo_dask.halos.fof_graph`)

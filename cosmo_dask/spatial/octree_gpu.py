@@ -117,7 +117,8 @@ def build_with_moments(pos, mass, *, max_leaf=64, max_group=64, root_lo=None, ro
             raise ParameterError(f"mass must be a scalar or have shape ({n},), got {pm_in.shape}")
         pm_in = pm_in.astype(cp.float64, copy=False)
     # per-column full reductions of a contiguous copy (an axis-0 reduction of the (N, 3)
-    # array with only 3 outputs took ~30 ms for N = 2^23 on an H200)
+    # array has only 3 outputs to spread over the GPU's threads, and was slow: see
+    # benchmarks/RESULTS.md, Gravity, part (c))
     cols = cp.ascontiguousarray(pos.T)
     ext = cp.stack([cols[a].min() for a in range(3)] + [cols[a].max() for a in range(3)])
     ext = cp.asnumpy(ext.astype(cp.float64))

@@ -1,4 +1,4 @@
-"""Particle chunks exchanged with the slabs of a periodic mesh, and the way back (issue 19).
+"""Particle chunks exchanged with the slabs of a periodic mesh, and the way back (``docs/fft.md``).
 
 The mesh path (painting, P(k), PM and TreePM's long range) holds an ``n^3``
 mesh in **slabs along axis 0** (:func:`cosmo_dask.spatial.fft.slab_chunks`),

@@ -108,7 +108,8 @@ def _checksum_scheduler() -> str | None:
     """Where the CRC-32 tasks run: on the active cluster's workers (None), unless it has
     fewer threads than this machine has cores: then on this machine's threads ("threads"),
     which see the same files (they were listed here). A local GPU cluster has one thread
-    per GPU, so a 4.3 GB store's checksums took ~10 s on one thread of a 16-core host."""
+    per GPU: too few threads for the checksums of a large store (benchmarks/RESULTS.md,
+    CLI pipeline on one GPU)."""
     from ..core.progress import active_client
 
     client = active_client()

@@ -737,9 +737,10 @@ def _json_ok(path: Path) -> bool:
     return True
 
 
-#: rows per dask chunk at least, when a store is opened on the GPU without ``chunks``: at
-#: 512^3 on an H100, info's full validation took 28 s with 2^20-row chunks (128 chunks,
-#: mostly scheduling the duplicate-id split) and 3.2 s with 2^24 (benchmarks/RESULTS.md)
+#: rows per dask chunk at least, when a store is opened on the GPU without ``chunks``: with
+#: 2^20-row chunks, info's full validation of a 512^3 store spends most of its time
+#: scheduling the duplicate-id split of its 128 chunks, and takes about 9 times longer
+#: than with 2^24 (benchmarks/RESULTS.md, CLI pipeline on one GPU)
 GPU_READ_ROWS = 1 << 24
 
 

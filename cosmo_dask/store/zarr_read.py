@@ -6,7 +6,7 @@ dask task reads its store chunks itself: ``readinto`` straight into the
 task's output buffer for uncompressed chunks, or one read plus a numcodecs
 decode (which releases the GIL) for compressed ones. This skips zarr's
 synchronous API, which funnels every chunk through a single event-loop thread
-and copies it twice; it roughly halves read time (benchmarks/bench_io.py).
+and copies it twice; it roughly halves read time (``python -m benchmarks io``).
 Anything else (remote stores, sharding, filters) is read through
 ``dask.array.from_zarr``.
 

@@ -7,6 +7,7 @@ capabilities, cli)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "cosmo_dask"
@@ -356,3 +357,22 @@ def test_layer_rule_finds_an_upward_import(tmp_path):
         assert len(found) == 1 and "from layer 0 (core)" in found[0], (source, found)
     path.write_text("from .errors import ParameterError\nfrom ..cuda import module\n")
     assert upward_imports(path, ("cosmo_dask", "core", "x")) == []
+
+
+#: what the package's sources may not hold: an issue number, a date, a GPU model name
+#: (measurements and dated notes live in benchmarks/RESULTS.md and docs/, issue numbers
+#: in the tracker)
+_UNDATED = re.compile(r"[Ii]ssue #?[0-9]|\b20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]\b|"
+                      r"\b(H100|H200|A100)\b")
+
+
+def test_package_sources_hold_no_issue_numbers_dates_or_gpu_models():
+    """Docstrings and comments of cosmo_dask/ (``*.py``, ``*.cu``, ``*.cuh``) say what they
+    mean in their own words: no "issue N", no dated note, no GPU model (a timing belongs
+    in benchmarks/RESULTS.md)."""
+    found = []
+    for path in sorted(p for ext in ("*.py", "*.cu", "*.cuh") for p in ROOT.rglob(ext)):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if _UNDATED.search(line):
+                found.append(f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}")
+    assert not found, "issue numbers, dates or GPU models in the package:\n" + "\n".join(found)

@@ -50,7 +50,9 @@ from ...core.errors import ParameterError
 from ..parameters import THETA_DEFAULT, TRUNC_OPEN_SPLITS, check_theta, default_r_cut
 from ..truncated import fit_defines
 
-BLOCK = 128  # threads per group block (measured on an H200: 128 >= 64 > 32)
+#: threads per group block: the fastest of 32, 64 and 128 (benchmarks/RESULTS.md, Gravity,
+#: part (c))
+BLOCK = 128
 
 
 def _module(dtype, spline: bool, trunc: bool, block: int):

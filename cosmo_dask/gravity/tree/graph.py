@@ -23,8 +23,8 @@ The particles are split among the domains of the shared decomposition (a
     the same forces bit for bit, far fewer LET tasks.
 ``gravity-group-d-b``
     Batch ``b`` of ``d``'s groups (consecutive groups holding about
-    ``GROUP_BATCH_PARTICLES`` particles, so a task takes ~0.1-1.5 s on a CPU
-    core): one walk per group against ``d``'s own tree and against each LET
+    ``GROUP_BATCH_PARTICLES`` particles, so a task takes about a second of
+    one CPU core): one walk per group against ``d``'s own tree and against each LET
     (the same :func:`~cosmo_dask.gravity.tree.walk.interaction_lists` and
     :func:`~cosmo_dask.gravity.tree.list_kernels.evaluate_lists`), summed in domain
     order. On a GPU worker with a single domain (the default with one worker) the
@@ -84,8 +84,9 @@ from ..parameters import MAX_GROUP_DEFAULT, MAX_LEAF_DEFAULT, THETA_DEFAULT, def
 
 #: particles per domain the default ``n_domains`` aims at (CPU)
 DOMAIN_PARTICLES = 1 << 21
-#: particles per ``gravity-group`` task (whole groups; ~0.1 s for an isolated
-#: Plummer sphere, ~1.4 s per core for the TreePM short range on a 2-core VM)
+#: particles per ``gravity-group`` task (whole groups; a tenth of a second of one core
+#: for an isolated Plummer sphere, about a second for the TreePM short range:
+#: benchmarks/RESULTS.md, Gravity, part (d))
 GROUP_BATCH_PARTICLES = 1 << 15
 #: most domains of the default decomposition (LET tasks grow as its square): above
 #: ``MAX_DOMAINS * DOMAIN_PARTICLES`` (2^30) particles the domains grow instead

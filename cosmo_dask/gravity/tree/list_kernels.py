@@ -1,6 +1,6 @@
 """numba kernels evaluating group interaction lists: M2P (monopole + quadrupole) and P2P.
 
-Conventions (``/notes`` of issue 4): ``a_i = -G sum_j m_j K(r) (x_i - x_j)``,
+Conventions (``docs/gravity.md``, Conventions): ``a_i = -G sum_j m_j K(r) (x_i - x_j)``,
 ``phi_i = -G sum_j m_j P(r)``; pairs at zero separation (self-pairs) are skipped.
 
 P2P (leaf lists)

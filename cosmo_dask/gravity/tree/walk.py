@@ -40,7 +40,7 @@ Short range (TreePM: the truncated kernel of split scale ``rs``, cut at
   it, 3e-7 (float32).
 
 The CUDA walk of :mod:`~cosmo_dask.gravity.tree.forces_gpu` applies the same rules.
-Two alternatives were measured on 64^3 boxes (``benchmarks/bench_treepm_walk.py``,
+Two alternatives were measured on 64^3 boxes (``python -m benchmarks treepm-walk``,
 ``docs/gravity.md``) and rejected: accepting cells across the cut and cutting
 them at their centre of mass (Gadget's rule: 3.4x fewer pairs, but 2.4x the
 TreePM force error against Ewald at z = 9 and short-range errors of 6% at the
