@@ -84,6 +84,7 @@ import math
 import numba
 import numpy as np
 
+from ..core.backend import array_module
 from ..core.errors import ParameterError
 
 __all__ = ["check_arguments", "fof_local", "group_rows"]
@@ -1128,7 +1129,7 @@ def check_arguments(pos_shape, periods, linking_length, min_friends):
     """Check ``fof_local``'s arguments (shared with the GPU kernel); returns ``(per, ll, kmin)``."""
     if len(pos_shape) != 2 or pos_shape[1] != 3:
         raise ParameterError(f"pos must have shape (m, 3), got {tuple(pos_shape)}")
-    if type(periods).__module__.split(".")[0] == "cupy":
+    if array_module(periods) is not np:
         periods = periods.get()
     per = np.ascontiguousarray(periods, dtype=np.float64)
     if per.shape != (3,):
