@@ -40,7 +40,7 @@ def columns_chunk(columns):
 #: ``(pos, mass, n, box_size, scheme, shift=0.0, dtype=float64, planes=None, out=None)
 #: -> mesh (hi - lo, n, n)``: mass assignment of one chunk onto mesh planes ``[lo, hi)``
 #: (``ValueError`` for non-finite positions).
-paint_kernel = KernelDispatch("paint", paint_numpy, gpu=f"{_PKG}.paint_kernels_gpu:paint_cupy")
+paint_kernel = KernelDispatch("paint", paint_numpy, gpu=f"{_PKG}.paint_kernels_gpu:paint_gpu")
 
 #: ``(tets (T, 4, 3), cube_lo (C, 3) | (3,), cube_size) -> (T, C) | (T,) float64``:
 #: exact tetrahedron-cube intersection volumes.
@@ -56,16 +56,16 @@ deposit_tets_kernel = KernelDispatch(
 #: tetrahedra of blocks ``bks`` of one computed column.
 column_tets_kernel = KernelDispatch(
     "column_block_tets", column_block_tets,
-    gpu=f"{_PKG}.tessellation_gpu:column_block_tets_gpu", chunk_of=column_chunk)
+    gpu=f"{_PKG}.tessellation_kernels_gpu:column_block_tets_gpu", chunk_of=column_chunk)
 
 #: ``(columns, rows (R, 5), block, ncz, box_size, particle_mass) -> (tets, mass)``:
 #: tetrahedra of many columns' blocks in row order.
 rows_tets_kernel = KernelDispatch("rows_tets", rows_tets,
-                                  gpu=f"{_PKG}.tessellation_gpu:rows_tets_gpu",
+                                  gpu=f"{_PKG}.tessellation_kernels_gpu:rows_tets_gpu",
                                   chunk_of=columns_chunk)
 
 #: ``(column, block, ncz, box_size) -> (lo (nbk, 3), hi (nbk, 3))``: bounding boxes of
 #: every block's tetrahedra in one column.
 column_bboxes_kernel = KernelDispatch("column_bboxes", column_bboxes,
-                                      gpu=f"{_PKG}.tessellation_gpu:column_bboxes_gpu",
+                                      gpu=f"{_PKG}.tessellation_kernels_gpu:column_bboxes_gpu",
                                       chunk_of=column_chunk)

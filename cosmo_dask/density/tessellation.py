@@ -48,7 +48,7 @@ and :func:`block_tetrahedra` use the same path. Per block, the kernel input is
 not tetrahedra, are what should move between workers.
 
 This module builds the graphs and holds the public functions; the per-column
-kernels are in :mod:`.tessellation_kernels` (CPU) and :mod:`.tessellation_gpu`
+kernels are in :mod:`.tessellation_kernels` (CPU) and :mod:`.tessellation_kernels_gpu`
 (GPU), reached through the contracts of :mod:`.dispatch`.
 """
 
