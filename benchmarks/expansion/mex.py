@@ -4,7 +4,7 @@ Workload: a Plummer sphere (scale 1, total mass 1) of N particles, lmax = 6
 (``--lmax``), float64 (``--precision``).
 
 GPU: positions and masses are device-resident CuPy arrays. Kernel level is
-:func:`cosmo_dask.expansion.mex_kernels_gpu.forces_local` (radius argsort and
+:func:`cosmo_dask.expansion.mex_kernels_gpu.forces_local_gpu` (radius argsort and
 gathers, terms kernel, two ``cupy.cumsum`` scans and transposes, evaluation
 kernel, scatter back to input order), timed with CUDA events after two
 warm-up calls, median of ``--repeat`` runs, with the per-stage medians. End to
@@ -63,7 +63,7 @@ def _dask_end_to_end(pos, mass, lmax, chunks, precision, scheduler=None):
 
 def _gpu_kernel_level(cupy, gpu, pos, mass, lmax, args, env, name, dtype, n):
     for _ in range(2):
-        gpu.forces_local(pos, mass, lmax)
+        gpu.forces_local_gpu(pos, mass, lmax)
     cupy.cuda.Device().synchronize()
     totals, stages = [], {}
     for _ in range(args.repeat):
@@ -75,7 +75,7 @@ def _gpu_kernel_level(cupy, gpu, pos, mass, lmax, args, env, name, dtype, n):
             e.record()
             events.append((name, e))
 
-        gpu.forces_local(pos, mass, lmax, timer=mark)
+        gpu.forces_local_gpu(pos, mass, lmax, timer=mark)
         events[-1][1].synchronize()
         for (_, a), (stage, b) in zip(events[:-1], events[1:], strict=True):
             stages.setdefault(stage, []).append(cupy.cuda.get_elapsed_time(a, b))

@@ -89,7 +89,7 @@ def main(argv=None):
     if args.what == "fof":
         return _profile_fof(cupy, snap, args, env)
 
-    # CUDA events around every walk_forces call of gpu_domain_forces: own tree vs LETs
+    # CUDA events around every walk_forces call of domain_forces_gpu: own tree vs LETs
     walks = []
     original = tlg.walk_forces
 
@@ -125,7 +125,7 @@ def main(argv=None):
         cb = TaskTimes(cupy)
         walks.clear()
         lets.clear()
-        tlg.walk_forces = timed_walk  # looked up by gpu_domain_forces at each call
+        tlg.walk_forces = timed_walk  # looked up by domain_forces_gpu at each call
         domain_let.register(cupy.ndarray, sized_let)  # the LET contract's GPU kernel
         try:
             with cb, dask.config.set(scheduler="sync"):

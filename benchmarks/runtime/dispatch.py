@@ -54,7 +54,7 @@ def _lookup_seconds(contract, chunk, repeat: int = 100_000) -> float:
     """Mean seconds of one lookup of the chunk's kernel (what a contract call adds)."""
     t = time.perf_counter()
     for _ in range(repeat):
-        contract.for_chunk(chunk)
+        contract.dispatch(type(chunk))
     return (time.perf_counter() - t) / repeat
 
 
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
 
     env["cosmo_dask"] = os.path.dirname(cosmo_dask.__file__)
     for name, contract, a, kw in ([] if args.graph_only else cases(xp)):
-        impl = contract.for_chunk(a[0])
+        impl = contract.dispatch(type(a[0]))
         t_contract, t_direct = _pair_medians(lambda c=contract, a=a, kw=kw: c(*a, **kw),
                                              lambda f=impl, a=a, kw=kw: f(*a, **kw),
                                              args.repeat, sync)

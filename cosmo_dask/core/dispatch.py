@@ -48,15 +48,20 @@ class KernelDispatch(Dispatch):
         ``"package.module:function"``, the implementation for ``cupy.ndarray`` chunks;
         imported on the first CuPy chunk. ``None``: the contract has no GPU kernel and a
         CuPy chunk raises :class:`~cosmo_dask.core.errors.DeviceError`.
+    chunk_of : callable, optional
+        For a kernel whose first argument is not an array (a column tuple, a domain
+        tree): a named module-level function returning the array whose type chooses the
+        kernel. ``None``: the first argument is the chunk.
 
-    Calling the object dispatches on the type of its first argument, which must be the
-    chunk (``kernel(chunk, ...)``); a kernel whose first argument is not an array is
-    reached with ``kernel.for_chunk(chunk)(...)``.
+    Calling the object dispatches on the type of its first argument's chunk
+    (``kernel(chunk, ...)``, or ``kernel(column, ...)`` with ``chunk_of``).
     """
 
-    def __init__(self, name: str, cpu: Callable, gpu: str | None = None):
+    def __init__(self, name: str, cpu: Callable, gpu: str | None = None,
+                 chunk_of: Callable[[Any], Any] | None = None):
         super().__init__(name)
         self.gpu_spec = gpu
+        self.chunk_of = chunk_of
         #: the module that made the contract (its ``dispatch`` module): a contract
         #: travels to workers by name (module, contract name), not by value
         self.home = sys._getframe(1).f_globals.get("__name__", "")
@@ -86,9 +91,9 @@ class KernelDispatch(Dispatch):
                 f"{self.__name__}: no kernel for chunks of type {cls.__module__}."
                 f"{cls.__qualname__}; it takes {kinds} arrays") from None
 
-    def for_chunk(self, chunk: Any) -> Callable:
-        """The implementation for ``chunk``'s type."""
-        return self.dispatch(type(chunk))
+    def __call__(self, arg, *args, **kwargs):
+        chunk = arg if self.chunk_of is None else self.chunk_of(arg)
+        return self.dispatch(type(chunk))(arg, *args, **kwargs)
 
     def __dask_tokenize__(self):
         return ("KernelDispatch", self.home, self.__name__, self.gpu_spec)

@@ -7,7 +7,7 @@ source are preprocessor defines given by its module):
   (:mod:`~cosmo_dask.gravity.pm_kernels_gpu`), ``tree.cu``
   (:mod:`~cosmo_dask.gravity.tree.forces_gpu`);
 * ``paint.cu`` (:mod:`cosmo_dask.density.paint_kernels_gpu`), ``tessellation.cu``
-  (:mod:`~cosmo_dask.density.tessellation_gpu`), ``tet_volume.cu`` and
+  (:mod:`~cosmo_dask.density.tessellation_kernels_gpu`), ``tet_volume.cu`` and
   ``tet_volume_lattice.cu`` (:mod:`~cosmo_dask.density.tet_volume_gpu`);
 * ``octree.cu`` and ``octree_morton.cu`` (the device functions of the Morton-key
   elementwise kernel, :mod:`cosmo_dask.spatial.octree_gpu`);

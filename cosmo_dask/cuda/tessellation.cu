@@ -1,4 +1,4 @@
-// Tetrahedra of a column's blocks in one launch (cosmo_dask.density.tessellation_gpu);
+// Tetrahedra of a column's blocks in one launch (cosmo_dask.density.tessellation_kernels_gpu);
 // compiled with --fmad=false (bit for bit the CPU path). No defines.
 __device__ __forceinline__ double minimage(double d, double box) {
     return d - box * floor(d / box + 0.5);

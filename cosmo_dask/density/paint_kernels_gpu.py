@@ -37,7 +37,7 @@ def _kernel(order: int, pos_t: str, mass_t: str, mesh_t: str, device_id: int):
                        ).get_function("paint")
 
 
-def paint_cupy(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,
+def paint_gpu(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,
                dtype=np.float64, planes: tuple[int, int] | None = None, out=None):
     """Paint one CuPy chunk onto planes ``planes = (lo, hi)`` (default all) of a CuPy mesh.
 

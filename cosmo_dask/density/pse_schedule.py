@@ -57,9 +57,8 @@ def _deposit_items(patch, leaf_lo, h, geom, packed, columns):
     block, ncz, box, pm = geom
     p = patch.shape[0]
     rows_per_batch = max(1, DEPOSIT_BATCH // (6 * block**3))
-    rows_tets = rows_tets_kernel.for_chunk(columns[0][0])
     for a in range(0, len(packed), rows_per_batch):
-        tets, mass = rows_tets(columns, packed[a:a + rows_per_batch], block, ncz, box, pm)
+        tets, mass = rows_tets_kernel(columns, packed[a:a + rows_per_batch], block, ncz, box, pm)
         deposit_tets_kernel(tets, mass, leaf_lo, h, (p, p, p), out=patch)
     return patch
 

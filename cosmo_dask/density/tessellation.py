@@ -48,7 +48,7 @@ and :func:`block_tetrahedra` use the same path. Per block, the kernel input is
 not tetrahedra, are what should move between workers.
 
 This module builds the graphs and holds the public functions; the per-column
-kernels are in :mod:`.tessellation_kernels` (CPU) and :mod:`.tessellation_gpu`
+kernels are in :mod:`.tessellation_kernels` (CPU) and :mod:`.tessellation_kernels_gpu`
 (GPU), reached through the contracts of :mod:`.dispatch`.
 """
 
@@ -207,7 +207,7 @@ def _column_bboxes(column, block, ncz, box_size):
     a, b = column[0].shape[0] - 1, column[0].shape[1] - 1
     k0 = np.arange(nbk) * block
     counts = (6 * a * b * (np.minimum(k0 + block, ncz) - k0)).astype(np.int64)
-    return (*column_bboxes_kernel.for_chunk(column[0])(column, block, ncz, box_size), counts)
+    return (*column_bboxes_kernel(column, block, ncz, box_size), counts)
 
 
 def _stack_bboxes(*boxes):
@@ -339,8 +339,7 @@ def block_tetrahedra(snap, block_index, block: int = 8):
     slab, mslab = dask.compute(slab, mslab)
     j0 = bj * block
     col = _column(slab, mslab, shape, j0, min(j0 + block, ncells[1]), periodic)
-    tets, m = column_tets_kernel.for_chunk(col[0])(col, [bk], block, ncells[2], box,
-                                                    _particle_mass(snap))
+    tets, m = column_tets_kernel(col, [bk], block, ncells[2], box, _particle_mass(snap))
     return host(tets), host(m)
 
 

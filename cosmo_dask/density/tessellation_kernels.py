@@ -5,7 +5,7 @@ The geometry (Kuhn split, unwrapping, block and column layout) is described in
 This module holds the per-chunk kernels on a computed block column (NumPy; the
 array code also runs on CuPy arrays): the CPU implementations of the kernel
 contracts ``column_tets_kernel``, ``rows_tets_kernel`` and ``column_bboxes_kernel``
-of :mod:`.dispatch`, whose GPU twins are in :mod:`.tessellation_gpu`. It imports
+of :mod:`.dispatch`, whose GPU twins are in :mod:`.tessellation_kernels_gpu`. It imports
 neither its GPU twin nor any graph or API module.
 
 A computed column is ``(corners (a+1, b+1, nz', 3), cell_mass (a, b, ncz) or None)``
@@ -133,7 +133,7 @@ def column_block_tets(column, bks, block, ncz, box_size, particle_mass, shifts=N
     ``shifts`` (len(bks), 3), optional: a translation added to each block's
     tetrahedra (whole periodic boxes, to bring an image next to a leaf).
     The CPU kernel of the contract ``column_tets_kernel`` (:mod:`.dispatch`); its GPU
-    twin is :func:`.tessellation_gpu.column_block_tets_gpu` (one launch, same
+    twin is :func:`.tessellation_kernels_gpu.column_block_tets_gpu` (one launch, same
     arithmetic, same result). Array maths run on the column's array module (NumPy
     here; the GPU tests also run it on CuPy columns as the reference of the kernel).
     """
@@ -168,7 +168,7 @@ def rows_tets(columns, rows, block, ncz, box_size, particle_mass):
     ``rows`` (R, 5) int64 ``(slot, bk, sx, sy, sz)``, grouped by slot: block ``bk``
     of the column ``columns[slot]`` translated by ``(sx, sy, sz) * box_size``.
     The concatenation of :func:`column_block_tets` per slot; the CPU kernel of
-    ``rows_tets_kernel`` (GPU twin: :func:`.tessellation_gpu.rows_tets_gpu`, one
+    ``rows_tets_kernel`` (GPU twin: :func:`.tessellation_kernels_gpu.rows_tets_gpu`, one
     launch for all rows).
 
     Returns
@@ -189,7 +189,7 @@ def column_bboxes(column, block, ncz, box_size):
     of one column (the unwrapped cell corners), float64.
 
     The CPU kernel of ``column_bboxes_kernel`` (GPU twin:
-    :func:`.tessellation_gpu.column_bboxes_gpu`, which makes no tetrahedra).
+    :func:`.tessellation_kernels_gpu.column_bboxes_gpu`, which makes no tetrahedra).
     """
     nbk = -(-ncz // block)
     a, b = column[0].shape[0] - 1, column[0].shape[1] - 1

@@ -37,10 +37,10 @@ scf_evaluate = KernelDispatch(
 #: the inner and outer cumulative multipole sums of radius-sorted particles
 mex_terms_scan = KernelDispatch(
     "mex_terms_scan", mex_kernels.terms_scan,
-    gpu="cosmo_dask.expansion.mex_kernels_gpu:terms_scan")
+    gpu="cosmo_dask.expansion.mex_kernels_gpu:terms_scan_gpu")
 
 #: ``(pos (n, 3), Q, P, iq (n,), ip (n,), lmax, eps2) -> (acc (n, 3), phi (n,))``: MEX
 #: accelerations and potentials at points from the sums rows ``iq`` (inner), ``ip`` (outer)
 mex_evaluate = KernelDispatch(
     "mex_evaluate", mex_kernels.evaluate,
-    gpu="cosmo_dask.expansion.mex_kernels_gpu:evaluate")
+    gpu="cosmo_dask.expansion.mex_kernels_gpu:evaluate_gpu")

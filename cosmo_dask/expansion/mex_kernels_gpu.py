@@ -5,7 +5,7 @@ Same contract, conventions and storage layout as
 harmonics, their recurrences and gradients, and the softening), with CuPy
 arrays in and out.
 
-``terms_scan``: one thread per (radius-sorted) particle computes its
+``terms_scan_gpu``: one thread per (radius-sorted) particle computes its
 ``(lmax+1)^2`` regular solid harmonics in float64 registers (``lmax`` is a
 compile-time constant: one module per ``lmax`` and storage type, compiled on
 first use) and writes the inner terms ``m T`` and outer terms ``m T f_l(r)`` in
@@ -13,7 +13,7 @@ term-major (K, n) float64 arrays (coalesced stores); ``cupy.cumsum`` along the
 particle axis gives the forward sums, and on the reversed view the reverse
 sums; both are stored transposed as ``(n + 1, K)`` arrays of the output dtype.
 
-``evaluate``: one thread per field point reads its inner row ``Q[iq]`` and
+``evaluate_gpu``: one thread per field point reads its inner row ``Q[iq]`` and
 outer row ``P[ip]`` and accumulates potential and gradient over (l, m) exactly
 as the numba kernel (float64 arithmetic, result in the storage dtype).
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import cuda
 
-__all__ = ["evaluate", "forces_local", "terms_scan"]
+__all__ = ["evaluate_gpu", "forces_local_gpu", "terms_scan_gpu"]
 
 _BLOCK = 128
 _MAX_GRID = 65535 * 8
@@ -55,7 +55,7 @@ def _grid(n: int) -> tuple[int]:
     return (max(1, min(-(-n // _BLOCK), _MAX_GRID)),)
 
 
-def terms_scan(pos, mass, lmax: int, eps2: float, dtype=None):
+def terms_scan_gpu(pos, mass, lmax: int, eps2: float, dtype=None):
     """GPU version of :func:`cosmo_dask.expansion.mex_kernels.terms_scan` (CuPy arrays).
 
     Returns ``Q, P`` of shape ``(n + 1, (lmax+1)**2)`` in ``dtype`` (default
@@ -84,7 +84,7 @@ def terms_scan(pos, mass, lmax: int, eps2: float, dtype=None):
     return Q, P
 
 
-def evaluate(pos, Q, P, iq, ip, lmax: int, eps2: float):
+def evaluate_gpu(pos, Q, P, iq, ip, lmax: int, eps2: float):
     """GPU version of :func:`cosmo_dask.expansion.mex_kernels.evaluate` (CuPy arrays)."""
     import cupy
 
@@ -104,7 +104,7 @@ def evaluate(pos, Q, P, iq, ip, lmax: int, eps2: float):
     return acc, phi
 
 
-def forces_local(pos, mass, lmax: int, eps2: float = 0.0, timer=None):
+def forces_local_gpu(pos, mass, lmax: int, eps2: float = 0.0, timer=None):
     """Single-device MEX: sort by radius, sums, forces at the particles (input order).
 
     ``pos`` (n, 3) and ``mass`` (n,) CuPy arrays about the centre, G = 1; the
@@ -119,11 +119,11 @@ def forces_local(pos, mass, lmax: int, eps2: float = 0.0, timer=None):
     ps = pos[order]
     ms = mass[order]
     mark("sort")
-    Q, P = terms_scan(ps, ms, lmax, eps2)
+    Q, P = terms_scan_gpu(ps, ms, lmax, eps2)
     mark("terms_scan")
     n = pos.shape[0]
     iq = cupy.arange(n, dtype=cupy.int64)
-    acc_s, phi_s = evaluate(ps, Q, P, iq, iq + 1, lmax, eps2)
+    acc_s, phi_s = evaluate_gpu(ps, Q, P, iq, iq + 1, lmax, eps2)
     mark("evaluate")
     acc = cupy.empty_like(acc_s)
     phi = cupy.empty_like(phi_s)

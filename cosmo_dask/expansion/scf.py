@@ -356,13 +356,13 @@ class SCF:
         import xarray as xr
 
         from ..store.atomic import atomic_directory
-        from ..store.zarr_write import store_dataset
+        from ..store.zarr_write import plain_attrs, store_dataset
 
         self._require_fit()
         ds = xr.Dataset({"coefficients": self.coefficients, "variance": self.variance})
         ds = ds.drop_vars("part")  # parts are ["cos", "sin"] (no string arrays in the store)
-        ds.attrs = {**_jsonable({k: v for k, v in self.coefficients.attrs.items()
-                                 if k != "units"}),
+        ds.attrs = {**plain_attrs({k: v for k, v in self.coefficients.attrs.items()
+                                   if k != "units"}),
                     "format": FORMAT, "format_version": 1, "split_every": self.split_every}
         for name in ds.data_vars:
             ds[name].attrs = {"units": "1"}
@@ -399,17 +399,6 @@ class SCF:
         state = "fitted" if self.coefficients is not None else "not fitted"
         return (f"SCF(nmax={self.nmax}, lmax={self.lmax}, scale_radius={self.scale_radius:g}, "
                 f"center={self.center!r}, precision={self.dtype.name!r}; {state})")
-
-
-def _jsonable(attrs: dict) -> dict:
-    out = {}
-    for k, v in attrs.items():
-        if isinstance(v, np.generic):
-            v = v.item()
-        elif isinstance(v, np.ndarray):
-            v = v.tolist()
-        out[k] = v
-    return out
 
 
 # ---------------------------------------------------------------------- chunk functions

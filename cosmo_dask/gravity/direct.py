@@ -33,10 +33,6 @@ __all__ = ["direct_accelerations"]
 _FANIN = 8
 
 
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
-
-
 def _pair_task(tpos, spos, smass, same: bool, params: dict):
     """Partial (acc, pot) of one target chunk due to one source chunk."""
     return p2p_block(tpos, spos, smass, exclude="index" if same else "none", **params)
@@ -58,7 +54,7 @@ def _check_pos(pos) -> da.Array:
         if not hasattr(pos, "shape") or not hasattr(pos, "dtype"):
             raise ParameterError(f"pos must be an (N, 3) dask array, got {type(pos).__name__}")
         pos = da.from_array(pos, chunks=(max(int(pos.shape[0]), 1), 3),
-                            asarray=not _is_cupy(pos))
+                            asarray=array_module(pos) is np)
     if pos.ndim != 2 or pos.shape[1] != 3:
         raise ParameterError(f"pos must have shape (N, 3), got {pos.shape}")
     if not np.issubdtype(pos.dtype, np.floating):

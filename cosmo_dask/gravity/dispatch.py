@@ -16,11 +16,11 @@ box_size, rs, r_cut, table_level, exclude, centre)``
 ``green_kslab(fk, kx, ky, kz, *, cell, rs, scale)``
     The PM Green's function on a k-space slab, a new slab of ``fk``'s dtype
     (:func:`~cosmo_dask.gravity.pm_kernels.green_kslab`,
-    :func:`~cosmo_dask.gravity.pm_kernels_gpu.green_kslab_cupy`).
+    :func:`~cosmo_dask.gravity.pm_kernels_gpu.green_kslab_gpu`).
 ``cic_interpolate(pos, meshes, box_size, shift=0.0, x_lo=0)``
     CIC interpolation of up to four mesh slabs at particles, ``(m, c)`` float64
     (:func:`~cosmo_dask.gravity.pm_kernels.cic_interpolate_numpy`,
-    :func:`~cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_cupy`).
+    :func:`~cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_gpu`).
 ``tree_forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,
 max_leaf, max_group, quadrupole, box_size, rs, r_cut)``
     Tree accelerations (and potentials) of all the particles of one array, in input
@@ -34,7 +34,7 @@ max_leaf, max_group, quadrupole, box_size, rs, r_cut)``
     its own tree and the LETs (:mod:`~cosmo_dask.gravity.tree.forces`,
     :mod:`~cosmo_dask.gravity.tree.let_gpu`). ``opts`` is the tree options mapping of
     :func:`~cosmo_dask.gravity.tree.graph.tree_accelerations`. The first argument of the
-    last two is a domain tree: reach them with ``domain_let.for_chunk(tree.index)``.
+    last two is a domain tree, dispatched on its ``index`` array.
 
 Adding a GPU kernel: write it in a ``*_gpu`` module with the CPU kernel's signature (it
 may import shared pieces of the CPU kernel module, never the reverse), name it here as
@@ -53,17 +53,24 @@ __all__ = ["cic_interpolate", "domain_forces", "domain_let", "domain_tree", "gre
 
 _GPU = "cosmo_dask.gravity."
 
+
+def tree_index(tree):
+    """The array a domain tree's kernels dispatch on: its particles' ``index``."""
+    return tree.index
+
+
 p2p_block = KernelDispatch("gravity.p2p_block", p2p_kernels.p2p_block,
                            gpu=_GPU + "p2p_kernels_gpu:p2p_block_gpu")
 green_kslab = KernelDispatch("gravity.green_kslab", pm_kernels.green_kslab,
-                             gpu=_GPU + "pm_kernels_gpu:green_kslab_cupy")
+                             gpu=_GPU + "pm_kernels_gpu:green_kslab_gpu")
 cic_interpolate = KernelDispatch("gravity.cic_interpolate", pm_kernels.cic_interpolate_numpy,
-                                 gpu=_GPU + "pm_kernels_gpu:cic_interpolate_cupy")
+                                 gpu=_GPU + "pm_kernels_gpu:cic_interpolate_gpu")
 tree_forces = KernelDispatch("gravity.tree_forces", tree_cpu.tree_forces,
                              gpu=_GPU + "tree.forces_gpu:tree_forces_gpu")
 domain_tree = KernelDispatch("gravity.domain_tree", tree_cpu.domain_tree,
-                             gpu=_GPU + "tree.let_gpu:gpu_domain_tree")
+                             gpu=_GPU + "tree.let_gpu:domain_tree_gpu")
 domain_let = KernelDispatch("gravity.domain_let", tree_cpu.domain_let,
-                            gpu=_GPU + "tree.let_gpu:gpu_let")
+                            gpu=_GPU + "tree.let_gpu:domain_let_gpu", chunk_of=tree_index)
 domain_forces = KernelDispatch("gravity.domain_forces", tree_cpu.domain_forces,
-                               gpu=_GPU + "tree.let_gpu:gpu_domain_forces")
+                               gpu=_GPU + "tree.let_gpu:domain_forces_gpu",
+                               chunk_of=tree_index)

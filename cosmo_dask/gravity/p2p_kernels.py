@@ -38,14 +38,12 @@ import numpy as np
 
 from ..core.checks import check_finite, check_positive
 from ..core.errors import ParameterError
-from .parameters import default_r_cut
+from .parameters import KERNELS, default_r_cut
 from .softening_kernels import inverse_kp, spline_kp_inside
 from .truncated import T_exact_nb, T_table_nb, check_level, get_table
 
-__all__ = ["p2p_block", "check_kernel_params", "relative_positions", "SOFTENING_KERNELS",
-           "SPLINE_SUPPORT"]
+__all__ = ["p2p_block", "check_kernel_params", "relative_positions", "SPLINE_SUPPORT"]
 
-SOFTENING_KERNELS = ("plummer", "spline")
 SPLINE_SUPPORT = 2.8   # h = 2.8 eps for the Gadget-2 spline
 _EXCLUDE = {"none": 0, "index": 1, "zero": 2}
 
@@ -63,9 +61,9 @@ def check_kernel_params(*, G=1.0, softening=0.0, softening_kernel="plummer",
     """
     G = check_finite(G, "G")
     softening = check_positive(softening, "softening (length units)", allow_zero=True)
-    if softening_kernel not in SOFTENING_KERNELS:
+    if softening_kernel not in KERNELS:
         raise ParameterError(
-            f"softening_kernel must be one of {SOFTENING_KERNELS}, got {softening_kernel!r}")
+            f"softening_kernel must be one of {KERNELS}, got {softening_kernel!r}")
     if box_size is not None:
         box_size = check_positive(box_size, "box_size (or None)")
     if rs is None:

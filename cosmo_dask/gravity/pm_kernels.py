@@ -133,7 +133,7 @@ def green_kslab(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
     the potential. ``kx, ky, kz``: the slab's wavenumbers (1 / length, float64, from
     :func:`~cosmo_dask.spatial.fft.map_kslabs`); ``cell = H`` and ``rs`` in length units.
     The CPU kernel (numba) of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`
-    (GPU twin: :func:`cosmo_dask.gravity.pm_kernels_gpu.green_kslab_cupy`).
+    (GPU twin: :func:`cosmo_dask.gravity.pm_kernels_gpu.green_kslab_gpu`).
     """
     out = np.empty_like(fk)
     green_slab(fk, out, *green_axes(kx, ky, kz, cell, rs), float(scale))
@@ -233,7 +233,7 @@ def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0,
     ``(c, nx, n, n)`` array) holding planes ``x_lo .. x_lo + nx - 1`` of ``n^3``
     meshes (default: whole meshes). The CPU kernel of the contract
     :data:`cosmo_dask.gravity.dispatch.cic_interpolate` (GPU twin:
-    :func:`cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_cupy`).
+    :func:`cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_gpu`).
     """
     pos = np.ascontiguousarray(pos)
     slabs = tuple(np.ascontiguousarray(m) for m in meshes)

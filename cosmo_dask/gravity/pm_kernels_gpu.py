@@ -18,7 +18,7 @@ import numpy as np
 from .. import cuda
 from .pm_kernels import green_axes
 
-__all__ = ["green_kslab_cupy", "cic_interpolate_cupy"]
+__all__ = ["green_kslab_gpu", "cic_interpolate_gpu"]
 
 _CTYPE = {"float32": "float", "float64": "double"}
 _THREADS = 256
@@ -30,7 +30,7 @@ def _module(real_t: str, pos_t: str, mesh_t: str):
                               "MESH_T": _CTYPE[mesh_t]})
 
 
-def green_kslab_cupy(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
+def green_kslab_gpu(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
     """:func:`cosmo_dask.gravity.pm_kernels.green_kslab` on a CuPy k-space slab (the GPU
     kernel of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`): a new array
     ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), complex64 or complex128, from the same
@@ -53,7 +53,7 @@ def green_kslab_cupy(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
     return out
 
 
-def cic_interpolate_cupy(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0):
+def cic_interpolate_gpu(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0):
     """CIC interpolation at CuPy ``pos`` (m, 3) of CuPy mesh slabs: (m, c) float64 (the
     GPU kernel of the contract :data:`cosmo_dask.gravity.dispatch.cic_interpolate`).
 
@@ -68,7 +68,7 @@ def cic_interpolate_cupy(pos, meshes, box_size: float, shift: float = 0.0, x_lo:
     pos = cupy.ascontiguousarray(pos)
     slabs = [cupy.ascontiguousarray(m) for m in meshes]
     if not 1 <= len(slabs) <= 4:
-        raise ValueError(f"cic_interpolate_cupy: 1 to 4 meshes, got {len(slabs)}")
+        raise ValueError(f"cic_interpolate_gpu: 1 to 4 meshes, got {len(slabs)}")
     c, nx, n = len(slabs), slabs[0].shape[0], slabs[0].shape[1]
     m = pos.shape[0]
     out = cupy.empty((m, c), dtype=np.float64)

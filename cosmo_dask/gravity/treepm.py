@@ -48,6 +48,7 @@ import numpy as np
 from ..core.backend import resolve_precision
 from ..core.errors import ParameterError
 from .parameters import (
+    KERNELS,
     R_CUT_MAX_SPLITS,
     R_CUT_SPLITS,
     R_SPLIT_CELLS,
@@ -61,9 +62,6 @@ from .tree.graph import tree_accelerations
 
 __all__ = ["treepm_accelerations", "background_constant", "R_SPLIT_CELLS", "R_CUT_SPLITS",
            "R_CUT_MAX_SPLITS"]
-
-KERNELS = ("plummer", "spline")
-
 
 def background_constant(G: float, rs: float, r_cut: float, box_size: float) -> float:
     """Cell mean of the truncated short-range potential kernel per unit mass, times G.

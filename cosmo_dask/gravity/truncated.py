@@ -69,6 +69,7 @@ import math
 import numba
 import numpy as np
 
+from ..core.backend import array_module
 from ..core.errors import ParameterError
 from ..cuda import define_lines, header_text
 
@@ -106,7 +107,7 @@ def _erfc_ufunc(x):
 
 def erfc(x):
     """Complementary error function of a NumPy or CuPy array (dimensionless)."""
-    if type(x).__module__.split(".")[0] == "cupy":
+    if array_module(x) is not np:
         import cupyx.scipy.special as cps
 
         return cps.erfc(x)
@@ -116,12 +117,8 @@ def erfc(x):
 
 def T_exact(x):
     """Exact force factor ``T(x) = erfc(x) + 2x/sqrt(pi) exp(-x^2)`` (dimensionless)."""
-    if type(x).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        xp = cupy
-    else:
-        xp = np
+    xp = array_module(x)
+    if xp is np:
         x = np.asarray(x, dtype=np.result_type(x, np.float32))
     return erfc(x) + x.dtype.type(_TWO_OVER_SQRT_PI) * x * xp.exp(-x * x)
 
@@ -169,11 +166,8 @@ def T_table(x, level: int = 4):
     Values with ``x > 3`` (outside the table) take the exact formula.
     """
     level = check_level(level)
-    is_cupy = type(x).__module__.split(".")[0] == "cupy"
-    if is_cupy:
-        import cupy as xp
-    else:
-        xp = np
+    xp = array_module(x)
+    if xp is np:
         x = np.asarray(x, dtype=np.result_type(x, np.float32))
     dt = x.dtype
     tab = get_table(dt, xp)

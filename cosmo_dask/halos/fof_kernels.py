@@ -83,6 +83,7 @@ import math
 import numba
 import numpy as np
 
+from ..core.backend import array_module
 from ..core.errors import ParameterError
 
 __all__ = ["check_arguments", "fof_local", "group_rows"]
@@ -106,15 +107,15 @@ def _wrap(x, L):
 
 
 @numba.njit(cache=True, nogil=True)
-def _grid(pos, periods, ll):
-    """The coarse cell grid: ``(dims, origin, inv)``.
+def cell_grid(periods, ll, lo, hi):
+    """The coarse cell grid of the CPU and GPU kernels: ``(dims, origin, inv)``.
 
-    A coordinate ``x`` maps to the cell coordinate ``t = wrap(x) * inv`` on a
-    periodic axis and ``t = (x / 2 - origin) * inv`` on an open one (halved
-    coordinates, so that the extent cannot overflow); its cell is ``int(t)``
-    clamped to ``[0, dims)``.
+    ``lo`` / ``hi`` (float64, 3) are the smallest / largest coordinates per axis
+    (read on open axes only). A coordinate ``x`` maps to the cell coordinate
+    ``t = wrap(x) * inv`` on a periodic axis and ``t = (x / 2 - origin) * inv`` on
+    an open one (halved coordinates, so that the extent cannot overflow); its cell
+    is ``int(t)`` clamped to ``[0, dims)``.
     """
-    m = pos.shape[0]
     dims = np.ones(3, dtype=np.int64)
     origin = np.zeros(3, dtype=np.float64)
     inv = np.zeros(3, dtype=np.float64)
@@ -131,16 +132,8 @@ def _grid(pos, periods, ll):
             dims[a] = n
             inv[a] = n / L
         else:
-            lo = np.float64(pos[0, a])
-            hi = lo
-            for i in range(m):
-                x = np.float64(pos[i, a])
-                if x < lo:
-                    lo = x
-                elif x > hi:
-                    hi = x
-            half_lo = 0.5 * lo
-            half_extent = 0.5 * hi - half_lo
+            half_lo = 0.5 * lo[a]
+            half_extent = 0.5 * hi[a] - half_lo
             half_side = 0.5 * side_min
             nf = np.floor(half_extent / half_side) + 1.0
             n = 1
@@ -154,6 +147,25 @@ def _grid(pos, periods, ll):
             origin[a] = half_lo
             inv[a] = 1.0 / half_side
     return dims, origin, inv
+
+
+@numba.njit(cache=True, nogil=True)
+def _grid(pos, periods, ll):
+    """The coarse cell grid of ``pos`` (:func:`cell_grid`): ``(dims, origin, inv)``."""
+    m = pos.shape[0]
+    lo = np.zeros(3, dtype=np.float64)
+    hi = np.zeros(3, dtype=np.float64)
+    for a in range(3):
+        if not periods[a] > 0.0:
+            lo[a] = np.float64(pos[0, a])
+            hi[a] = lo[a]
+            for i in range(m):
+                x = np.float64(pos[i, a])
+                if x < lo[a]:
+                    lo[a] = x
+                elif x > hi[a]:
+                    hi[a] = x
+    return cell_grid(periods, ll, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1127,7 +1139,7 @@ def check_arguments(pos_shape, periods, linking_length, min_friends):
     """Check ``fof_local``'s arguments (shared with the GPU kernel); returns ``(per, ll, kmin)``."""
     if len(pos_shape) != 2 or pos_shape[1] != 3:
         raise ParameterError(f"pos must have shape (m, 3), got {tuple(pos_shape)}")
-    if type(periods).__module__.split(".")[0] == "cupy":
+    if array_module(periods) is not np:
         periods = periods.get()
     per = np.ascontiguousarray(periods, dtype=np.float64)
     if per.shape != (3,):

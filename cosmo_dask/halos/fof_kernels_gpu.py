@@ -91,14 +91,13 @@ Limits: ``friends`` is int32 as on the CPU.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 from .. import cuda
 from ..core.backend import host
 from ..core.errors import ParameterError
-from .fof_kernels import _MAX_CELLS_PER_AXIS, _SIDE_MARGIN, _sub_cells, check_arguments
+from .fof_kernels import _sub_cells, cell_grid, check_arguments
 
 __all__ = ["fof_local_gpu", "group_rows_gpu"]
 
@@ -160,42 +159,12 @@ def _launch(m: int, block: int) -> tuple[tuple[int], tuple[int]]:
 
 
 def _cell_grid(per, ll, lo, hi):
-    """Cells per axis, open-axis origins and inverse cell sides (as ``fof_kernels._grid``).
-
-    ``lo`` / ``hi`` are the smallest / largest coordinates per axis (used on
-    open axes only). Python floats are IEEE doubles, so this reproduces the
-    numba arithmetic exactly.
-    """
-    dims = [1, 1, 1]
-    origin = [0.0, 0.0, 0.0]
-    inv = [0.0, 0.0, 0.0]
-    side_min = ll * (1.0 + _SIDE_MARGIN)
-    for a in range(3):
-        L = float(per[a])
-        if L > 0.0:
-            nf = math.floor(L / side_min)
-            n = 1
-            if nf > 1:
-                n = int(min(nf, _MAX_CELLS_PER_AXIS))
-            while n > 1 and L / n < side_min:
-                n -= 1
-            inv[a] = n / L
-        else:
-            half_lo = 0.5 * float(lo[a])
-            half_extent = 0.5 * float(hi[a]) - half_lo
-            half_side = 0.5 * side_min
-            nf = math.floor(half_extent / half_side) + 1
-            n = 1
-            if nf > 1:
-                if nf > _MAX_CELLS_PER_AXIS:
-                    n = _MAX_CELLS_PER_AXIS
-                    half_side = half_extent / (n - 1)
-                else:
-                    n = int(nf)
-            origin[a] = half_lo
-            inv[a] = 1.0 / half_side
-        dims[a] = n
-    return dims, origin, inv
+    """:func:`~cosmo_dask.halos.fof_kernels.cell_grid` (the CPU kernel's grid) as Python
+    ints and floats: ``(dims, origin, inv)`` lists of 3."""
+    dims, origin, inv = cell_grid(np.asarray(per, dtype=np.float64), float(ll),
+                                  np.asarray(lo, dtype=np.float64),
+                                  np.asarray(hi, dtype=np.float64))
+    return [int(d) for d in dims], [float(o) for o in origin], [float(v) for v in inv]
 
 
 def _fine_cells(per, inv, ll, dims) -> list[int]:

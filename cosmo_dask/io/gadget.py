@@ -75,6 +75,7 @@ from ..store.validation import (
     check_field_meta,
     wrap_one_box,
 )
+from ..store.zarr_write import plain_attrs
 from ..units import QUANTITIES, check_units, gravitational_constant
 
 logger = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class GadgetInfo:
         types = self.part_type if isinstance(self.part_type, tuple) else (self.part_type,)
         return {"files": list(self.files), "format": self.format, "part_types": list(types),
                 "n_per_type": {str(t): n for t, n in self.n_per_type.items()},
-                "header": _jsonable(self.header)}
+                "header": plain_attrs(self.header, nonfinite_as_text=True)}
 
 
 @dataclass(frozen=True)
@@ -273,19 +274,6 @@ def _py(value: Any) -> Any:
         return [_py(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         return value.item()
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    """Header values as JSON values: mappings, lists and finite numbers kept, non-finite
-    floats (not JSON) written as strings ("nan", "inf")."""
-    value = _py(value)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
     return value
 
 

@@ -61,6 +61,7 @@ from .validation import (
     wrapped_positions,
 )
 from .zarr_read import read_array
+from .zarr_write import plain_attrs
 
 ARRAY_NAMES = tuple(ARRAY_SCHEMA)
 ATTR_NAMES = (
@@ -74,19 +75,6 @@ ATTR_NAMES = (
     "G",
     "provenance",  # where an import read the snapshot from (written only when known)
 )
-
-
-def _jsonable(value: Any) -> Any:
-    """Convert numpy scalars/arrays and tuples into plain JSON types."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
 
 
 def _number(value: Any) -> Any:
@@ -247,10 +235,10 @@ class Snapshot:
             "box_size": _number(box_size),
             "scale_factor": a,
             "redshift": 1.0 / a - 1.0 if isinstance(a, float) and a > 0 else None,
-            "cosmology": None if cosmology is None else _jsonable(dict(cosmology)),
+            "cosmology": None if cosmology is None else plain_attrs(dict(cosmology)),
             "units": None if units is None else {str(k): str(v) for k, v in units.items()},
             "particle_mass": _number(particle_mass),
-            "lagrangian_shape": None if lagrangian_shape is None else _jsonable(lagrangian_shape),
+            "lagrangian_shape": None if lagrangian_shape is None else plain_attrs(lagrangian_shape),
             "G": _number(G),
         }
         return cls(darrays, attrs, fields=dfields)  # checks the attributes
@@ -641,7 +629,7 @@ class Snapshot:
     def store_attrs(self) -> dict[str, Any]:
         """The attributes written to ``zarr.json`` (format header included)."""
         attrs = {"format": FORMAT, "format_version": FORMAT_VERSION}
-        attrs.update(_jsonable(self._attrs))
+        attrs.update(plain_attrs(self._attrs))
         if attrs["provenance"] is None:  # stores of other snapshots stay as they were
             del attrs["provenance"]
         attrs["n_particles"] = self._n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 
@@ -15,14 +16,23 @@ from .chunk_manifest import write_manifests
 COMPRESSORS = (None, "zstd", "blosc")
 
 
-def plain_attrs(value):
-    """Store attributes as JSON-able Python objects (NumPy scalars and arrays converted)."""
-    if isinstance(value, dict):
-        return {str(k): plain_attrs(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [plain_attrs(v) for v in value]
+def plain_attrs(value, *, nonfinite_as_text: bool = False):
+    """Store attributes as JSON-able Python objects: mappings as dicts with string keys,
+    tuples and NumPy arrays as lists, NumPy scalars as Python numbers, bytes as text;
+    with ``nonfinite_as_text`` non-finite floats (not JSON) as strings ("nan", "inf")."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_attrs(v, nonfinite_as_text=nonfinite_as_text)
+                for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [plain_attrs(v, nonfinite_as_text=nonfinite_as_text) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if nonfinite_as_text and isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     return value
 
 

@@ -19,7 +19,7 @@ def test_numpy_chunks_and_subclasses_reach_the_cpu_kernel():
     x = np.arange(5.0)
     assert kernel(x, scale=2.0) == 20.0
     assert kernel(np.ma.masked_array(x)) == 10.0  # a numpy.ndarray subclass
-    assert kernel.for_chunk(x) is _cpu_sum is cpu_implementation(kernel)
+    assert kernel.dispatch(type(x)) is _cpu_sum is cpu_implementation(kernel)
 
 
 def test_other_chunk_types_get_a_clear_error():
@@ -56,3 +56,15 @@ def test_contracts_travel_and_tokenize_by_name():
         assert tokenize(kernel) == token
     finally:
         kernel._lookup.pop(list)
+
+
+def _first_item(pair):
+    return pair[0]
+
+
+def test_chunk_of_names_the_array_a_kernel_dispatches_on():
+    kernel = KernelDispatch("pair_sum", lambda pair, scale: _cpu_sum(pair[0], scale),
+                            chunk_of=_first_item)
+    assert kernel((np.ones(4), "label"), 0.5) == 2.0
+    with pytest.raises(DeviceError, match="pair_sum: no kernel for chunks of type builtins.list"):
+        kernel(([1.0], "label"), 1.0)

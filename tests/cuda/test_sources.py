@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "cosmo_dask"
 MARKERS = ("__global__", "__device__", 'extern "C"')
 GPU_MODULES = ("gravity.p2p_kernels_gpu", "gravity.pm_kernels_gpu", "gravity.tree.forces_gpu",
-               "gravity.tree.let_gpu", "gravity.truncated", "density.tessellation_gpu",
+               "gravity.tree.let_gpu", "gravity.truncated", "density.tessellation_kernels_gpu",
                "density.paint_kernels_gpu", "density.tet_volume_gpu", "spatial.octree_gpu",
                "halos.center_kernels_gpu", "halos.fof_kernels_gpu",
                "expansion.scf_kernels_gpu", "expansion.mex_kernels_gpu")

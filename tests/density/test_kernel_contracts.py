@@ -254,7 +254,7 @@ def test_column_tets_contract(backend, periodic):
     shifts = (np.array([[0, 0, 0], [BOX, 0, -BOX], [0, BOX, 0]]) if periodic
               else np.zeros((3, 3)))
     box = snap.box_size
-    t, m = column_tets_kernel.for_chunk(col[0])(col, bks, BLOCK, ncz, box, 2.0, shifts)
+    t, m = column_tets_kernel(col, bks, BLOCK, ncz, box, 2.0, shifts)
     assert isinstance(t, xp.ndarray) and isinstance(m, xp.ndarray)
     refs = [reference_block_tets(snap, 1, 1, bk, sh, 2.0) for bk, sh in zip(bks, shifts,
                                                                               strict=True)]
@@ -272,7 +272,7 @@ def test_column_tets_contract(backend, periodic):
             tt, w = block_tets_from_corners(corners, cm, box, ref)
             t_ref.append(tt + xp.asarray(sh))
             m_ref.append(w)
-        t, m = column_tets_kernel.for_chunk(col[0])(col, bks, BLOCK, ncz, box, None, shifts)
+        t, m = column_tets_kernel(col, bks, BLOCK, ncz, box, None, shifts)
         np.testing.assert_array_equal(to_host(t), to_host(xp.concatenate(t_ref)))
         np.testing.assert_array_equal(to_host(m), to_host(xp.concatenate(m_ref)))
 
@@ -290,7 +290,7 @@ def test_rows_tets_contract(backend, periodic):
         img = [0, 0, 0], [0, 0, 0], [0, 0, 0]
     rows = np.array([[0, 1, *img[0]], [0, 0, *img[1]], [1, 2, *img[2]], [1, 0, *img[0]]],
                     np.int64)
-    t, m = rows_tets_kernel.for_chunk(cols[0][0])(cols, rows, BLOCK, ncz, snap.box_size, 0.5)
+    t, m = rows_tets_kernel(cols, rows, BLOCK, ncz, snap.box_size, 0.5)
     assert isinstance(t, xp.ndarray)
     scale = BOX if periodic else 0.0
     refs = [reference_block_tets(snap, 2, (0, 2)[s], bk, np.array([sx, sy, sz]) * scale, 0.5)
@@ -308,7 +308,7 @@ def test_column_bboxes_contract(backend, periodic):
     snap = _snapshot(periodic)
     ncz_blocks = -(-(N if periodic else N - 1) // BLOCK)
     (col,), ncz = _columns(snap, xp, 0, [1])
-    lo, hi = column_bboxes_kernel.for_chunk(col[0])(col, BLOCK, ncz, snap.box_size)
+    lo, hi = column_bboxes_kernel(col, BLOCK, ncz, snap.box_size)
     assert isinstance(lo, xp.ndarray) and lo.shape == (ncz_blocks, 3)
     refs = [reference_block_tets(snap, 0, 1, bk)[0] for bk in range(ncz_blocks)]
     np.testing.assert_allclose(to_host(lo), [r.min(axis=(0, 1)) for r in refs], rtol=0,
@@ -328,4 +328,4 @@ def test_column_contracts_reject_other_chunk_types():
 
     with pytest.raises(DeviceError, match="column_block_tets: no kernel for chunks of type "
                                           "builtins.list"):
-        column_tets_kernel.for_chunk([[0.0]])
+        column_tets_kernel(([0.0],), [0], 1, 1, 1.0, None)

@@ -339,7 +339,7 @@ def test_float32_kernels(cp, rng):
 
     x, m = blob(rng, 2000)
     a64, _ = cpu.forces_local(x, m, 6)
-    a32, p32 = gpu.forces_local(cp.asarray(x, dtype=cp.float32),
+    a32, p32 = gpu.forces_local_gpu(cp.asarray(x, dtype=cp.float32),
                                 cp.asarray(m, dtype=cp.float32), 6)
     assert a32.dtype == cp.float32 and p32.dtype == cp.float32
     err = rel_err(a32.get().astype(np.float64), a64)

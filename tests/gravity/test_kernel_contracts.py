@@ -272,10 +272,9 @@ def test_domain_tree_let_and_forces(backend, periodic):
         i = sides[own]
         lo, hi = x[i].min(axis=0), x[i].max(axis=0)
         src = trees[other]
-        let = kernels.domain_let.for_chunk(src.index)(src, lo, hi, opts)
+        let = kernels.domain_let(src, lo, hi, opts)
         assert let is not None
-        index, acc, pot = kernels.domain_forces.for_chunk(trees[own].index)(
-            trees[own], [let, None], (0, 1), opts)
+        index, acc, pot = kernels.domain_forces(trees[own], [let, None], (0, 1), opts)
         assert isinstance(acc, xp.ndarray)
         np.testing.assert_array_equal(_host(index), i)  # increasing global index
         pick = np.arange(0, len(i), 7)

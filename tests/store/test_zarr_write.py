@@ -16,7 +16,7 @@ from cosmo_dask.gravity.output import open_gravity
 from cosmo_dask.gravity.output import to_zarr as write_gravity
 from cosmo_dask.halos.result import HaloResult, open_catalog
 from cosmo_dask.store.snapshot import Snapshot, open_snapshot
-from cosmo_dask.store.zarr_write import regular_rows, store_arrays
+from cosmo_dask.store.zarr_write import plain_attrs, regular_rows, store_arrays
 
 IRREGULAR = (7, 13, 5, 20, 1, 54)  # 100 rows, no two chunks alike
 
@@ -117,3 +117,21 @@ def test_gpu_read_rows_are_whole_store_chunks():
     assert gpu_read_rows(3000) % 3000 == 0 and GPU_READ_ROWS - 3000 < gpu_read_rows(3000) <= (
         GPU_READ_ROWS)
     assert gpu_read_rows(1 << 25) == 1 << 25
+
+
+def test_plain_attrs_is_the_one_json_converter():
+    """Store attributes, catalog and product attributes, SCF attributes and Gadget headers
+    all become JSON values through ``plain_attrs``."""
+    import json
+    from types import MappingProxyType
+
+    value = MappingProxyType({1: (np.int32(3), np.float32(0.5)), "a": np.arange(3),
+                              "z": np.array(2.5), "b": np.bool_(True), "s": b"gadget",
+                              "n": [np.float64("nan"), np.inf]})
+    plain = plain_attrs(value)
+    assert plain["1"] == [3, 0.5] and plain["a"] == [0, 1, 2] and plain["z"] == 2.5
+    assert plain["b"] is True and plain["s"] == "gadget"
+    assert type(plain["1"][0]) is int and type(plain["1"][1]) is float
+    text = plain_attrs(value, nonfinite_as_text=True)
+    assert text["n"] == ["nan", "inf"]
+    assert json.loads(json.dumps(text, allow_nan=False)) == text

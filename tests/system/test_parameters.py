@@ -134,6 +134,21 @@ def test_python_defaults_are_the_parameters_modules():
         sp.METHOD_DEFAULT, gp.THETA_DEFAULT, sp.Z_FINAL_DEFAULT)
 
 
+def test_choice_tuples_are_written_once_in_the_package():
+    """A parameter's choices are one tuple in its ``parameters`` module (or
+    ``core.checks``): the literal appears once in the package, and everyone imports it."""
+    from pathlib import Path
+
+    import cosmo_dask
+
+    root = Path(cosmo_dask.__file__).parent
+    text = {p: p.read_text() for p in root.rglob("*.py")}
+    for literal in ('("plummer", "spline")', '("float32", "float64")'):
+        where = [str(p.relative_to(root)) for p, t in text.items() if literal in t]
+        assert len(where) == 1, (literal, where)
+    assert gp.KERNELS == ("plummer", "spline")
+
+
 def test_lazy_packages_keep_public_names_over_submodules():
     """``halos.fof`` and ``density.paint`` name the functions even after their modules
     (``halos/fof_graph.py``, ``density/painting.py``) are imported, as eager imports did."""

@@ -240,6 +240,34 @@ def test_gpu_modules_are_reached_through_dispatch():
     assert not found, "GPU modules imported outside dispatch modules:\n" + "\n".join(found)
 
 
+def test_gpu_kernels_follow_one_naming_rule():
+    """A contract's GPU kernel lives in a ``*_gpu`` module of the CPU kernel's package and
+    is named after the CPU kernel (less a ``_numpy``/``_cpu`` suffix) plus ``_gpu``."""
+    import importlib
+    import pkgutil
+
+    import numpy as np
+
+    import cosmo_dask
+    from cosmo_dask.core.dispatch import _CONTRACTS
+
+    for info in pkgutil.walk_packages(cosmo_dask.__path__, "cosmo_dask."):
+        if info.name.endswith(".dispatch"):
+            importlib.import_module(info.name)
+    wrong = []
+    for contract in _CONTRACTS.values():
+        if contract.gpu_spec is None or not contract.home.startswith("cosmo_dask."):
+            continue
+        cpu = contract.dispatch(np.ndarray)
+        module, _, name = contract.gpu_spec.partition(":")
+        stem = cpu.__name__.removesuffix("_numpy").removesuffix("_cpu")
+        if (not module.endswith("_gpu") or name != stem + "_gpu"
+                or module.rpartition(".")[0] != cpu.__module__.rpartition(".")[0]):
+            wrong.append(f"{contract.__name__}: {cpu.__module__}.{cpu.__name__} -> "
+                         f"{contract.gpu_spec}")
+    assert not wrong, "GPU kernels named outside the rule:\n" + "\n".join(wrong)
+
+
 def test_test_modules_share_helpers_only_through_tests_support():
     """tests/ mirrors the package; a helper two test modules need lives in tests/support/,
     so no test module (nor conftest.py) imports another test module."""

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...core.backend import host
-from ...core.checks import check_positive
+from ...core.checks import PRECISIONS, check_positive
 from ...core.errors import ParameterError
 from ...core.task_graph import task_payload
 from ...spatial.octree import build_octree, node_second_moment
@@ -105,7 +105,7 @@ def tree_forces(pos: Any, mass: Any, *, G: float = 1.0, theta: float = THETA_DEF
     if softening_kernel not in KERNEL_CODES:
         raise ParameterError(f"softening_kernel must be 'plummer' or 'spline', "
                              f"got {softening_kernel!r}")
-    if precision not in ("float32", "float64"):
+    if precision not in PRECISIONS:
         raise ParameterError(f"precision must be 'float32' or 'float64', got {precision!r}")
     if box_size is not None:
         box_size = check_positive(box_size, "box_size")

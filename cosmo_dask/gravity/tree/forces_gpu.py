@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 
 from ... import cuda
+from ...core.checks import PRECISIONS
 from ...core.errors import ParameterError
-from ..parameters import THETA_DEFAULT, TRUNC_OPEN_SPLITS, check_theta, default_r_cut
+from ..parameters import KERNELS, THETA_DEFAULT, TRUNC_OPEN_SPLITS, check_theta, default_r_cut
 from ..truncated import fit_defines
 
 #: threads per group block: the fastest of 32, 64 and 128 (benchmarks/RESULTS.md, Gravity,
@@ -69,10 +70,10 @@ def _check_params(theta, softening, softening_kernel, precision, G, box_size, rs
     softening = float(softening)
     if not (softening >= 0.0 and math.isfinite(softening)):
         raise ParameterError(f"softening must be a finite number >= 0, got {softening!r}")
-    if softening_kernel not in ("plummer", "spline"):
+    if softening_kernel not in KERNELS:
         raise ParameterError(f"softening_kernel must be 'plummer' or 'spline', "
                              f"got {softening_kernel!r}")
-    if precision not in ("float32", "float64"):
+    if precision not in PRECISIONS:
         raise ParameterError(f"precision must be 'float32' or 'float64', got {precision!r}")
     G = float(G)  # noqa: N806
     if not (G > 0 and math.isfinite(G)):

@@ -119,7 +119,7 @@ def domain_let(dt, bbox, opts):
     tree)."""
     if bbox is None:
         return None
-    return kernels.domain_let.for_chunk(dt.index)(dt, bbox[0], bbox[1], opts)
+    return kernels.domain_let(dt, bbox[0], bbox[1], opts)
 
 
 def batches_per_domain(n_particles: int, n_domains: int) -> int:
@@ -139,7 +139,7 @@ def domain_forces(dt, opts, batch, *lets):
     Returns ``(index, acc (n, 3) float64, pot (n,) float64)`` of the batch's
     particles, in increasing (global) index.
     """
-    return kernels.domain_forces.for_chunk(dt.index)(dt, lets, batch, opts)
+    return kernels.domain_forces(dt, lets, batch, opts)
 
 
 def whole_forces(n_chunks: int, scalar, opts, potential: bool, *blocks):

@@ -7,10 +7,10 @@ kernels of the contracts ``domain_tree``, ``domain_let`` and ``domain_forces`` o
 signatures; ``opts`` is the tree options mapping of
 :func:`~cosmo_dask.gravity.tree.graph.tree_accelerations`):
 
-:func:`gpu_domain_tree`
+:func:`domain_tree_gpu`
     The domain's octree over its own particles
     (:func:`~cosmo_dask.spatial.octree_gpu.build_with_moments`).
-:func:`gpu_let`
+:func:`domain_let_gpu`
     The part of a source domain's tree that a target box needs, cut on the source's
     GPU by a level-by-level walk (CuPy, one pass per tree level) with the opening rule of
     the GPU walk kernel (:mod:`cosmo_dask.gravity.tree.forces_gpu`) applied to the whole target
@@ -21,7 +21,7 @@ signatures; ``opts`` is the tree options mapping of
     made stricter by a relative margin of ``LET_MARGIN`` so that rounding cannot make a
     group open a node the LET cut short. Only this pruned tree (node moments and the
     particles of opened leaves) moves between workers.
-:func:`gpu_domain_forces`
+:func:`domain_forces_gpu`
     The domain's groups against its own tree and against every LET received, each with
     the walk and force kernels of :mod:`cosmo_dask.gravity.tree.forces_gpu` (the LET nodes and
     the domain's group boxes share one node array, so the kernels need no second tree),
@@ -93,7 +93,7 @@ def settings_of(opts: Mapping[str, Any]) -> KernelSettings:
                            rs=opts["rs"], r_cut=opts["r_cut"])
 
 
-def gpu_domain_tree(pos, mass, index, opts: Mapping[str, Any]) -> GPUDomainTree:
+def domain_tree_gpu(pos, mass, index, opts: Mapping[str, Any]) -> GPUDomainTree:
     """The GPU octree of one domain's own particles (``pos`` CuPy (n, 3), ``mass`` CuPy
     (n,) or a float, ``index`` their global indices in increasing order; ``max_leaf``,
     ``max_group`` and ``box_size`` from ``opts``). The node second moments are always
@@ -135,7 +135,7 @@ def _expand(cp, first, counts, total: int):
     return first[j] + (k - (ends[j] - counts[j]))
 
 
-def gpu_let(dt: GPUDomainTree, box_lo, box_hi, opts: Mapping[str, Any]) -> GPULET | None:
+def domain_let_gpu(dt: GPUDomainTree, box_lo, box_hi, opts: Mapping[str, Any]) -> GPULET | None:
     """The LET of ``dt``'s tree for the target box ``[box_lo, box_hi]`` (host (3,) arrays),
     or None when nothing of it can act on the box (an empty source, or every node beyond
     the cut)."""
@@ -227,7 +227,7 @@ def _let_with_groups(let: GPULET, dt: GPUDomainTree):
     return nodes, s2, gnodes, pos, pmass, order
 
 
-def gpu_domain_forces(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
+def domain_forces_gpu(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
                       opts: Mapping[str, Any]):
     """Accelerations and potentials of a domain's particles from its own tree and the
     LETs (None entries skipped): ``(index, acc (n, 3) float64, pot (n,) float64)`` in
@@ -256,5 +256,5 @@ def gpu_domain_forces(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
         pot += p
     return dt.index, acc, pot
 
-__all__ = ["GPULET", "LET_MARGIN", "GPUDomainTree", "gpu_domain_forces", "gpu_domain_tree",
-           "gpu_let", "settings_of"]
+__all__ = ["GPULET", "LET_MARGIN", "GPUDomainTree", "domain_forces_gpu", "domain_tree_gpu",
+           "domain_let_gpu", "settings_of"]

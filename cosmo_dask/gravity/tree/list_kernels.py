@@ -40,12 +40,13 @@ import numba
 import numpy as np
 
 from ...core.errors import ParameterError
+from ..parameters import KERNELS
 from ..softening_kernels import plummer_kp, spline_kp
 from .walk import _walk_one, _walk_params
 
 __all__ = ["evaluate_lists", "KERNEL_CODES"]
 
-KERNEL_CODES = {"plummer": 0, "spline": 1}
+KERNEL_CODES = {name: code for code, name in enumerate(KERNELS)}
 _SQRT_PI = math.sqrt(math.pi)
 _FM = {"reassoc", "contract", "arcp"}  # reductions vectorise; no nnan/ninf assumptions
 

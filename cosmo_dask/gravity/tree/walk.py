@@ -62,10 +62,9 @@ import numpy as np
 
 from ...core.errors import ParameterError
 from ...spatial.octree_layout import Octree
-from ..parameters import TRUNC_OPEN_SPLITS, check_theta
+from ..parameters import TRUNC_OPEN_SPLITS
 
-__all__ = ["InteractionLists", "interaction_lists", "let_subtree", "let_node_mask",
-           "check_theta"]
+__all__ = ["InteractionLists", "interaction_lists", "let_subtree", "let_node_mask"]
 
 _STACK = 512  # depth-first stack: at most 7 * 21 + 1 entries are ever pending
 
@@ -241,8 +240,9 @@ def _walk_params(theta: float, box_size: float | None, r_cut: float | None,
                  rs: float | None = None):
     """``(1/theta^2, box, r_cut^2, cut, bcap)`` of the walk kernels (``box = 0``: isolated;
     ``bcap``: the largest ``bmax`` a multipole may have, ``theta TRUNC_OPEN_SPLITS rs``
-    with the truncated kernel, else infinite)."""
-    theta = check_theta(theta)
+    with the truncated kernel, else infinite); ``theta`` was checked where the public
+    call entered."""
+    theta = float(theta)
     box = 0.0
     if box_size is not None:
         box = float(box_size)

@@ -308,7 +308,7 @@ def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
 
-    from cosmo_dask.gravity.tree.let_gpu import gpu_domain_tree, gpu_let
+    from cosmo_dask.gravity.tree.let_gpu import domain_let_gpu, domain_tree_gpu
 
     rng = np.random.default_rng(4)
     n, box = 50_000, 10.0
@@ -317,9 +317,9 @@ def test_gpu_domain_trees_and_lets_travel_as_device_buffers():
     opts = {"G": 1.0, "theta": 0.5, "softening": 0.0, "softening_kernel": "plummer",
             "precision": "float64", "box_size": box, "rs": 0.3, "r_cut": 1.35,
             "max_leaf": 32, "max_group": 32}
-    dt = gpu_domain_tree(pos, mass, cupy.arange(n), opts)
+    dt = domain_tree_gpu(pos, mass, cupy.arange(n), opts)
     assert sizeof(dt) > dt.pos64.nbytes + dt.tree.pos.nbytes + dt.index.nbytes
-    let = gpu_let(dt, np.array([0.0, 0.0, 0.0]), np.array([2.0, 10.0, 10.0]), opts)
+    let = domain_let_gpu(dt, np.array([0.0, 0.0, 0.0]), np.array([2.0, 10.0, 10.0]), opts)
     assert let is not None and sizeof(let) >= let.pos.nbytes + let.lo.nbytes
     for obj in (dt, let):
         header, frames = serialize(obj, serializers=("cuda",))
