@@ -44,14 +44,20 @@ def _generate_snapshot(args):
                             device="gpu" if args.gpu else "cpu", **common)
 
 
-def cmd_generate(args) -> int:
-    snap = _generate_snapshot(args)
-    _check_out(args)  # before a cluster starts
+def _write_snapshot(args, snap):
+    """Write ``snap`` to ``args.out`` on the command's cluster, the output and the disk
+    space checked before the cluster starts; the store's path and the write's seconds."""
+    _check_out(args)
     check_disk_space(snap.nbytes, args.out, "OUT.zarr")
     with common._cluster(args):
         t0 = time.perf_counter()
         path = snap.to_zarr(args.out, overwrite=args.overwrite)
-        dt = time.perf_counter() - t0
+        return path, time.perf_counter() - t0
+
+
+def cmd_generate(args) -> int:
+    snap = _generate_snapshot(args)
+    path, dt = _write_snapshot(args, snap)
     _say(
         f"wrote {args.model} snapshot: N={snap.n_particles} -> {path} "
         f"({_human_bytes(snap.nbytes)}, {dt:.2f} s)"
@@ -67,12 +73,7 @@ def cmd_ics(args) -> int:
                    seed=args.seed, precision=args.precision, chunks=args.chunk_size,
                    fixed_amplitude=args.fixed_amplitude, paired=args.paired,
                    slabs=args.slabs, device="gpu" if args.gpu else "cpu")
-    _check_out(args)  # before a cluster starts
-    check_disk_space(snap.nbytes, args.out, "OUT.zarr")
-    with common._cluster(args):
-        t0 = time.perf_counter()
-        path = snap.to_zarr(args.out, overwrite=args.overwrite)
-        dt = time.perf_counter() - t0
+    path, dt = _write_snapshot(args, snap)
     power = args.power or "Eisenstein & Hu no-wiggle"
     order = "2LPT" if args.order == 2 else "Zel'dovich (1LPT)"
     field = ", ".join(k for k, on in (("fixed amplitudes", args.fixed_amplitude),

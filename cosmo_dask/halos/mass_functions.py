@@ -28,6 +28,7 @@ Units: the fits take masses in 1e10 Msun/h and give number densities in (Mpc/h)^
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -251,14 +252,20 @@ def _mean_density(cosmo: Cosmology) -> float:
     return cosmo.Omega_m * RHO_CRIT_1E10
 
 
-def _check_masses(M: Any, caller: str) -> np.ndarray:  # noqa: N803 (physics symbol)
+def _positive_values(x: Any, caller: str, name: str, what: str | None = None,
+                     unit: str = "") -> np.ndarray:
+    """``x`` as a float64 array of finite values > 0, else one ``ParameterError``."""
     try:
-        m = np.asarray(M, dtype=np.float64)
+        a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ParameterError(f"{caller}: M must be numeric, got {M!r}") from None
-    if not np.all(np.isfinite(m)) or np.any(m <= 0):
-        raise ParameterError(f"{caller}: masses must be finite and > 0 (1e10 Msun/h)")
-    return m
+        raise ParameterError(f"{caller}: {name} must be numeric, got {x!r}") from None
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ParameterError(f"{caller}: {what or name} must be finite and > 0{unit}")
+    return a
+
+
+def _check_masses(M: Any, caller: str) -> np.ndarray:  # noqa: N803 (physics symbol)
+    return _positive_values(M, caller, "M", "masses", " (1e10 Msun/h)")
 
 
 def _growth(cosmo: Cosmology, redshift: Any, caller: str) -> float:
@@ -395,57 +402,53 @@ def dlnsigma_dlnM(M: Any, cosmology: Any = None,  # noqa: N802, N803 (physics sy
 
 # --------------------------------------------------------------------------- fits
 def _check_sigma(sigma: Any, caller: str) -> np.ndarray:
-    try:
-        s = np.asarray(sigma, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{caller}: sigma must be numeric, got {sigma!r}") from None
-    if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ParameterError(f"{caller}: sigma must be finite and > 0")
-    return s
+    return _positive_values(sigma, caller, "sigma")
 
 
-def multiplicity_warren2006(sigma: Any):
+def _multiplicity(formula):
+    """A multiplicity function ``f(sigma)`` from ``formula`` (float64 array -> array):
+    ``sigma`` checked once, the result shaped like it, the shared docstring sections."""
+
+    @functools.wraps(formula)
+    def f(sigma: Any):
+        return formula(_check_sigma(sigma, formula.__name__))[()]
+
+    f.__doc__ = formula.__doc__ + """
+    Parameters
+    ----------
+    sigma : float or array-like
+        rms linear overdensity (> 0, dimensionless).
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``f(sigma)`` (dimensionless), shaped like ``sigma``.
+    """
+    return f
+
+
+@_multiplicity
+def multiplicity_warren2006(s):
     """Warren et al. (2006) multiplicity function.
 
     ``f(sigma) = A (sigma^-a + b) exp(-c / sigma^2)`` with A = 0.7234,
     a = 1.625, b = 0.2538, c = 1.1982 (Jenkins et al. 2001 convention,
     ``f = (M / rho_m) dn / dln(1/sigma)``).
-
-    Parameters
-    ----------
-    sigma : float or array-like
-        rms linear overdensity (> 0, dimensionless).
-
-    Returns
-    -------
-    numpy.ndarray or float
-        ``f(sigma)`` (dimensionless), shaped like ``sigma``.
     """
-    s = _check_sigma(sigma, "multiplicity_warren2006")
     p = WARREN2006
-    return (p["A"] * (s ** -p["a"] + p["b"]) * np.exp(-p["c"] / s**2))[()]
+    return p["A"] * (s ** -p["a"] + p["b"]) * np.exp(-p["c"] / s**2)
 
 
-def multiplicity_watson2013_fof(sigma: Any):
+@_multiplicity
+def multiplicity_watson2013_fof(s):
     """Watson et al. (2013) universal FoF multiplicity function.
 
     ``f(sigma) = A [(beta / sigma)^alpha + 1] exp(-gamma / sigma^2)`` with
     A = 0.282, alpha = 2.163, beta = 1.406, gamma = 1.210 (Jenkins et al. 2001
     convention, ``f = (M / rho_m) dn / dln(1/sigma)``).
-
-    Parameters
-    ----------
-    sigma : float or array-like
-        rms linear overdensity (> 0, dimensionless).
-
-    Returns
-    -------
-    numpy.ndarray or float
-        ``f(sigma)`` (dimensionless), shaped like ``sigma``.
     """
-    s = _check_sigma(sigma, "multiplicity_watson2013_fof")
     p = WATSON2013_FOF
-    return (p["A"] * ((p["beta"] / s) ** p["alpha"] + 1.0) * np.exp(-p["gamma"] / s**2))[()]
+    return p["A"] * ((p["beta"] / s) ** p["alpha"] + 1.0) * np.exp(-p["gamma"] / s**2)
 
 
 #: multiplicity functions by model name (:data:`~cosmo_dask.halos.parameters.MASS_FUNCTION_MODELS`)
