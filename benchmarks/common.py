@@ -72,7 +72,11 @@ CONFIG: Config | None = None
 
 
 def git_commit() -> str:
-    """The short commit of the repository holding this file ('' outside git)."""
+    """The short commit of the repository holding this file ('' outside git), or
+    ``$BENCH_COMMIT`` when set (a lent GPU host's copy of the tree may carry another git
+    HEAD than the commit it was copied from)."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                              capture_output=True, text=True, timeout=10)

@@ -404,3 +404,17 @@ def test_package_sources_hold_no_issue_numbers_dates_or_gpu_models():
             if _UNDATED.search(line):
                 found.append(f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}")
     assert not found, "issue numbers, dates or GPU models in the package:\n" + "\n".join(found)
+
+
+def test_tests_mirror_the_package():
+    """Every test module sits in a folder named after a package of cosmo_dask (tests/halos/,
+    tests/gravity/tree/, ...) or in tests/system/ or tests/support/, none at the top."""
+    tests = Path(__file__).resolve().parents[1]
+    misplaced = []
+    for path in sorted(tests.rglob("test_*.py")):
+        folder = path.parent.relative_to(tests)
+        if folder.parts[:1] in (("system",), ("support",)):
+            continue
+        if not folder.parts or not (ROOT / folder).is_dir():
+            misplaced.append(str(path.relative_to(tests.parent)))
+    assert not misplaced, "test modules outside the package's mirror: " + ", ".join(misplaced)
