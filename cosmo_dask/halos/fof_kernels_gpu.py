@@ -394,8 +394,16 @@ def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1,
         As ``fof_local``: wrong shapes, non-finite values, a negative period,
         ``linking_length <= 0`` or ``min_friends < 1``.
     """
-    import cupy as xp
+    import cupy
 
+    return fof_local(cupy, _cupy_kernels, pos, periods, linking_length, min_friends,
+                     count_friends, events)
+
+
+def fof_local(xp, kernels, pos, periods, linking_length: float, min_friends: int = 1,
+              count_friends: bool = True, events=None):
+    """:func:`fof_local_gpu` with the array module and kernels given (see
+    :func:`fof_pipeline`), as :func:`group_rows` is to :func:`group_rows_gpu`."""
     pos = xp.asarray(pos)
     per, ll, kmin = check_arguments(pos.shape, periods, linking_length, min_friends)
     counts = bool(count_friends) or kmin > 1
@@ -404,7 +412,7 @@ def fof_local_gpu(pos, periods, linking_length: float, min_friends: int = 1,
     if pos.dtype not in (np.float32, np.float64):
         pos = pos.astype(np.float64)
     pos = xp.ascontiguousarray(pos)  # kept in its dtype: no float64 copy of the input
-    return fof_pipeline(xp, _cupy_kernels, pos, per, ll, kmin, counts, events)
+    return fof_pipeline(xp, kernels, pos, per, ll, kmin, counts, events)
 
 
 def group_rows(xp, kernels, root, cls, ids, crossing, min_members: int) -> np.ndarray:

@@ -18,7 +18,6 @@ from tests.support.fof_reference import canonical_labels
 from tests.support.fof_reference import kdtree_pairs as _kdtree_pairs
 from tests.support.fof_reference import reference as scipy_reference
 from tests.support.fof_reference import wrap as _wrap
-from tests.support.kernels import fof_local_with
 
 # ---------------------------------------------------------------- references
 
@@ -393,8 +392,8 @@ class _Host:
                                       self.order)
 
     def fof(self, pos, periods, ll, min_friends=1, count_friends=True):
-        return fof_local_with(np, self.kernels, pos, periods, ll, min_friends,
-                                              count_friends)
+        return fof_kernels_gpu.fof_local(np, self.kernels, pos, periods, ll, min_friends,
+                                         count_friends)
 
     def group_rows(self, root, cls, ids, crossing, min_members):
         return fof_kernels_gpu.group_rows(np, self.kernels, root, cls, ids, crossing,
