@@ -236,6 +236,31 @@ def gpu_seconds(fn, repeat: int, warm: int | None = None):
     return statistics.median(times), times, out
 
 
+def cuda_event_seconds(fn, repeat: int, warm: int | None = None, before=None):
+    """``(median, times)``: seconds of ``repeat`` calls of ``fn`` timed by CUDA events on
+    the current stream after ``warm`` warm-up calls (default: the ``--warmup`` option,
+    else 1); ``before()``, when given, runs untimed before every call (e.g. zeroing an
+    output)."""
+    import cupy
+
+    for _ in range(_warm(warm)):
+        if before:
+            before()
+        fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        if before:
+            before()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times), times
+
+
 def box_parser(doc: str, *, n_side: int, box: float, steps: int, method: bool = True,
                devices=("cpu", "gpu")):
     """A :func:`parser` with the evolved-box options of the simulation benchmarks:

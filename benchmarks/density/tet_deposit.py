@@ -51,28 +51,19 @@ from cosmo_dask.models.zeldovich_ics import zeldovich
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import emit, parser, start, wall_median  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    cuda_event_seconds,
+    emit,
+    parser,
+    start,
+    wall_median,
+)
 from benchmarks.density.tet_deposit_clip_gpu import deposit_tets_clip_gpu  # noqa: E402
 
 
 def _median_gpu(fn, repeat, before=None):
-    import cupy as cp
-
-    if before:
-        before()
-    fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        if before:
-            before()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return float(np.median(times)), [round(t, 5) for t in times]
+    t, times = cuda_event_seconds(fn, repeat, warm=1, before=before)
+    return t, [round(x, 5) for x in times]
 
 
 def _patch_sets(d_t, d_m, cs, ng, P, cp):

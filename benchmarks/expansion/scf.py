@@ -29,7 +29,6 @@ import datetime
 import importlib.util
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,8 +38,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.common import cuda_event_seconds, parser, start
 from benchmarks.common import emit as _emit  # noqa: E402
-from benchmarks.common import parser, start
 from benchmarks.common import wall_median as _wall
 
 
@@ -150,18 +149,8 @@ def _scf_gpu_one(prec, x, m, n, args, env, dev):
         v = fit_device()
         return v, forces()
 
-    def timed(fn):
-        for _ in range(2):
-            fn()
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        ts = []
-        for _ in range(args.repeat):
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            ts.append(cupy.cuda.get_elapsed_time(start, stop))
-        return statistics.median(ts)
+    def timed(fn):  # milliseconds
+        return cuda_event_seconds(fn, args.repeat, warm=2)[0] * 1e3
 
     t_fit, t_force, t_both = timed(fit_device), timed(forces), timed(both)
     _emit(env, **base, level="kernel", ms_fit=t_fit, ms_forces=t_force,

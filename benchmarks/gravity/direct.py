@@ -30,23 +30,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
     sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import emit, parser, start  # noqa: E402
-
-
-def gpu_median(cupy, fn, repeat: int, warm: int = 1) -> float:
-    """Median seconds of ``fn`` by CUDA events after ``warm`` warm-up calls."""
-    for _ in range(warm):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
+from benchmarks.common import cuda_event_seconds, emit, parser, start  # noqa: E402
 
 
 def plummer_sphere(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +62,7 @@ def bench_gpu(env, args):
                                      potential=pot, exclude="index")
 
                 rep = args.repeat if prec == "float32" or logn == 18 else 3
-                t = gpu_median(cupy, call, rep)
+                t = cuda_event_seconds(call, rep, warm=1)[0]
                 fields = dict(workload="p2p_gpu", n=n, precision=prec, potential=pot,
                               kernel="plummer", seconds=t, pairs_per_s=n * n / t)
                 if pot:
@@ -110,7 +94,7 @@ def bench_gpu(env, args):
                                                  potential=True, exclude="index",
                                                  threads=threads, per_thread=per,
                                                  unroll=unroll)
-                        t = gpu_median(cupy, call, 3)
+                        t = cuda_event_seconds(call, 3, warm=1)[0]
                         emit(env, workload="p2p_gpu_sweep", n=n, precision=prec, potential=True,
                              threads=threads, per_thread=per, unroll=unroll, seconds=t,
                              pairs_per_s=n * n / t)
@@ -129,7 +113,7 @@ def bench_gpu(env, args):
                 return p2p_block(xd, xd, md, softening=1e-4, precision=prec,
                                  potential=False, box_size=1.0, rs=0.25, r_cut=1.2,
                                  table_level=level, exclude="index")
-            t = gpu_median(cupy, call, args.repeat)
+            t = cuda_event_seconds(call, args.repeat, warm=1)[0]
             base = t if level is None else base
             emit(env, workload="truncated_gpu", n=n, precision=prec, potential=False,
                  table_level=level, seconds=t, pairs_per_s=n * n / t,
