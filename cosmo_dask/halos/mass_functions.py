@@ -546,7 +546,8 @@ def plot_mass_function(
         Log-log axes of ``dn/dlnM`` against M, in the units of ``ds`` (the fits
         converted into them).
     """
-    from ..plot.mass_function import draw_mass_function, new_axes
+    from ..plot.figure import new_axes
+    from ..plot.mass_function import draw_mass_function
 
     missing = [v for v in ("dn_dlnM", "dn_dlnM_error", "mass", "mass_lo", "mass_hi")
                if v not in ds.variables]

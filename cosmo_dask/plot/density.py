@@ -28,7 +28,7 @@ def plot_slice(tree, *, axis: int = 2, position: float | None = None,
         Draw the boundaries of the leaves cut by the plane (skipped above
         20000 of them).
     path : str or path-like, optional
-        Save the figure there (Agg backend when no ``ax`` is given).
+        Save the figure there (an Agg figure outside pyplot when no window can open).
     ax : matplotlib Axes, optional
         Draw into it instead of a new figure.
 
@@ -57,10 +57,9 @@ def plot_slice(tree, *, axis: int = 2, position: float | None = None,
         raise ParameterError(f"DensityOctree.plot_slice: resolution must be a positive "
                              f"integer, got {resolution!r}")
     res = int(resolution)
-    if ax is None and path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
+
+    from .figure import new_axes
 
     a, b = [d for d in range(3) if d != axis]
     centres = (np.arange(res) + 0.5) / res * size
@@ -71,8 +70,8 @@ def plot_slice(tree, *, axis: int = 2, position: float | None = None,
     dens = tree.sample(pts.reshape(-1, 3)).reshape(res, res)
     with np.errstate(divide="ignore", invalid="ignore"):
         image = np.where(dens > 0, np.log10(np.where(dens > 0, dens, 1.0)), np.nan)
-    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 4.5))
-    ax = ax if ax is not None else fig.add_subplot(111)
+    ax = new_axes(ax, path, (5.5, 4.5))
+    fig = ax.figure
     cmap = matplotlib.colormaps["magma"].with_extremes(bad="black")
     extent = (lo[a], lo[a] + size, lo[b], lo[b] + size)
     shown = ax.imshow(image.T, origin="lower", extent=extent, cmap=cmap,
@@ -111,11 +110,7 @@ def plot_mesh_slice(mesh, box_size: float, *, axis: int = 2, index: int | None =
     ``thickness`` cells along ``axis`` starting at ``index`` (default: the middle) are
     summed; the image is ``log10(1 + delta)`` of the slab. Returns the figure.
     """
-    import matplotlib
-
-    if ax is None and path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from .figure import new_axes
 
     n = int(mesh.shape[axis])
     start = n // 2 if index is None else int(index)
@@ -125,8 +120,8 @@ def plot_mesh_slice(mesh, box_size: float, *, axis: int = 2, index: int | None =
     slab = np.asarray(host(slab.compute() if hasattr(slab, "compute") else slab), np.float64)
     mean = slab.mean()
     image = np.log10(np.maximum(slab / mean, 1e-3)) if mean > 0 else slab
-    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 4.5))
-    ax = ax if ax is not None else fig.add_subplot(111)
+    ax = new_axes(ax, path, (5.5, 4.5))
+    fig = ax.figure
     shown = ax.imshow(image.T, origin="lower", extent=(0, box_size, 0, box_size),
                       cmap="magma")
     fig.colorbar(shown, ax=ax, label="log10(1 + delta)")

@@ -1,42 +1,15 @@
 """The figure of a halo mass function: the measurement with Poisson errors and the
 fitting functions' curves (computed by :func:`cosmo_dask.halos.plot_mass_function`,
-which checks the input, makes the curves and calls :func:`new_axes` and
-:func:`draw_mass_function`)."""
+which checks the input, makes the curves and calls
+:func:`cosmo_dask.plot.figure.new_axes` and :func:`draw_mass_function`)."""
 
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any
 
 import numpy as np
 
-__all__ = ["draw_mass_function", "has_display", "new_axes"]
-
-
-def has_display() -> bool:
-    """Whether a window can open (Windows, macOS, or an X11/Wayland display)."""
-    if sys.platform.startswith(("win", "darwin")):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-
-
-def new_axes(ax: Any = None, path: str | os.PathLike | None = None):
-    """``ax``, or new axes (6 x 4.5 in): drawn with the Agg canvas, leaving pyplot's state
-    alone, when saving to ``path`` without a display; pyplot's otherwise."""
-    if ax is not None:
-        return ax
-    if path is not None and not has_display():
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(6.0, 4.5))
-        FigureCanvasAgg(fig)
-        return fig.add_subplot()
-    import matplotlib.pyplot as plt
-
-    _, ax = plt.subplots(figsize=(6.0, 4.5))
-    return ax
+__all__ = ["draw_mass_function"]
 
 
 def draw_mass_function(ax, ds, curves=(), *, mass_unit: str, density_unit: str,

@@ -24,14 +24,10 @@ def plot_power_spectrum(ds, path=None, *, ax=None, reference=None, label=None):
     -------
     matplotlib.figure.Figure
     """
-    import matplotlib
+    from .figure import new_axes
 
-    if ax is None and path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig = ax.figure if ax is not None else plt.figure(figsize=(6, 4.5))
-    ax = ax if ax is not None else fig.add_subplot(111)
+    ax = new_axes(ax, path, (6.0, 4.5))
+    fig = ax.figure
     k = ds["k"].values
     good = ds["n_modes"].values > 0
     ax.loglog(k[good], ds["power"].values[good], label=label or "P(k)")
