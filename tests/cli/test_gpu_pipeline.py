@@ -132,13 +132,13 @@ def test_mesh_gravity_matches_cpu(runs, method):
 
 def test_tree_gravity_against_direct(runs):
     from cosmo_dask.gravity import accelerations, open_gravity
-    from tests.support.gravity import direct_sums_at as _direct
+    from tests.support.gravity import reference
 
     tmp, _ = runs
     snap = _snap(tmp, "b.zarr")
     pos, mass = snap.pos.compute(), snap.particle_masses().compute()
     idx = np.arange(0, len(pos), 64)
-    ref, _ = _direct(pos, mass, idx, G=snap.G, eps=0.05, box=snap.box_size)
+    ref, _ = reference(pos, mass, targets=idx, G=snap.G, eps=0.05, box=snap.box_size)
     gpu = open_gravity(tmp / "g_tree.zarr")["acc"].values
     cpu, _ = accelerations(snap, method="tree", softening=0.05, precision="float64")
     e_gpu, e_cpu = np.median(_rel(gpu[idx], ref)), np.median(_rel(cpu.compute()[idx], ref))

@@ -10,7 +10,7 @@ import pytest
 from cosmo_dask import open_snapshot
 from cosmo_dask.cli import main
 from cosmo_dask.gravity import open_gravity
-from tests.support.gravity import direct_reference
+from tests.support.gravity import reference
 
 CLUSTER = ["--cpu", "--workers", "1"]
 
@@ -40,7 +40,7 @@ def test_gravity_direct_command(tmp_path, capsys, plummer_store):
                            "--softening", "0.01", "--precision", "float64"]) == 0
     said = capsys.readouterr().out
     snap = open_snapshot(plummer_store)
-    ref_acc, ref_pot = direct_reference(snap.pos.compute(), snap.particle_mass, snap.G, 0.01)
+    ref_acc, ref_pot = reference(snap.pos.compute(), snap.particle_mass, G=snap.G, eps=0.01)
     ds = open_gravity(out)
     np.testing.assert_allclose(ds["acc"].values, ref_acc, rtol=1e-10, atol=0)
     np.testing.assert_allclose(ds["pot"].values, ref_pot, rtol=1e-10, atol=0)
@@ -60,7 +60,7 @@ def test_gravity_command_float32_no_potential_and_explicit_g(tmp_path, capsys, p
     ds = open_gravity(out)
     assert "pot" not in ds and ds["acc"].dtype == np.float32 and ds.attrs["G"] == 2.5
     snap = open_snapshot(plummer_store)
-    ref, _ = direct_reference(snap.pos.compute(), snap.particle_mass, 2.5, 0.02)
+    ref, _ = reference(snap.pos.compute(), snap.particle_mass, G=2.5, eps=0.02)
     err = np.linalg.norm(ds["acc"].values - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert np.median(err) < 1e-5 and err.max() < 1e-3
     # an existing store needs --overwrite
@@ -111,7 +111,7 @@ def test_gravity_tree_command(tmp_path, capsys, plummer_store):
     assert main(CLUSTER + ["gravity", str(plummer_store), str(out), "--theta", "0.5",
                            "--softening", "0.01", "--precision", "float64"]) == 0
     snap = open_snapshot(plummer_store)
-    ref, ref_pot = direct_reference(snap.pos.compute(), snap.particle_mass, snap.G, 0.01)
+    ref, ref_pot = reference(snap.pos.compute(), snap.particle_mass, G=snap.G, eps=0.01)
     ds = open_gravity(out)
     err = np.linalg.norm(ds["acc"].values - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert np.median(err) < 5e-4 and np.percentile(err, 99) < 5e-3

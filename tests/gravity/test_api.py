@@ -16,7 +16,7 @@ from cosmo_dask.gravity import (
     open_gravity,
     to_zarr,
 )
-from tests.support.gravity import direct_reference
+from tests.support.gravity import reference
 
 
 def _points(n, seed=0, box=None):
@@ -88,8 +88,8 @@ def _fake_methods(monkeypatch, calls):
             p = pos.compute()
             m = mass.compute() if isinstance(mass, da.Array) else mass
             calls.append((method, dict(kw, mass=m)))
-            acc, pot = direct_reference(p, m, kw["G"], kw.get("softening", 0.0),
-                                        kw.get("box_size"))
+            acc, pot = reference(p, m, G=kw["G"], eps=kw.get("softening", 0.0),
+                                 box=kw.get("box_size"))
             dt = np.dtype(kw["precision"])
             acc = da.from_array(acc.astype(dt), chunks=(pos.chunks[0], 3))
             pot = da.from_array(pot.astype(dt), chunks=(pos.chunks[0],))
@@ -190,7 +190,7 @@ def test_snapshot_attrs_and_raw_arrays(monkeypatch):
     pos = _points(n, seed=5, box=box)
     snap = Snapshot.from_arrays(pos, particle_mass=0.25, G=4.0, box_size=box, chunks=50)
     acc, pot = accelerations(snap, method="direct", precision="float64", softening=0.1)
-    ref_acc, ref_pot = direct_reference(pos, 0.25, 4.0, 0.1, box)
+    ref_acc, ref_pot = reference(pos, 0.25, G=4.0, eps=0.1, box=box)
     np.testing.assert_allclose(acc.compute(), ref_acc, rtol=1e-12, atol=0)
     np.testing.assert_allclose(pot.compute(), ref_pot, rtol=1e-12, atol=0)
     assert calls[-1][1]["box_size"] == box and calls[-1][1]["G"] == 4.0
@@ -204,7 +204,7 @@ def test_snapshot_attrs_and_raw_arrays(monkeypatch):
     # raw positions: isolated, G = 1, chunks of the dask input kept
     raw = da.from_array(_points(n, seed=6), chunks=40)
     acc, pot = accelerations(raw, masses, method="direct", precision="float64")
-    ref_acc, ref_pot = direct_reference(raw.compute(), masses)
+    ref_acc, ref_pot = reference(raw.compute(), masses)
     np.testing.assert_allclose(acc.compute(), ref_acc, rtol=1e-12, atol=0)
     np.testing.assert_allclose(pot.compute(), ref_pot, rtol=1e-12, atol=0)
     assert calls[-1][1]["G"] == 1.0 and calls[-1][1]["box_size"] is None
@@ -287,7 +287,7 @@ def test_out_writes_the_store(tmp_path, monkeypatch):
     snap = Snapshot.from_arrays(pos, particle_mass=0.5, G=2.0, box_size=box, chunks=64)
     out = tmp_path / "g.zarr"
     acc, pot = accelerations(snap, method="treepm", n_mesh=16, out=out, precision="float64")
-    ref_acc, ref_pot = direct_reference(pos, 0.5, 2.0, 0.0, box)
+    ref_acc, ref_pot = reference(pos, 0.5, G=2.0, eps=0.0, box=box)
     np.testing.assert_allclose(acc.compute(), ref_acc, rtol=1e-12, atol=0)
     np.testing.assert_allclose(pot.compute(), ref_pot, rtol=1e-12, atol=0)
     attrs = open_gravity(out).attrs
@@ -310,7 +310,7 @@ def test_direct_method_against_reference(tmp_path):
     snap = Snapshot.from_arrays(pos, mass=masses, G=1.5, box_size=box, chunks=128)
     for precision, tol in (("float64", 1e-10), ("float32", 2e-4)):
         acc, pot = accelerations(snap, method="direct", softening=0.02, precision=precision)
-        ref_acc, ref_pot = direct_reference(pos, masses, 1.5, 0.02, box)
+        ref_acc, ref_pot = reference(pos, masses, G=1.5, eps=0.02, box=box)
         got = acc.compute()
         assert got.dtype == np.dtype(precision) and acc.chunks[0] == (128, 128, 44)
         err = np.linalg.norm(got - ref_acc, axis=1) / np.linalg.norm(ref_acc, axis=1)
@@ -344,7 +344,7 @@ def test_cupy_chunks_in_cupy_out(tmp_path):
     assert isinstance(acc._meta, cupy.ndarray) and isinstance(pot._meta, cupy.ndarray)
     a, p = dask.compute(acc, pot)
     assert isinstance(a, cupy.ndarray) and acc.chunks[0] == (128, 128, 44)
-    ref_acc, ref_pot = direct_reference(pos, 0.5, 1.0, 0.01, box)
+    ref_acc, ref_pot = reference(pos, 0.5, G=1.0, eps=0.01, box=box)
     np.testing.assert_allclose(cupy.asnumpy(a), ref_acc, rtol=1e-9, atol=0)
     np.testing.assert_allclose(cupy.asnumpy(p), ref_pot, rtol=1e-9, atol=0)
     to_zarr(acc, pot, tmp_path / "g.zarr")  # copied to the host chunk by chunk

@@ -16,7 +16,7 @@ from cosmo_dask.gravity.tree.walk import interaction_lists, let_subtree
 from cosmo_dask.models import hernquist, plummer
 from cosmo_dask.spatial.octree import build_octree, node_second_moment
 from tests.support.devices import DEVICES, array_module, to_host
-from tests.support.gravity import direct_sums_at as _direct
+from tests.support.gravity import reference
 
 
 # --------------------------------------------------------------------------- references
@@ -366,7 +366,7 @@ def test_plummer_theta05_quadrupole(precision, device):
                       precision=precision)
     assert acc.dtype == np.dtype(precision) and acc.shape == (n, 3) and pot.shape == (n,)
     idx = np.random.default_rng(0).choice(n, 2000, replace=False)
-    ra, rp = _direct(pos, mass, idx)
+    ra, rp = reference(pos, mass, targets=idx)
     err = _rel(to_host(acc)[idx].astype(np.float64), ra)
     med, p99 = np.median(err), np.percentile(err, 99)
     print(f"plummer N=2e4 theta=0.5 {precision}: median {med:.3e} p99 {p99:.3e}")
@@ -386,7 +386,7 @@ def test_softened(kernel, device):
     acc, pot = forces(xp.asarray(pos), xp.asarray(mass), G=2.0, theta=0.5,
                       softening=0.05, softening_kernel=kernel)
     idx = np.arange(0, n, 8)
-    ra, rp = _direct(pos, mass, idx, G=2.0, eps=0.05, kernel=kernel)
+    ra, rp = reference(pos, mass, targets=idx, G=2.0, eps=0.05, kernel=kernel)
     err = _rel(to_host(acc)[idx], ra)
     print(f"softened {kernel}: median {np.median(err):.3e} p99 {np.percentile(err, 99):.3e}")
     assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3
@@ -409,7 +409,7 @@ def test_periodic_truncated(precision, device):
     acc, pot = forces(xp.asarray(pos), xp.asarray(mass), theta=0.5,
                       box_size=box, rs=rs, precision=precision)
     idx = np.arange(0, n, 4)
-    ra, rp = _direct(pos, mass, idx, box=box, rs=rs, r_cut=r_cut)
+    ra, rp = reference(pos, mass, targets=idx, box=box, rs=rs, r_cut=r_cut)
     err = _rel(to_host(acc)[idx].astype(np.float64), ra)
     med, p99 = np.median(err), np.percentile(err, 99)
     print(f"periodic truncated {precision}: median {med:.3e} p99 {p99:.3e}")
@@ -489,7 +489,7 @@ def test_float32_tiny_scales_single_particle_nodes():
     acc64, _ = tree_forces_gpu(cupy.asarray(pos), cupy.asarray(mass), precision="float64",
                                max_leaf=2, max_group=16)
     idx = np.arange(0, n, 5)
-    ra, rp = _direct(pos, mass, idx)
+    ra, rp = reference(pos, mass, targets=idx)
     a = cupy.asnumpy(acc)[idx].astype(np.float64)
     assert np.all(np.isfinite(cupy.asnumpy(acc))) and np.all(np.isfinite(cupy.asnumpy(pot)))
     # float32 arithmetic reproduces the float64 tree
@@ -518,7 +518,7 @@ def test_input_order_independent_and_errors():
     # scalar mass and no potential
     c, pc = tree_forces_gpu(cupy.asarray(pos), 1.0 / n, potential=False, quadrupole=False)
     assert pc is None
-    ref, _ = _direct(pos, np.full(n, 1.0 / n), np.arange(0, n, 30))
+    ref, _ = reference(pos, np.full(n, 1.0 / n), targets=np.arange(0, n, 30))
     err = _rel(cupy.asnumpy(c)[::30], ref)
     assert np.median(err) <= 5e-3  # monopole only: looser
     for kw, match in [({"theta": 0.0}, "theta"), ({"theta": 1.5}, "theta"),
@@ -546,7 +546,7 @@ def test_periodic_nearest_image_matches_cpu_tree_and_direct():
                                box_size=box, softening=1e-3)
     cpu, _ = tree_forces(pos, mass, theta=0.5, box_size=box, softening=1e-3)
     idx = np.arange(0, n, 4)
-    ra, _ = _direct(pos, mass, idx, box=box, eps=1e-3)
+    ra, _ = reference(pos, mass, targets=idx, box=box, eps=1e-3)
     gpu = cupy.asnumpy(acc)
     err, err_cpu = _rel(gpu[idx], ra), _rel(cpu[idx], ra)
     print(f"periodic nearest image: GPU median {np.median(err):.3e} p99 "

@@ -10,8 +10,7 @@ import pytest
 
 from cosmo_dask.gravity.tree.graph import tree_accelerations
 from cosmo_dask.models import plummer
-from tests.support.gravity import direct_reference_at as direct_reference
-from tests.support.gravity import rel_err
+from tests.support.gravity import reference, rel_err
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def test_plummer_theta05_against_direct(sphere, n_domains):
                                   n_domains=n_domains)
     a, p = dask.compute(acc, pot)
     idx = np.random.default_rng(0).choice(len(x), 600, replace=False)
-    ref_a, ref_p = direct_reference(x, m, idx)
+    ref_a, ref_p = reference(x, m, targets=idx)
     err = rel_err(a[idx], ref_a)
     assert np.median(err) <= 5e-4   # measured 3.2e-4 (1 domain), 3.8e-4 (8 domains)
     assert np.percentile(err, 99) <= 5e-3
@@ -90,7 +89,7 @@ def test_periodic_short_range_across_domains():
     m = rng.uniform(0.5, 1.5, n)
     rs = 0.4
     idx = rng.choice(n, 300, replace=False)
-    ref_a, ref_p = direct_reference(x, m, idx, box=box, rs=rs, r_cut=4.5 * rs)
+    ref_a, ref_p = reference(x, m, targets=idx, box=box, rs=rs, r_cut=4.5 * rs)
     for nd in (1, 8):
         acc, pot = tree_accelerations(da.from_array(x, chunks=1000),
                                       da.from_array(m, chunks=1000), G=1.0, theta=0.5,
@@ -158,7 +157,7 @@ def test_block_lets_change_nothing(sphere, monkeypatch):
     np.testing.assert_array_equal(out[True][0], out[False][0])
     np.testing.assert_array_equal(out[True][1], out[False][1])
     idx = np.arange(0, len(x), 97)
-    ref_a, _ = direct_reference(x, m, idx)
+    ref_a, _ = reference(x, m, targets=idx)
     assert np.median(rel_err(out[True][0][idx], ref_a)) <= 5e-4
 
 
@@ -199,7 +198,7 @@ def test_gpu_chunks_against_direct(n_domains):
         a, p = dask.compute(acc, pot)
     assert isinstance(a, cupy.ndarray) and isinstance(p, cupy.ndarray)
     idx = np.random.default_rng(1).choice(len(x), 500, replace=False)
-    ref_a, ref_p = direct_reference(x, m, idx)
+    ref_a, ref_p = reference(x, m, targets=idx)
     err = rel_err(cupy.asnumpy(a)[idx], ref_a)
     assert np.median(err) <= 5e-4
     assert np.percentile(err, 99) <= 5e-3
@@ -262,7 +261,7 @@ def test_eight_gpu_domains_equal_one_gpu_domain(gpu_only_walk):
     # grid over the bounding box leaves the outer domains of a Plummer sphere sparse)
     assert gpu_only_walk["forces"] == 8 and gpu_only_walk["lets"] >= 8
     idx = np.random.default_rng(2).choice(len(x), 500, replace=False)
-    ref_a, ref_p = direct_reference(x, m, idx)
+    ref_a, ref_p = reference(x, m, targets=idx)
     for nd in (1, 8):
         err = rel_err(out[nd][0][idx], ref_a)
         assert np.median(err) <= 5e-4 and np.percentile(err, 99) <= 5e-3, nd
@@ -292,7 +291,7 @@ def test_eight_gpu_domains_treepm_short_range(gpu_only_walk):
         out[nd] = cupy.asnumpy(a), cupy.asnumpy(p)
     assert gpu_only_walk["forces"] == 8 and gpu_only_walk["lets"] >= 8
     idx = np.random.default_rng(3).choice(len(x), 400, replace=False)
-    ref_a, _ = direct_reference(x, m, idx, box=box, rs=rs, r_cut=4.5 * rs)
+    ref_a, _ = reference(x, m, targets=idx, box=box, rs=rs, r_cut=4.5 * rs)
     for nd in (1, 8):
         err = rel_err(out[nd][0][idx], ref_a)
         assert np.median(err) <= 2e-3 and np.percentile(err, 99) <= 2e-2, (nd, np.median(err))
@@ -363,5 +362,5 @@ def test_gpu_treepm_block_lets_equal_pair_lets(monkeypatch):
         scale = np.abs(out[False][q]).max()
         np.testing.assert_allclose(out[True][q], out[False][q], rtol=0, atol=1e-12 * scale)
     idx = rng.choice(n, 300, replace=False)
-    ref_a, _ = direct_reference(x, m, idx, box=box, rs=rs, r_cut=4.5 * rs)
+    ref_a, _ = reference(x, m, targets=idx, box=box, rs=rs, r_cut=4.5 * rs)
     assert np.median(rel_err(out[True][0][idx], ref_a)) <= 2e-3
