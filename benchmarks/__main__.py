@@ -30,6 +30,7 @@ WORKLOADS = {
     "treepm-walk": "benchmarks.gravity.treepm_walk",
     "mesh-scale": "benchmarks.gravity.mesh_scale",
     "domains-profile-gpu": "benchmarks.gravity.domains_profile_gpu",
+    "pm-profile-gpu": "benchmarks.gravity.pm_profile_gpu",
     # density
     "pse": "benchmarks.density.pse",
     "pse-phases": "benchmarks.density.pse_phases",
