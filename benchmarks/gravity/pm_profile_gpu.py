@@ -89,10 +89,10 @@ def primitives(pos, n_mesh: int, box: float, mass: float, repeat: int) -> dict:
     t("irfft_two_step", lambda: cupy.fft.irfftn(cupy.fft.ifft(fk, axis=0), s=(n, n),
                                                 axes=(1, 2)))
     t("irfft_one_plan", lambda: cupy.fft.irfftn(fk, s=(n, n, n)))
-    del fk
+    fk = None
     comps = [cupy.random.random((n, n, n), dtype=np.float32) for _ in range(3)]
     t("interp3", lambda: cic_interpolate_gpu(pos, comps, box))
-    del comps, mesh
+    comps = mesh = None
     cupy.get_default_memory_pool().free_all_blocks()
     return out
 
