@@ -310,7 +310,11 @@ def paint_meshes(pos: da.Array, mass, *, n_mesh: int, box_size: float, scheme: s
                              shifts=shifts if layout_shifts is None else layout_shifts)
         exchange = SlabExchange(pos, mass, layout, name="mesh")
     count = exchange.layout.n_slabs
-    groups = max(1, math.ceil(worker_threads() / count))
+    # CPU workers paint a slab's chunks in parallel groups when slabs are fewer than their
+    # threads; a GPU paints every chunk of its slab at memory speed, so there a slab is
+    # one task (groups would cost a mesh-sized partial sum each: ~70 ms at 1024^3)
+    gpu = array_module(exchange.pos) is not np
+    groups = 1 if gpu else max(1, math.ceil(worker_threads() / count))
     scalar = 0.0 if isinstance(mass, da.Array) else float(mass)
     meshes = [exchange.deposit(_deposit_block, name="mesh-paint", dtype=dtype, groups=groups,
                                split_every=split_every, after=after, n=n,

@@ -46,7 +46,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..core.backend import array_module, particle_rows, resolve_precision
+from ..core.backend import array_module, host, particle_rows, resolve_precision
 from ..core.errors import ParameterError
 from ..density.painting import centred, meshes_fit, paint_meshes
 from ..density.painting import check_n_mesh as check_mesh_size
@@ -93,7 +93,7 @@ def _check_inside_block(block, box, what, block_info=None):
     xp = array_module(block)
     if block.shape[0] == 0:
         return block
-    lo, hi = float(block.min()), float(block.max())
+    lo, hi = (float(v) for v in host(xp.stack((block.min(), block.max()))))  # one sync
     if math.isfinite(lo) and math.isfinite(hi) and lo >= 0 and hi < box:
         return block
     offset = block_info[0]["array-location"][0][0] if block_info else 0

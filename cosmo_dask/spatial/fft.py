@@ -297,6 +297,29 @@ def _c2c_block(block, inverse: bool, workers: int = 1):
     return _on_fft_thread(func, block, axis=0)
 
 
+def _r2c_whole(block):
+    """A one-slab CuPy mesh's whole 3-d real FFT as one cuFFT plan (``fft-r2c3``)."""
+    return _on_fft_thread(array_module(block).fft.rfftn, block)
+
+
+def _c2r_whole(block, n2: int):
+    """A one-slab CuPy k-space mesh's whole inverse 3-d real FFT as one cuFFT plan
+    (``fft-c2r3``)."""
+    return _on_fft_thread(array_module(block).fft.irfftn, block,
+                          s=(block.shape[0], block.shape[1], n2))
+
+
+def _one_gpu_plan(x: da.Array, slab_axis: int, slabs: int | None) -> bool:
+    """A CuPy-backed mesh in one slab that stays one slab: transformed by one 3-d cuFFT
+    plan (one pass over the mesh per direction instead of a plan per axis group and a
+    strided axis-0 pass: 8 instead of 23 ms forward, 16 instead of 52 ms inverse at
+    1024^3 float32 on a current GPU, ``pm-profile-gpu``). The values agree with the
+    slab path's to float rounding; CPU meshes keep the slab path, whose bits do not
+    depend on the slab count."""
+    return (array_module(x._meta) is not np and len(x.chunks[slab_axis]) == 1
+            and (slabs or 1) == 1)
+
+
 def _c2r_block(block, n1: int, n2: int, workers: int = 1):
     """Complex slab (c0, n1, n2 // 2 + 1) -> real slab (c0, n1, n2): ifft axis 1, irfft axis 2."""
     xp = array_module(block)
@@ -386,6 +409,9 @@ def rfftn(mesh, slabs: int | None = None) -> da.Array:
     ctype = _COMPLEX_OF[dtype_in]
     nk = n2 // 2 + 1
     meta = empty_meta(mesh, 3, ctype)
+    if _one_gpu_plan(mesh, 0, slabs):
+        return da.map_blocks(_r2c_whole, mesh, chunks=((n0,), (n1,), (nk,)), dtype=ctype,
+                             meta=meta, name=f"fft-r2c3-{tokenize(mesh)}")
 
     kslab = da.map_blocks(_r2c_block, mesh, _threads(len(mesh.chunks[0])),
                           chunks=(mesh.chunks[0], (n1,), (nk,)), dtype=ctype, meta=meta,
@@ -455,6 +481,10 @@ def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
         # each k-slab must hold whole lines along axis 0 for the first 1-d FFT
         kmesh = kmesh.rechunk((-1, kmesh.chunks[1], -1))
     rtype = _REAL_OF[dtype]
+    if _one_gpu_plan(kmesh, 1, slabs):
+        return da.map_blocks(_c2r_whole, kmesh, n2, chunks=((n0,), (n1,), (n2,)), dtype=rtype,
+                             meta=empty_meta(kmesh, 3, rtype),
+                             name=f"fft-c2r3-{tokenize(kmesh, n2)}")
 
     lines = da.map_blocks(_c2c_block, kmesh, True, _threads(len(kmesh.chunks[1])), dtype=dtype,
                           meta=empty_meta(kmesh, 3, dtype), name=f"fft-ic2c-{tokenize(kmesh)}")
