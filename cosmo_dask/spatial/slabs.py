@@ -30,7 +30,8 @@ Interpolate (:meth:`SlabExchange.interpolate`)
     the piece's particles (a particle near a slab edge gets a part from each
     slab it reaches) and returns ``(rows, values)``; one ``gather`` task per
     chunk adds the parts at their rows, in slab order, and returns the
-    values in the chunk's row order.
+    values in the chunk's row order. A mesh of one slab skips both: one task per
+    chunk evaluates every mesh at the chunk and finishes its values.
 
 Two stages (above :data:`~cosmo_dask.spatial.domains.TWO_STAGE_PAIRS` (chunk, slab)
 pairs, as :meth:`~cosmo_dask.spatial.layout.DomainLayout.exchange`)
@@ -296,6 +297,21 @@ def _gather_lists(m: int, ncols: int, columns: tuple, finish, start: int, n_list
     return _add_parts(m, ncols, columns, finish, parts, lists_and_args[n_lists:])
 
 
+def _interpolate_whole(funcs: tuple, n: int, finish, piece, *meshes_and_args):
+    """``<name>``, one-slab meshes: a chunk's values from every group's meshes (whole, the
+    chunk its own piece) side by side, then ``finish(values, *args)``. ``funcs``: the
+    groups' ``(func, number of meshes)``. The values are those of the slab tasks and
+    the gather (which adds each column's one part to zeros) bit for bit."""
+    values, k = [], 0
+    for func, count in funcs:
+        values.append(func(piece, 0, n, *meshes_and_args[k:k + count])[1])
+        k += count
+    xp = array_module(values[0])
+    out = values[0] if len(values) == 1 else xp.concatenate(values, axis=1)
+    out = out.astype(np.float64, copy=False)
+    return finish(out, *meshes_and_args[k:]) if finish is not None else out
+
+
 def _add_parts(m: int, ncols: int, columns: tuple, finish, parts, args):
     xp = array_module(parts[0][1])
     out = xp.zeros((m, ncols), dtype=np.float64)
@@ -524,6 +540,21 @@ class SlabExchange:
             if isinstance(a, da.Array):
                 g.add_input(a)
         ref = g.ref
+        xp = array_module(self.pos)
+        if lay.n_slabs == 1:  # one task per chunk reads every mesh: no parts, no gathers
+            funcs = tuple((func, len(meshes)) for func, meshes, _ in groups)
+            probe = np.zeros((0, sum(c for _, _, c in groups)))
+            probe_args = [np.zeros((0, *a.shape[1:])) if isinstance(a, da.Array) else a
+                          for a in finish_args]
+            ncols_out = (finish(probe, *probe_args) if finish is not None else probe).shape[1]
+            for i in range(len(self.pos.chunks[0])):
+                meshes = [g.chunk(mesh, 0, 0, 0) for _, ms, _ in groups for mesh in ms]
+                args = [g.chunk(a, i, *(0,) * (a.ndim - 1)) if isinstance(a, da.Array) else a
+                        for a in finish_args]
+                g.add((out, i, 0), _interpolate_whole, funcs, lay.n, finish,
+                      ref(self.piece(i, 0)), *meshes, *args)
+            return g.array(out, (self.pos.chunks[0], (ncols_out,)),
+                           xp.empty((0, 0), dtype=dtype), np.dtype(dtype))
         columns, c0 = [], 0
         for gi, (func, meshes, ncols) in enumerate(groups):
             for s in range(lay.n_slabs):
@@ -534,7 +565,6 @@ class SlabExchange:
             columns.append((c0, c0 + ncols))
             c0 += ncols
         ncols_in = c0
-        xp = array_module(self.pos)
         probe = np.zeros((0, ncols_in))
         probe_args = [np.zeros((0, *a.shape[1:])) if isinstance(a, da.Array) else a
                       for a in finish_args]
