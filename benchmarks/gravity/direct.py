@@ -13,6 +13,9 @@ Prints one JSON object per measurement:
   erfc vs the 512-node table at Taylor levels 0..4 (speed gain = exact time /
   table time), with every pair inside the table (x <= 1.8), force only.
 * ``truncated_table_error``: the table's max relative error per level on [0, 3].
+* ``p2p_issue_bound``: instructions per pair of the float32 tile loop (NVRTC's PTX, its
+  largest basic block) and the pairs/s one instruction per scheduler and clock allows;
+  the ``p2p_gpu`` float32 rows at 2^20 also carry the SM clock sampled under load.
 
     python -m benchmarks gravity-direct [--sweep] [--repeat 5] [--no-cpu]
 """
@@ -41,12 +44,99 @@ def plummer_sphere(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return x, np.full(n, 1.0 / n)
 
 
+def hot_loop_mix(ptx: str) -> dict:
+    """The instruction mix of the largest basic block of a PTX listing, from its label to
+    its first branch (the unrolled tile loop of ``p2p_tile``): counts per opcode
+    (``fma``, ``sub``, ``mul``, ``add``, ``rsqrt``, ``ld`` ...)."""
+    import collections
+    import re
+
+    blocks, cur = [], None
+    for line in ptx.splitlines():
+        if re.match(r"^\$L__BB", line):
+            cur = []
+            blocks.append(cur)
+        elif cur is not None:
+            op = line.strip().split(" ")[0].split("\t")[0].rstrip(";")
+            if op.startswith("@") or op == "bra" or op.startswith("bra."):
+                cur = None  # the loop's branch ends it (what follows runs once per tile)
+            elif op and not op.startswith(("//", ".")) and not op.endswith(":"):
+                cur.append(op.split(".")[0])
+    return dict(collections.Counter(max(blocks, key=len)))
+
+
+def issue_bound(env, potential: bool) -> dict:
+    """Instructions per pair of the float32 Plummer tile loop (NVRTC's PTX of ``p2p.cu``
+    for this GPU, ``-ftz=true``) and the pairs/s they allow: each of an SM's four
+    schedulers issues one warp instruction (32 lanes) per clock, so pairs/s <= SMs x 4 x
+    32 x clock / (instructions per pair). The clock is the GPU's maximum SM clock; the
+    sampled clock under load is in the ``p2p_gpu`` rows."""
+    import cupy
+
+    from cosmo_dask import cuda
+    from cosmo_dask.gravity.p2p_kernels_gpu import (
+        DEFAULT_PER_THREAD,
+        DEFAULT_THREADS,
+        DEFAULT_UNROLL,
+        kernel_defines,
+    )
+
+    threads, per, unroll = DEFAULT_THREADS["float32"], DEFAULT_PER_THREAD["float32"], \
+        DEFAULT_UNROLL
+    defines = kernel_defines(np.float32, threads=threads, per_thread=per, unroll=unroll,
+                             kernel=0, trunc=0, level=-1, periodic=False,
+                             potential=potential, check=False, excl=1)
+    dev = cupy.cuda.Device()
+    arch = "compute_" + dev.compute_capability
+    ptx = cupy.cuda.compiler.compile_using_nvrtc(
+        cuda.source("p2p", defines), options=cuda.OPTIONS + ("-ftz=true",)
+        + cuda.include_options(), arch=arch)
+    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    mix = hot_loop_mix(ptx)
+    pairs = per * unroll
+    slots = sum(v for k, v in mix.items() if k not in ("ld",)) / pairs  # LDS: 1 per 4 pairs
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    sms, clock_hz = props["multiProcessorCount"], props["clockRate"] * 1e3
+    return dict(env, workload="p2p_issue_bound", potential=potential,
+                hot_loop_mix=mix, pairs_per_iteration=pairs,
+                instructions_per_pair=round(slots, 3), sms=sms, max_sm_clock_hz=clock_hz,
+                issue_bound_pairs_per_s=sms * 4 * 32 * clock_hz / slots)
+
+
+def sampled_sm_clock(fn, seconds: float = 3.0) -> float | None:
+    """Median SM clock (Hz) that ``nvidia-smi`` reports while ``fn()`` runs back to back
+    for about ``seconds``; None without nvidia-smi."""
+    import shutil
+    import subprocess
+
+    import cupy
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
+                             "-lms", "200", "-i", str(cupy.cuda.Device().id)],
+                            stdout=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        cupy.cuda.Device().synchronize()
+    proc.terminate()
+    out = proc.communicate()[0].split()
+    vals = sorted(float(v) for v in out if v.replace(".", "").isdigit())
+    return statistics.median(vals[len(vals) // 4:]) * 1e6 if vals else None
+
+
 def bench_gpu(env, args):
     import cupy
 
     from cosmo_dask.gravity.dispatch import p2p_block  # p2p_block_gpu on CuPy arrays
 
     env = dict(env, device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
+    for pot in (True, False):
+        try:
+            emit(**issue_bound(env, pot))
+        except Exception as exc:  # noqa: BLE001 - a missing NVRTC feature only drops the row
+            emit(env, workload="p2p_issue_bound", potential=pot, skipped=repr(exc))
     for logn in (18, 20):
         n = 2 ** logn
         x, m = plummer_sphere(n)
@@ -65,6 +155,8 @@ def bench_gpu(env, args):
                 t = cuda_event_seconds(call, rep, warm=1)[0]
                 fields = dict(workload="p2p_gpu", n=n, precision=prec, potential=pot,
                               kernel="plummer", seconds=t, pairs_per_s=n * n / t)
+                if prec == "float32" and logn == 20:
+                    fields["sm_clock_hz_under_load"] = sampled_sm_clock(call)
                 if pot:
                     a, p = call()
                     if prec == "float64":
