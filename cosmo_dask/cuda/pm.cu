@@ -3,11 +3,13 @@
 // (k-space slab), POS_T (positions), MESH_T (meshes): "double" or "float".
 #include "periodic.cuh"
 // fk, out: a complex k-space slab (n0, n1, nk) as interleaved (re, im) pairs of REAL_T
+// axis 0, 1, 2: times -i d[index along axis] (one acceleration component), -1: the potential
 extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restrict__ out,
                                  const long long n0, const long long n1, const long long nk,
                                  const double* __restrict__ k2x, const double* __restrict__ k2y,
                                  const double* __restrict__ k2z, const double* __restrict__ gx,
                                  const double* __restrict__ gy, const double* __restrict__ gz,
+                                 const double* __restrict__ d, const int axis,
                                  const double scale)
 {
     const long long total = n0 * n1 * nk;
@@ -19,8 +21,15 @@ extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restri
     const double k2 = (k2x[i] + k2y[j]) + k2z[lz];
     double f = 0.0;
     if (k2 != 0.0) f = scale * (gx[i] * gy[j]) * gz[lz] / k2;
-    out[2 * t] = (REAL_T)((double)fk[2 * t] * f);
-    out[2 * t + 1] = (REAL_T)((double)fk[2 * t + 1] * f);
+    const double re = (double)fk[2 * t], im = (double)fk[2 * t + 1];
+    if (axis < 0) {
+        out[2 * t] = (REAL_T)(re * f);
+        out[2 * t + 1] = (REAL_T)(im * f);
+    } else {                                   // (re + i im) (-i f d) = f d (im - i re)
+        f *= d[axis == 0 ? i : (axis == 1 ? j : lz)];
+        out[2 * t] = (REAL_T)(im * f);
+        out[2 * t + 1] = (REAL_T)(-re * f);
+    }
 }
 
 // c (<= 4) mesh slabs of planes x_lo .. x_lo + nx - 1, each (nx, n, n) C order

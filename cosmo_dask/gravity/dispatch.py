@@ -13,8 +13,9 @@ box_size, rs, r_cut, table_level, exclude, centre)``
     None)`` of dtype ``precision`` (:func:`~cosmo_dask.gravity.p2p_kernels.p2p_block`,
     :func:`~cosmo_dask.gravity.p2p_kernels_gpu.p2p_block_gpu`; the GPU kernel also takes
     launch keywords).
-``green_kslab(fk, kx, ky, kz, *, cell, rs, scale)``
-    The PM Green's function on a k-space slab, a new slab of ``fk``'s dtype
+``green_kslab(fk, kx, ky, kz, *, cell, rs, scale, axis=None, kind="fd4")``
+    The PM Green's function on a k-space slab, a new slab of ``fk``'s dtype; with
+    ``axis``, one acceleration component's slab (the gradient in the same pass)
     (:func:`~cosmo_dask.gravity.pm_kernels.green_kslab`,
     :func:`~cosmo_dask.gravity.pm_kernels_gpu.green_kslab_gpu`).
 ``cic_interpolate(pos, meshes, box_size, shift=0.0, x_lo=0)``

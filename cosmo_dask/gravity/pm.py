@@ -10,13 +10,13 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    the slabs its particles reach (:mod:`cosmo_dask.spatial.slabs`, covering both
    interlaced shifts) and each slab of each mesh is deposited by one task.
 3. the solve, slab by slab, with :mod:`cosmo_dask.spatial.fft`: ``fft-r2c`` /
-   transpose / ``fft-c2c`` (:func:`~cosmo_dask.spatial.fft.rfftn`),
-   ``gravity-pm-green`` (Green's function with the Gaussian split and CIC
-   deconvolution, per k-space slab), per component ``gravity-pm-grad`` (the
-   spectral or 4-point gradient) and the inverse transform back to real slabs
-   (:func:`~cosmo_dask.spatial.fft.irfftn`), and the potential's inverse
-   transform; kernels through the contracts of :mod:`~cosmo_dask.gravity.dispatch`
-   (:mod:`~cosmo_dask.gravity.pm_kernels`, numba, or
+   transpose / ``fft-c2c`` (:func:`~cosmo_dask.spatial.fft.rfftn`; one 3-d plan,
+   ``fft-r2c3``, for a one-slab CuPy mesh), then per component ``gravity-pm-green``
+   (Green's function with the Gaussian split and CIC deconvolution, and the
+   spectral or 4-point gradient, in one pass per k-space slab) and the inverse
+   transform back to real slabs (:func:`~cosmo_dask.spatial.fft.irfftn`), and the
+   potential's inverse transform; kernels through the contracts of
+   :mod:`~cosmo_dask.gravity.dispatch` (:mod:`~cosmo_dask.gravity.pm_kernels`, numba, or
    :mod:`~cosmo_dask.gravity.pm_kernels_gpu`, CUDA, by the slab's type).
 4. ``gravity-pm-interp-slab``: one task per (mesh, slab, chunk) CIC-interpolates
    the slab's force (and potential) components at the chunk's particles that
@@ -29,7 +29,7 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
 Memory: no task holds more than about :data:`~cosmo_dask.density.painting.TASK_SLABS`
 slabs (``4 / S`` of a mesh) unless the mesh is one slab (the default up to a
 256 MiB complex mesh: ``n <= 400`` in float32, 320 in float64), whose pipeline
-runs in one worker at a time (about 8 meshes). Over the cluster the potential's
+runs in one worker at a time (about 8 meshes). Over the cluster the density's
 k-space mesh, one mesh's ``c`` components and the transposes in flight are alive
 at once, about ``c + 2`` meshes, when the workers hold them together; else the
 component in flight only, about 3 meshes (Dask spills what does not fit). ``n_mesh`` up to
@@ -53,11 +53,10 @@ from ..density.painting import check_n_mesh as check_mesh_size
 from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
 from ..spatial.slabs import after as slab_after
 from .dispatch import cic_interpolate, green_kslab
-from .pm_kernels import gradient_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
            "force_kmesh", "force_passes", "gpu_one_slab_meshes", "inside_box", "long_range",
-           "pm_force_meshes", "potential_kmesh"]
+           "pm_force_meshes", "density_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
@@ -152,44 +151,39 @@ def _finish_passes(vals, *args, finish, n_before: int):
     return finish(xp.concatenate([*before, vals], axis=1), *args[n_before:])
 
 
-def potential_kmesh(mass_mesh: da.Array, *, G: float, box_size: float,
-                    r_split: float) -> da.Array:
-    """The potential's k-space mesh (k-space slabs) of a mass mesh (mass per cell) in slabs.
-
-    ``rfftn`` of the mesh less its mean (:func:`cosmo_dask.density.painting.centred`:
-    more accurate in float32; the ``k = 0`` mode is dropped anyway) times the
-    Green's function (the contract :data:`~cosmo_dask.gravity.dispatch.green_kslab`,
-    ``scale = -4 pi G / H^3``): ``gravity-pm-green`` tasks.
-    """
-    n = int(mass_mesh.shape[0])
-    cell = box_size / n
-    return map_kslabs(green_kslab, rfftn(centred(mass_mesh)), shape=(n, n, n),
-                      box_size=box_size, name="gravity-pm-green", kdtype=np.float64, cell=cell,
-                      rs=float(r_split), scale=-4.0 * math.pi * float(G) / cell**3)
+def density_kmesh(mass_mesh: da.Array) -> da.Array:
+    """The k-space mesh (k-space slabs) of a mass mesh in slabs: ``rfftn`` of the mesh
+    less its mean (:func:`cosmo_dask.density.painting.centred`: more accurate in
+    float32; the ``k = 0`` mode is dropped anyway)."""
+    return rfftn(centred(mass_mesh))
 
 
-def force_kmesh(phi: da.Array, component: int, *, box_size: float,
+def force_kmesh(fk: da.Array, component: int, *, G: float, box_size: float,
                 r_split: float) -> da.Array:
-    """The k-space mesh of acceleration ``component`` 0, 1, 2 (``gravity-pm-grad``: the
-    spectral gradient with a split, the 4-point difference without;
-    :func:`~cosmo_dask.gravity.pm_kernels.gradient_kslab`), or ``phi`` itself for 3."""
-    if component == 3:
-        return phi
-    n = int(phi.shape[0])
-    return map_kslabs(gradient_kslab, phi, shape=(n, n, n), box_size=box_size,
-                      name="gravity-pm-grad", kdtype=np.float64, axis=component,
-                      cell=box_size / n, kind="spectral" if r_split > 0 else "fd4")
+    """The k-space mesh of acceleration ``component`` 0, 1, 2, or of the potential (3), from
+    a :func:`density_kmesh`: the Green's function (``scale = -4 pi G / H^3``) and, for an
+    acceleration, the gradient (spectral with a split, the 4-point difference without;
+    :func:`~cosmo_dask.gravity.pm_kernels.derivative_factor`) in one pass per k-space
+    slab, the contract :data:`~cosmo_dask.gravity.dispatch.green_kslab`
+    (``gravity-pm-green`` tasks)."""
+    n = int(fk.shape[0])
+    cell = box_size / n
+    return map_kslabs(green_kslab, fk, shape=(n, n, n), box_size=box_size,
+                      name="gravity-pm-green", kdtype=np.float64, cell=cell,
+                      rs=float(r_split), scale=-4.0 * math.pi * float(G) / cell**3,
+                      axis=None if component == 3 else int(component),
+                      kind="spectral" if r_split > 0 else "fd4")
 
 
 def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: float,
                     potential: bool) -> list[da.Array]:
     """Force (and potential) meshes of a mass mesh (mass per cell) in slabs:
-    :func:`potential_kmesh`, :func:`force_kmesh` and ``irfftn`` of each. Returns
+    :func:`density_kmesh`, :func:`force_kmesh` and ``irfftn`` of each. Returns
     ``[a_x, a_y, a_z]`` (+ the potential), each ``(n, n, n)`` in ``mass_mesh``'s
     slabs and dtype (accelerations in ``G M / L^2``, the potential in ``G M / L``)."""
     n = int(mass_mesh.shape[0])
-    phi = potential_kmesh(mass_mesh, G=G, box_size=box_size, r_split=r_split)
-    return [irfftn(force_kmesh(phi, a, box_size=box_size, r_split=r_split), (n, n, n))
+    fk = density_kmesh(mass_mesh)
+    return [irfftn(force_kmesh(fk, a, G=G, box_size=box_size, r_split=r_split), (n, n, n))
             for a in range(4 if potential else 3)]
 
 
@@ -207,7 +201,7 @@ def gpu_one_slab_meshes(c: int) -> float:
     return GPU_ONE_SLAB_BASE_MESHES + 2 * c
 
 
-#: meshes a force pass holds besides its component meshes: the potential's k-space
+#: meshes a force pass holds besides its component meshes: the density's k-space
 #: mesh and the transposes (second copies) of the component meshes in flight
 PASS_EXTRA_MESHES = 2
 
@@ -250,7 +244,7 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     components, when the workers hold ``c +`` :data:`PASS_EXTRA_MESHES` meshes
     together; else one per mesh and force component (each component's mesh made
     once the previous one has been interpolated), so that the cluster holds the
-    potential's k-space mesh and one component at a time. The second interlaced
+    density's k-space mesh and one component at a time. The second interlaced
     mesh is painted once the first is interpolated
     (:func:`cosmo_dask.spatial.slabs.after`). The last pass's gathers finish the
     chunks. A one-slab mesh interpolates all its components in one task per chunk.
@@ -291,12 +285,13 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
                 meshes = paint_meshes(pos, mass, n_mesh=n, box_size=box_size, scheme="cic",
                                       shifts=(shift,), dtype=dtype, exchange=exchange,
                                       after=columns[-1:])[0]
-            phi = potential_kmesh(meshes[0], G=G, box_size=box_size, r_split=r_split)
-        # per component: each once the previous one is interpolated (the gate sits on phi,
-        # so that the gradient and the first inverse FFT stay one task)
-        gated = slab_after(phi, columns[-1]) if columns and passes == "component" else phi
-        forces = [irfftn(force_kmesh(gated, a, box_size=box_size, r_split=r_split), (n, n, n))
-                  for a in comps]
+            fk = density_kmesh(meshes[0])
+        # per component: each once the previous one is interpolated (the gate sits on the
+        # density's k-space mesh, so that the Green's function and the first inverse FFT
+        # stay one task)
+        gated = slab_after(fk, columns[-1]) if columns and passes == "component" else fk
+        forces = [irfftn(force_kmesh(gated, a, G=G, box_size=box_size, r_split=r_split),
+                         (n, n, n)) for a in comps]
         group = [(functools.partial(_interp_piece, box=float(box_size), shift=shift), forces,
                   len(comps))]
         if i < len(plan) - 1:

@@ -76,8 +76,8 @@ import numpy as np
 from ..core.backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
-__all__ = ["green_factors", "green_axes", "green_kslab", "green_slab", "derivative_factor",
-           "gradient_kslab", "cic_interpolate_nb", "cic_interpolate_numpy"]
+__all__ = ["green_factors", "green_axes", "green_derivative", "green_kslab", "green_slab",
+           "derivative_factor", "cic_interpolate_nb", "cic_interpolate_numpy"]
 
 
 def green_factors(k, cell: float, rs: float):
@@ -95,13 +95,15 @@ def green_factors(k, cell: float, rs: float):
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def green_slab(fk, out, k2x, k2y, k2z, gx, gy, gz, scale):
-    """``out = fk * scale gx gy gz / k^2`` (0 at ``k = 0``) on a k-space slab, per element.
+def green_slab(fk, out, k2x, k2y, k2z, gx, gy, gz, scale, axis, d):
+    """``out = fk * scale gx gy gz / k^2`` (0 at ``k = 0``) on a k-space slab, per element;
+    with ``axis`` 0, 1 or 2 also times ``-i d`` (``d`` the derivative factor along that
+    axis, 1-d): one acceleration component's k-space slab in one pass.
 
     ``k2x, k2y, k2z`` are the squared wavenumbers along the slab's three axes
     and ``gx, gy, gz`` the :func:`green_factors`, all float64 and 1-d; ``out``
     has ``fk``'s shape and dtype (the factor is float64, the product rounded
-    to it).
+    to it). ``axis = -1``: no derivative (``d`` unused).
     """
     for i in numba.prange(fk.shape[0]):
         for j in range(fk.shape[1]):
@@ -111,8 +113,14 @@ def green_slab(fk, out, k2x, k2y, k2z, gx, gy, gz, scale):
                 k2 = k2ij + k2z[lz]
                 if k2 == 0.0:
                     out[i, j, lz] = 0.0
+                    continue
+                f = scale * gij * gz[lz] / k2
+                v = fk[i, j, lz]
+                if axis < 0:
+                    out[i, j, lz] = v * f
                 else:
-                    out[i, j, lz] = fk[i, j, lz] * (scale * gij * gz[lz] / k2)
+                    f *= d[i] if axis == 0 else (d[j] if axis == 1 else d[lz])
+                    out[i, j, lz] = complex(v.imag * f, -v.real * f)  # v * (-i f)
 
 
 def green_axes(kx, ky, kz, cell: float, rs: float):
@@ -124,19 +132,33 @@ def green_axes(kx, ky, kz, cell: float, rs: float):
     return tuple(k * k for k in axes) + tuple(green_factors(k, cell, rs) for k in axes)
 
 
-def green_kslab(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
-    """The potential's k-space slab: ``fk`` times the PM Green's function (a new array).
+def green_derivative(kx, ky, kz, cell: float, axis: int | None, kind: str):
+    """``(axis code, d)`` of a slab's force component: ``-1`` and a dummy without ``axis``,
+    else the axis and its :func:`derivative_factor` (float64, 1-d, ``kx``'s module)."""
+    if axis is None:
+        return -1, (kx, ky, kz)[0].ravel()[:1].astype(np.float64)
+    return int(axis), derivative_factor((kx, ky, kz)[axis].ravel(), cell, kind)
+
+
+def green_kslab(fk, kx, ky, kz, *, cell: float, rs: float, scale: float,
+                axis: int | None = None, kind: str = "fd4"):
+    """The potential's k-space slab: ``fk`` times the PM Green's function (a new array);
+    with ``axis``, acceleration component ``axis``'s k-space slab instead.
 
     ``phi_k = scale exp(-k^2 rs^2) / (k^2 W(k)^2) M_k`` with the CIC window
     ``W = prod_a sinc^2(k_a H / 2)`` (divided out only with a split, ``rs > 0``),
     ``phi_0 = 0``; ``scale = -4 pi G / H^3`` turns a mesh of mass per cell into
-    the potential. ``kx, ky, kz``: the slab's wavenumbers (1 / length, float64, from
+    the potential. ``axis`` 0, 1 or 2: ``-i D_axis(k) phi_k``, the gradient of
+    :func:`gradient_kslab` (``kind`` "spectral" or "fd4") applied in the same pass,
+    the two factors multiplied in float64 before they touch ``fk`` (one rounding).
+    ``kx, ky, kz``: the slab's wavenumbers (1 / length, float64, from
     :func:`~cosmo_dask.spatial.fft.map_kslabs`); ``cell = H`` and ``rs`` in length units.
     The CPU kernel (numba) of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`
     (GPU twin: :func:`cosmo_dask.gravity.pm_kernels_gpu.green_kslab_gpu`).
     """
     out = np.empty_like(fk)
-    green_slab(fk, out, *green_axes(kx, ky, kz, cell, rs), float(scale))
+    code, d = green_derivative(kx, ky, kz, cell, axis, kind)
+    green_slab(fk, out, *green_axes(kx, ky, kz, cell, rs), float(scale), code, d)
     return out
 
 
@@ -155,18 +177,6 @@ def derivative_factor(k, cell: float, kind: str):
         return (8.0 * xp.sin(k * cell) - xp.sin(2.0 * k * cell)) / (6.0 * cell)
     nyquist = xp.abs(xp.abs(k) * cell - math.pi) < 1e-6
     return xp.where(nyquist, 0.0, k)
-
-
-def gradient_kslab(phi, kx, ky, kz, *, axis: int, cell: float, kind: str):
-    """One acceleration component's k-space slab: ``-i D_axis(k) phi_k`` (a new array).
-
-    ``D`` is :func:`derivative_factor` (``kind`` "spectral" or "fd4") along
-    ``axis`` (0, 1, 2), cast to ``phi``'s real dtype before the product (so a
-    complex64 slab stays complex64). NumPy or CuPy.
-    """
-    real = np.float32 if phi.dtype == np.complex64 else np.float64
-    d = derivative_factor((kx, ky, kz)[axis], cell, kind).astype(real)
-    return phi * (-1j * d)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)

@@ -3,12 +3,11 @@
 Same conventions, Green's function and interpolation as
 :mod:`cosmo_dask.gravity.pm_kernels` (see there); this module only swaps the
 implementation: one CUDA thread per k-space slab element for the Green's
-function (from the same per-axis float64 factors), one thread per particle for
-the CIC interpolation of a real slab (weights and sums in float64, meshes read
-in their dtype, up to four slabs at once). The FFTs are cuFFT's, through
-:mod:`cosmo_dask.spatial.fft`; the gradient is a CuPy product
-(:func:`~cosmo_dask.gravity.pm_kernels.gradient_kslab`). Results agree with the
-CPU kernels to rounding (~1e-14 relative in float64).
+function and the gradient (from the same per-axis float64 factors), one thread
+per particle for the CIC interpolation of a real slab (weights and sums in
+float64, meshes read in their dtype, up to four slabs at once). The FFTs are
+cuFFT's, through :mod:`cosmo_dask.spatial.fft`. Results agree with the CPU
+kernels to rounding (~1e-14 relative in float64).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cuda
-from .pm_kernels import green_axes
+from .pm_kernels import green_axes, green_derivative
 
 __all__ = ["green_kslab_gpu", "cic_interpolate_gpu"]
 
@@ -30,26 +29,31 @@ def _module(real_t: str, pos_t: str, mesh_t: str):
                               "MESH_T": _CTYPE[mesh_t]})
 
 
-def green_kslab_gpu(fk, kx, ky, kz, *, cell: float, rs: float, scale: float):
+def green_kslab_gpu(fk, kx, ky, kz, *, cell: float, rs: float, scale: float,
+                    axis: int | None = None, kind: str = "fd4"):
     """:func:`cosmo_dask.gravity.pm_kernels.green_kslab` on a CuPy k-space slab (the GPU
     kernel of the contract :data:`cosmo_dask.gravity.dispatch.green_kslab`): a new array
-    ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), complex64 or complex128, from the same
-    float64 per-axis factors (:func:`~cosmo_dask.gravity.pm_kernels.green_axes`)."""
+    ``fk * scale gx gy gz / k^2`` (0 at ``k = 0``), times ``-i D_axis(k)`` with
+    ``axis``, complex64 or complex128, from the same float64 per-axis factors
+    (:func:`~cosmo_dask.gravity.pm_kernels.green_axes`,
+    :func:`~cosmo_dask.gravity.pm_kernels.green_derivative`)."""
     import cupy
 
     k2x, k2y, k2z, gx, gy, gz = green_axes(kx, ky, kz, cell, rs)
+    code, d = green_derivative(kx, ky, kz, cell, axis, kind)
     fk = cupy.ascontiguousarray(fk)
     out = cupy.empty_like(fk)
     real_t = "float32" if fk.dtype == np.complex64 else "float64"
     mod = _module(real_t, "float64", "float64")
     kern = mod.get_function("green")
     args = [cupy.ascontiguousarray(cupy.asarray(a, dtype=np.float64))
-            for a in (k2x, k2y, k2z, gx, gy, gz)]
+            for a in (k2x, k2y, k2z, gx, gy, gz, d)]
     total = fk.size
     if total:
         n0, n1, nk = fk.shape
         kern(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
-             (fk, out, np.int64(n0), np.int64(n1), np.int64(nk), *args, np.float64(scale)))
+             (fk, out, np.int64(n0), np.int64(n1), np.int64(nk), *args, np.int32(code),
+              np.float64(scale)))
     return out
 
 
