@@ -79,7 +79,7 @@ def velocity_to_comoving_length(units: Mapping[str, str] | None, scale_factor: f
         ``Omega_m``, no units, label units (``"N-body velocity"``), or an ``h`` needed
         and absent.
     """
-    from . import factor
+    from . import factor, parse
 
     if scale_factor is None:
         raise ParameterError(f"{what}: the snapshot has no scale_factor; a/H(a) needs it")
@@ -102,11 +102,15 @@ def velocity_to_comoving_length(units: Mapping[str, str] | None, scale_factor: f
                              "unit; give units={'length': 'Mpc/h', 'velocity': 'km/s', ...}")
     h = cosmology.get("h")
     try:
+        labels = [f"{q} {units[q]!r}" for q in ("length", "velocity")
+                  if not parse(units[q], q).physical]
+        if labels:
+            raise ParameterError(f"needs physical length and velocity units, not "
+                                 f"{' and '.join(labels)}")
         to_kms = factor(units["velocity"], "km/s", "velocity")
         from_mpc_h = factor("Mpc/h", units["length"], "length",
                             h=None if h is None else float(h))
     except ParameterError as exc:
-        raise ParameterError(f"{what}: needs physical length and velocity units: {exc}"
-                             ) from None
+        raise ParameterError(f"{what}: {exc}") from None
     # v [km/s] / (a 100 E(a) [km/s per Mpc/h]) = comoving Mpc/h
     return to_kms / (a * 100.0 * e) * from_mpc_h
