@@ -247,3 +247,22 @@ def test_power_spectrum_takes_the_snapshots_line_of_sight(ics):
     assert other.attrs["los"] == [1.0, 0.0, 0.0]
     with pytest.raises(ParameterError, match="line of sight"):
         power_spectrum(ics, n_mesh=16, poles=(0, 2))
+
+
+def test_cosmo_dask_power_takes_a_stored_line_of_sight(tmp_path, _session_client):
+    """``cosmo-dask power STORE --poles 0,2`` without ``--los`` on a redshift-space store
+    measures along its recorded line of sight (real space: still a one-line error)."""
+    import pandas as pd
+
+    from cosmo_dask.cli import main
+
+    path, table = tmp_path / "rs.zarr", tmp_path / "pk.csv"
+    rs = lpt_ics(16, box_size=BOX, redshift=REDSHIFT, seed=5).to_redshift_space("y")
+    rs.to_zarr(path)
+    argv = ["--scheduler", _session_client.scheduler.address, "power", str(path),
+            "--n-mesh", "16", "--poles", "0,2", "--out", str(table)]
+    assert main(argv) == 0
+    got = pd.read_csv(table)
+    expected = power_spectrum(open_snapshot(path), n_mesh=16, los="y", poles=(0, 2))
+    np.testing.assert_allclose(got.loc[got["ell"] == 2, "multipoles"].values,
+                               expected["multipoles"].sel(ell=2).values, rtol=1e-12)
