@@ -36,6 +36,8 @@ WORKLOADS = {
     "pse-phases": "benchmarks.density.pse_phases",
     "power": "benchmarks.density.power",
     "tet-deposit": "benchmarks.density.tet_deposit",
+    # analysis
+    "rsd": "benchmarks.analysis.rsd",
     # expansion
     "expansion": "benchmarks.expansion.scf",
     # simulation

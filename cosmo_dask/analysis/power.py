@@ -166,7 +166,10 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
         ``k_f / 2`` to ``k_Nyquist + k_f / 2``. Default: width ``k_f = 2 pi / L``,
         centred on ``k_f, 2 k_f, ..., k_Nyquist`` (``n // 2`` bins).
     los : int, str or 3-vector, optional
-        Line of sight for multipoles (axis 0/1/2, "x"/"y"/"z" or a vector).
+        Line of sight for multipoles (axis 0/1/2, "x"/"y"/"z" or a vector). Default
+        for ``l > 0``: a redshift-space snapshot's own (:meth:`Snapshot.to_redshift_space
+        <cosmo_dask.store.snapshot.Snapshot.to_redshift_space>`, its ``los``); others
+        need it.
     poles : tuple of int
         Legendre multipoles among 0, 2, 4 (``l > 0`` needs ``los``).
     mass : array (N,) or float, optional
@@ -221,6 +224,9 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
         length_unit = (snap_or_mesh.units or {}).get("length")
     pu = product_units({"length": length_unit} if length_unit else None)
     length_unit = pu["length"]
+    if los is None and isinstance(snap_or_mesh, Snapshot) and snap_or_mesh.los is not None \
+            and poles is not None and any(p != 0 for p in np.atleast_1d(poles)):
+        los = snap_or_mesh.los  # a redshift-space snapshot: its own line of sight
     los_v, poles = check_los_poles(los, poles)
     if scheme is not None:
         scheme = dp.check_scheme(scheme, what)

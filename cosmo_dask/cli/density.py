@@ -93,7 +93,7 @@ def cmd_power(args) -> int:
     poles = args.poles
     # before a cluster starts: the multipoles, the mesh side, the box and masses, and the
     # plot's theory cosmology (the mesh's memory is checked against the workers started)
-    check_los_poles(args.los, poles)
+    check_los_poles(snap.los if args.los is None else args.los, poles)  # redshift space: its own
     check_n_mesh(args.n_mesh, "power")
     particles_input(snap, None, None, what="power")
     if args.plot:

@@ -452,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheme", choices=tuple(dp.SCHEMES), default=dp.SCHEME_DEFAULT)
     p.add_argument("--no-interlace", action="store_true")
     p.add_argument("--los", type=int, choices=tuple(ap.LOS_AXES.values()), default=None,
-                   help="line-of-sight axis for multipoles")
+                   help="line-of-sight axis for multipoles (default: a redshift-space "
+                   "snapshot's own)")
     p.add_argument("--poles", type=_int_list, default=",".join(map(str, ap.POLES_DEFAULT)),
                    help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))}, "
                    "e.g. 0,2,4")

@@ -1,6 +1,6 @@
 """Checks of scalar parameters shared by every package: a finite positive number, a
-positive integer, a seed. Each raises :class:`~cosmo_dask.core.errors.ParameterError` naming
-the parameter and the value given."""
+positive integer, a seed, a line of sight. Each raises
+:class:`~cosmo_dask.core.errors.ParameterError` naming the parameter and the value given."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["PRECISIONS", "MAX_CHUNKS", "check_bounded_int", "check_chunk_count",
+__all__ = ["PRECISIONS", "MAX_CHUNKS", "LOS_AXES", "check_bounded_int", "check_chunk_count",
            "check_chunk_memory", "check_cube_side", "check_disk_space", "check_finite",
-           "check_integer", "check_positive", "check_positive_int", "check_seed",
+           "check_integer", "check_los", "check_positive", "check_positive_int", "check_seed",
            "check_subset"]
 
 
@@ -25,6 +25,10 @@ PRECISIONS = ("float32", "float64")
 #: 2^16 chunks (8 times a 2048^3 store in its default 2^20-row chunks) keep a graph within
 #: a few GB of scheduler memory; more are refused before any graph is built
 MAX_CHUNKS = 2**16
+
+
+#: line-of-sight axes by name (or index 0, 1, 2)
+LOS_AXES = {"x": 0, "y": 1, "z": 2}
 
 
 def _is_number(value: Any) -> bool:
@@ -84,6 +88,34 @@ def check_cube_side(value: Any, name: str) -> float:
         raise ParameterError(f"{name} must lie between 1e-100 and 1e100 (its cube, the "
                              f"volume, must be a finite float64), got {value!r}")
     return side
+
+
+def check_los(los: Any, what: str):
+    """The unit line-of-sight vector (float64 NumPy array (3,)) of ``los``: an axis (0, 1,
+    2 or 'x', 'y', 'z') or a non-zero finite 3-vector (normalised); else a ParameterError
+    starting with ``what`` (the function or option it is for)."""
+    import numpy as np
+
+    if isinstance(los, str):
+        if los.lower() not in LOS_AXES:
+            raise ParameterError(f"{what}: los must be 'x', 'y', 'z', an axis index or a "
+                                 f"3-vector, got {los!r}")
+        los = LOS_AXES[los.lower()]
+    if isinstance(los, numbers.Integral) and not isinstance(los, bool):
+        if not 0 <= los <= 2:
+            raise ParameterError(f"{what}: los axis must be 0, 1 or 2, got {los}")
+        v = np.zeros(3)
+        v[int(los)] = 1.0
+        return v
+    try:
+        v = np.asarray(los, dtype=np.float64)
+    except (TypeError, ValueError):
+        v = np.zeros(0)
+    norm = float(np.linalg.norm(v)) if v.shape == (3,) else 0.0
+    if v.shape != (3,) or not np.all(np.isfinite(v)) or norm == 0:
+        raise ParameterError(f"{what}: los must be an axis or a non-zero 3-vector, "
+                             f"got {los!r}")
+    return v / norm
 
 
 def check_subset(values: Any, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:

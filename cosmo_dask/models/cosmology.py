@@ -27,6 +27,7 @@ from scipy import integrate
 
 from ..core.checks import check_finite
 from ..core.errors import ParameterError
+from ..units.hubble import hubble_e
 
 #: keys of the ``cosmology`` attribute written on snapshots
 SNAPSHOT_KEYS = ("Omega_m", "Omega_b", "Omega_L", "h", "sigma8", "n_s")
@@ -146,9 +147,9 @@ class Cosmology:
         return 1.0 - self.Omega_m - self.Omega_L
 
     def E(self, a):  # noqa: N802 (physics symbol)
-        """Dimensionless Hubble rate ``H(a)/H0``."""
-        a = np.asarray(a, dtype=np.float64)
-        return np.sqrt(self.Omega_m / a**3 + self.Omega_k / a**2 + self.Omega_L)
+        """Dimensionless Hubble rate ``H(a)/H0`` (:func:`cosmo_dask.units.hubble.hubble_e`,
+        the one expression of it)."""
+        return hubble_e(a, self.Omega_m, self.Omega_L)
 
     def H(self, a):  # noqa: N802 (physics symbol)
         """Hubble rate in km/s/Mpc, ``100 h E(a)``."""

@@ -5,7 +5,8 @@ Layout (see ``docs/format.md``)::
     snapshot.zarr/
       zarr.json   attrs: format="cosmo_dask.snapshot", format_version=1, box_size,
                   scale_factor, redshift, cosmology, units, particle_mass,
-                  lagrangian_shape, G, n_particles, provenance (imports only)
+                  lagrangian_shape, G, n_particles, provenance (imports only),
+                  los (redshift-space snapshots only)
       pos   (N, 3) float32|float64     chunks (C, 3)
       vel   (N, 3) float32|float64     optional
       ids   (N,)   int64|uint64        optional
@@ -58,6 +59,7 @@ from .validation import (
     check_stored_length,
     checked_array,
     full_report,
+    wrap_into_box,
     wrapped_positions,
 )
 from .zarr_read import read_array
@@ -74,6 +76,7 @@ ATTR_NAMES = (
     "lagrangian_shape",
     "G",
     "provenance",  # where an import read the snapshot from (written only when known)
+    "los",  # redshift space: the unit line of sight the positions were shifted along
 )
 
 
@@ -382,6 +385,13 @@ class Snapshot:
         return None if p is None else json.loads(json.dumps(p))
 
     @property
+    def los(self) -> tuple[float, float, float] | None:
+        """The unit line of sight along which :meth:`to_redshift_space` shifted the
+        positions (a redshift-space snapshot), or None (real space)."""
+        v = self._attrs["los"]
+        return None if v is None else tuple(float(c) for c in v)
+
+    @property
     def chunks(self) -> tuple[int, ...]:
         """Particles per chunk (the chunking of axis 0 shared by all arrays)."""
         return self._arrays["pos"].chunks[0]
@@ -554,6 +564,70 @@ class Snapshot:
             attrs["G"] = gravitational_constant(new, h=h)
         return Snapshot(arrays, attrs, source=self._source, fields=self._fields)
 
+    def to_redshift_space(self, los="z") -> Snapshot:
+        """The same snapshot in redshift space along ``los`` (lazy; NumPy or CuPy chunks
+        alike): each position moved by its peculiar velocity along the line of sight,
+
+        ``s = x + (v . n) n / (a H(a))``, wrapped into ``[0, box_size)``,
+
+        in the snapshot's length unit (``units["length"]``; velocities are peculiar,
+        ``v = a dx/dt``, in ``units["velocity"]``, as every generator and import writes
+        them; :func:`cosmo_dask.units.hubble.velocity_to_comoving_length`). ``H(a) =
+        H0 E(a)`` from the snapshot's cosmology (``Omega_m``, ``Omega_L``, curvature
+        ``1 - Omega_m - Omega_L``; no radiation). The shift is computed in float64 and
+        the positions keep their dtype. The result records the line of sight in its
+        ``los`` attribute (:attr:`los`, stored by :meth:`to_zarr`), which
+        :func:`cosmo_dask.analysis.power_spectrum` takes as its default for multipoles;
+        velocities, ids, masses and fields are kept as they are.
+
+        Parameters
+        ----------
+        los : {"x", "y", "z"}, {0, 1, 2} or array_like (3,)
+            The line of sight: an axis or a non-zero vector (normalised), as
+            ``power_spectrum``'s ``los`` (default ``"z"``, the plane-parallel
+            approximation along the third axis).
+
+        Returns
+        -------
+        Snapshot
+            Redshift-space positions; ``attrs["los"]`` the unit line of sight.
+
+        Raises
+        ------
+        ParameterError
+            A bad ``los``; a snapshot without velocities, periodic box, scale factor,
+            cosmology (``Omega_m``) or physical length and velocity units (the message
+            names what is missing); one already in redshift space.
+        """
+        from ..core.checks import check_los
+        from ..units.hubble import velocity_to_comoving_length
+
+        what = "to_redshift_space"
+        n = check_los(los, what)
+        if self.los is not None:
+            raise ParameterError(f"{what}: the snapshot is already in redshift space (along "
+                                 f"{list(self.los)}); shift the real-space snapshot instead")
+        if self.vel is None:
+            raise ParameterError(f"{what}: the snapshot has no velocities ('vel'); the "
+                                 "redshift-space shift is v_los / (a H(a))")
+        if self.box_size is None:
+            raise ParameterError(f"{what}: the snapshot is not periodic (no box_size); "
+                                 "positions are wrapped into the periodic box")
+        scale = velocity_to_comoving_length(self.units, self.scale_factor, self.cosmology,
+                                            what=what)
+        pos, vel, box = self.pos, self.vel, float(self.box_size)
+        if vel.chunks != pos.chunks:
+            vel = vel.rechunk(pos.chunks)
+        direction = tuple(float(c) for c in n)
+        token = dask.base.tokenize(pos, vel, direction, scale, box)
+        shifted = da.map_blocks(_redshift_block, pos, vel, direction, scale, box,
+                                dtype=pos.dtype, meta=pos._meta, name=f"redshift-space-{token}")
+        attrs = dict(self._attrs)
+        attrs["los"] = list(direction)
+        arrays = dict(self._arrays)
+        arrays["pos"] = shifted
+        return Snapshot(arrays, attrs, source=self._source, fields=self._fields)
+
     def to_device(self, device: str) -> Snapshot:
         """The same snapshot with NumPy ('cpu') or CuPy ('gpu') chunks (lazy)."""
         device = check_device(device)
@@ -630,8 +704,9 @@ class Snapshot:
         """The attributes written to ``zarr.json`` (format header included)."""
         attrs = {"format": FORMAT, "format_version": FORMAT_VERSION}
         attrs.update(plain_attrs(self._attrs))
-        if attrs["provenance"] is None:  # stores of other snapshots stay as they were
-            del attrs["provenance"]
+        for key in ("provenance", "los"):  # stores of other snapshots stay as they were
+            if attrs[key] is None:
+                del attrs[key]
         attrs["n_particles"] = self._n
         attrs["created_by"] = f"cosmo_dask {__version__}"
         return attrs
@@ -686,6 +761,17 @@ class Snapshot:
             store_arrays(group, {**sources, **fields}, root=tmp, dims=dims,
                          compressors=compressors, label=f"writing {path}", show=progress)
         return str(local_path(path))
+
+
+def _redshift_block(pos, vel, direction, scale: float, box: float):
+    """One chunk's redshift-space positions: ``pos + (vel . n) n scale`` in float64,
+    wrapped into the box and cast back to ``pos``'s dtype (NumPy or CuPy)."""
+    shift = sum(vel[:, j].astype(np.float64) * c for j, c in enumerate(direction) if c != 0.0)
+    out = pos.astype(np.float64)
+    for j, c in enumerate(direction):
+        if c != 0.0:
+            out[:, j] += shift * (c * scale)
+    return wrap_into_box(out, box, pos.dtype)
 
 
 # ------------------------------------------------------------------------------- open

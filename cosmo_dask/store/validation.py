@@ -182,6 +182,18 @@ def check_attrs(attrs: dict[str, Any], n: int, *, has_mass: bool, source=None) -
             raise SnapshotError(
                 f"{where(source)}: attribute '{key}' must be a mapping, got {value!r}"
             )
+    los = attrs.get("los")
+    if los is not None:
+        try:
+            v = [float(c) for c in los] if not isinstance(los, (str, bytes)) else []
+        except (TypeError, ValueError):
+            v = []
+        ok = len(v) == 3 and all(math.isfinite(c) for c in v)
+        if not ok or abs(math.sqrt(sum(c * c for c in v)) - 1.0) > 1e-6:
+            raise SnapshotError(
+                f"{where(source)}: attribute 'los' is {los!r}; expected the unit line-of-sight "
+                "vector [x, y, z] of a redshift-space snapshot, or null"
+            )
 
 
 # --------------------------------------------------------------------------- per-chunk checks

@@ -1,0 +1,1 @@
+"""Benchmarks of the analyses (clustering statistics)."""
