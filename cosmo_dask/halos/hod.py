@@ -64,8 +64,9 @@ from ..models._blocks import TAGS, block_rng, isotropic_directions, uniform_open
 from ..units import factor, gravitational_constant
 from .parameters import HOD_MASSES, check_hod
 
-__all__ = ["populate_hod", "hod_masses", "mean_occupation", "zheng07_mean_occupation",
-           "duffy08_concentration", "nfw_radius_quantile", "HOD_BLOCK"]
+__all__ = ["populate_hod", "hod_masses", "mean_occupation", "plot_occupation",
+           "zheng07_mean_occupation", "duffy08_concentration", "nfw_radius_quantile",
+           "HOD_BLOCK"]
 
 #: halos per generation block (fixed: changing it changes every mock)
 HOD_BLOCK = 2**14
@@ -445,6 +446,8 @@ def _galaxies(pos, vel, host_id, is_central, m_sun, snap, ds, box, length_unit, 
     attrs = gal.attrs
     attrs["provenance"] = {k: v for k, v in provenance.items() if v is not None}
     attrs["provenance"]["format"] = "cosmo_dask.hod"
+    if provenance.get("halo_snapshot"):
+        attrs["provenance"]["files"] = [str(provenance["halo_snapshot"])]
     return Snapshot(gal.arrays, attrs, fields=gal.fields)
 
 
@@ -463,8 +466,9 @@ def mean_occupation(galaxies, halo_mass, bins) -> xr.Dataset:
     Returns
     -------
     xarray.Dataset
-        Over ``mass_bin``: ``n_halos``, ``mean_ncen``, ``mean_nsat`` and their Poisson
-        errors (``sqrt(N) / n_halos``), coordinate ``mass`` (geometric bin centre), all
+        Over ``mass_bin``: ``n_halos``, ``mean_ncen``, ``mean_nsat`` and their errors
+        (binomial ``sqrt(p (1 - p) / n_halos)`` for the centrals, Poisson ``sqrt(N) /
+        n_halos`` for the satellites), coordinate ``mass`` (geometric bin centre), all
         masses in Msun/h.
     """
     mass = np.asarray(halo_mass, dtype=np.float64)
@@ -481,7 +485,7 @@ def mean_occupation(galaxies, halo_mass, bins) -> xr.Dataset:
     ss = np.bincount(which[inside], weights=nsat[inside], minlength=nb)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = {"n_halos": ("mass_bin", nh), "mean_ncen": ("mass_bin", sc / nh),
-               "mean_ncen_error": ("mass_bin", np.sqrt(sc) / nh),
+               "mean_ncen_error": ("mass_bin", np.sqrt(sc / nh * (1 - sc / nh) / nh)),
                "mean_nsat": ("mass_bin", ss / nh),
                "mean_nsat_error": ("mass_bin", np.sqrt(ss) / nh)}
     units = {"n_halos": "1", "mean_ncen": "1", "mean_ncen_error": "1", "mean_nsat": "1",
@@ -492,3 +496,49 @@ def mean_occupation(galaxies, halo_mass, bins) -> xr.Dataset:
                             "mass_lo": ("mass_bin", edges[:-1], {"units": "Msun/h"}),
                             "mass_hi": ("mass_bin", edges[1:], {"units": "Msun/h"})})
     return ds
+
+
+def plot_occupation(galaxies, halo_mass, *, n_bins: int = 20, ax=None, path=None):
+    """The measured <Ncen(M)> and <Nsat(M)> of a mock (:func:`mean_occupation` over
+    ``n_bins`` logarithmic bins spanning the halo masses) against the model's curves
+    (the parameters recorded in the mock's ``provenance``).
+
+    Parameters
+    ----------
+    galaxies : Snapshot
+        From :func:`populate_hod`.
+    halo_mass : array_like
+        (halos,) the masses the occupation used, Msun/h (:func:`hod_masses`).
+    n_bins : int
+    ax : matplotlib.axes.Axes, optional
+    path : str or path-like, optional
+        Save the figure there.
+
+    Returns
+    -------
+    (matplotlib.axes.Axes, xarray.Dataset)
+        The axes and the measured occupations.
+    """
+    from ..plot.figure import new_axes
+    from ..plot.hod import draw_occupation
+
+    prov = galaxies.provenance or {}
+    if prov.get("model") != "zheng07":
+        raise ParameterError("plot_occupation: the galaxies are no populate_hod mock (their "
+                             "provenance names no model)")
+    mass = np.asarray(halo_mass, dtype=np.float64)
+    good = mass[np.isfinite(mass) & (mass > 0)]
+    if good.size == 0:
+        raise ParameterError("plot_occupation: no halo has a finite mass > 0")
+    lo, hi = np.log10(good.min()), np.log10(good.max())
+    edges = np.logspace(lo, hi + 1e-9 + (hi == lo), int(n_bins) + 1)
+    ds = mean_occupation(galaxies, mass, edges)
+    grid = np.logspace(lo, hi, 200)
+    ncen, nsat = zheng07_mean_occupation(np.log10(grid), prov["params"])
+    curves = [(grid, ncen, "Zheng07 <Ncen>"), (grid, np.where(nsat > 0, nsat, np.nan),
+                                                "Zheng07 <Nsat>")]
+    ax = new_axes(ax, path)
+    draw_occupation(ax, ds, curves, mass_label=prov.get("mass_definition", "M"),
+                    title=f"HOD mock: {galaxies.n_particles} galaxies, "
+                    f"satellites on {prov.get('satellites', '?')}", path=path)
+    return ax, ds
