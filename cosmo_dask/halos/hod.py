@@ -37,11 +37,11 @@ else ``center_of_mass``) with the halo's bulk ``velocity``. Satellites
 Reproducibility and distribution. Halos are cut into fixed blocks of :data:`HOD_BLOCK`
 rows; block ``b`` draws every random number of its halos (centrals, satellite counts,
 member ranks or NFW radii, directions and velocities) from
-``SeedSequence([seed, b, TAGS["hod"]])`` (:func:`cosmo_dask.models._blocks.block_rng`),
-one dask task per block. With ``satellites="particles"`` one task per particle chunk
-counts each halo's members there, and one per chunk picks the chosen members
-(the k-th member of a halo in particle order), so the mock depends on the seed only, not
-on the chunking of the snapshot.
+``SeedSequence([seed, b, HOD_STREAM_TAG])`` (the seeding idiom of the models'
+generation blocks), one dask task per block. With ``satellites="particles"`` one task
+per particle chunk counts each halo's members there, and one per chunk picks the chosen
+members (the k-th member of a halo in particle order), so the mock depends on the seed
+only, not on the chunking of the snapshot.
 
 The work is O(halos + galaxies) random draws and, for particles, one pass over the
 labels: it stays on the CPU (CuPy chunks of the snapshot are copied to the host in the
@@ -60,16 +60,19 @@ from dask.base import tokenize
 from ..core.backend import host
 from ..core.errors import ParameterError
 from ..core.task_graph import TaskGraph
-from ..models._blocks import TAGS, block_rng, isotropic_directions, uniform_open
 from ..units import factor, gravitational_constant
 from .parameters import HOD_MASSES, check_hod
 
-__all__ = ["populate_hod", "hod_masses", "mean_occupation", "plot_occupation",
+__all__ = ["populate_hod", "hod_masses", "nfw_halo_parameters", "mean_occupation",
+           "plot_occupation",
            "zheng07_mean_occupation", "duffy08_concentration", "nfw_radius_quantile",
            "HOD_BLOCK"]
 
 #: halos per generation block (fixed: changing it changes every mock)
 HOD_BLOCK = 2**14
+#: the stream tag of HOD mocks in ``SeedSequence([seed, block, tag])`` (the models'
+#: generators use 1, 2, ...; this one stays clear of them)
+HOD_STREAM_TAG = 0x484F44
 #: Duffy et al. (2008) Table 1, full sample 0 < z < 2, NFW: (A, B, C) per definition
 DUFFY08 = {"200c": (5.71, -0.084, -0.47), "vir": (7.85, -0.081, -0.71),
            "200m": (10.14, -0.081, -1.01)}
@@ -179,21 +182,44 @@ def hod_masses(catalog, mass: str | None = None, snapshot=None) -> tuple[np.ndar
     return np.asarray(ds[name].values, dtype=np.float64) * f, name
 
 
+def nfw_halo_parameters(catalog, mass: str | None = None, snapshot=None) -> dict:
+    """What ``populate_hod(..., satellites="nfw")`` places satellites with, per halo:
+    ``mass`` (Msun/h), ``radius`` (comoving, the catalog's length unit), ``concentration``,
+    ``sigma`` (1D velocity dispersion, the catalog's velocity unit; None without
+    velocities), and ``definition`` (the mass variable) and ``concentration_source``."""
+    ds, _, parameters = _catalog_of(catalog)
+    snap = _snapshot_of(snapshot, parameters, need=False)
+    m_sun, name = hod_masses(ds, mass, snap)
+    centre = next((c for c in CENTRES if c in ds), None)
+    length_unit = ds.attrs.get("length_unit") or (ds[centre].attrs.get("units") if centre
+                                                  else None)
+    has_vel = "velocity" in ds
+    vel_unit = ds["velocity"].attrs.get("units") if has_vel else None
+    source, sigma, radius, conc = _nfw_inputs(ds, snap, m_sun, name, length_unit, vel_unit,
+                                              has_vel)
+    return {"mass": m_sun, "radius": radius, "concentration": conc, "sigma": sigma,
+            "definition": name, "concentration_source": source}
+
+
 # ----------------------------------------------------------------------------- tasks
 def _occupy(seed, block, log_mass, params, n_members, nfw):
     """Every random number of one block of halos: (central flags, satellite counts,
     satellite member ranks or None, NFW unit draws or None)."""
-    rng = block_rng(seed, block, TAGS["hod"])
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(block),
+                                                        HOD_STREAM_TAG]))
     ncen_mean, nsat_mean = zheng07_mean_occupation(log_mass, params)
-    central = uniform_open(rng, log_mass.size) < ncen_mean
+    central = rng.random(log_mass.size) < ncen_mean
     nsat = rng.poisson(nsat_mean).astype(np.int64)
     hosts = np.repeat(np.arange(log_mass.size), nsat)
     ranks = draws = None
     if n_members is not None:
         ranks = rng.integers(0, np.maximum(n_members[hosts], 1))
     if nfw:
-        draws = (uniform_open(rng, hosts.size), isotropic_directions(rng, hosts.size),
-                 rng.standard_normal((hosts.size, 3)))
+        cos_t = rng.uniform(-1.0, 1.0, hosts.size)
+        phi = rng.uniform(0.0, 2.0 * np.pi, hosts.size)
+        sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
+        directions = np.stack([sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t], axis=1)
+        draws = (rng.random(hosts.size), directions, rng.standard_normal((hosts.size, 3)))
     return central, nsat, ranks, draws
 
 

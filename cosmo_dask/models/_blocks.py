@@ -28,8 +28,7 @@ from ..core.task_graph import TaskGraph
 GEN_BLOCK = 2**16
 
 #: per-model stream tags mixed into the seed sequence
-TAGS = {"plummer": 1, "hernquist": 2, "ferrers": 3, "lattice": 4, "zeldovich": 5, "blobs": 6,
-        "hod": 7}
+TAGS = {"plummer": 1, "hernquist": 2, "ferrers": 3, "lattice": 4, "zeldovich": 5, "blobs": 6}
 
 BlockFn = Callable[..., tuple[np.ndarray, ...]]
 
