@@ -2,13 +2,18 @@
 
 Usage::
 
-    python -m benchmarks hod [--n-side 128] [--box 100] [--n-halos 3000] [--seeds 4]
-        [--repeat 3] [--no-halotools]
+    python -m benchmarks hod [--kind blobs|evolved] [--n-side 128] [--box 100]
+        [--n-halos 12000] [--seeds 4] [--repeat 3] [--no-halotools]
 
-The box: :func:`cosmo_dask.models.halo_blobs` (``--n-side``^3 particles, ``--n-halos``
-Plummer halos with a power-law mass spectrum plus a uniform background, Planck-like
-cosmology, z = 0), FOF (b = 0.2, min 20 members, MBP centres); the halo mass is the FOF
-mass (Msun/h), so NFW radii are R_200m of it and concentrations Duffy et al. (2008).
+The box: ``--kind blobs``, :func:`cosmo_dask.models.halo_blobs` (``--n-side``^3
+particles in ``--box`` Mpc/h, ``--n-halos`` Plummer halos with a power-law mass
+spectrum plus a uniform background, placed uniformly: no two-halo clustering; Planck-like
+cosmology, z = 0); ``--kind evolved``, the simulated box of ``python -m benchmarks
+halos --kinds evolved`` (2LPT from z = 19 and 40 PM steps to z = 0, box ``--n-side``
+Mpc/h, the default cosmology; positions only, cached in the temporary directory by
+either workload, so no velocities). FOF (b = 0.2, min 20 members, MBP centres); the halo
+mass is the FOF mass (Msun/h), so NFW radii are R_200m of it and concentrations Duffy et
+al. (2008).
 Zheng07 parameters: halotools' defaults at M_r < -20 (logMmin 12.02, sigma_logM 0.26,
 logM0 11.38, logM1 13.31, alpha 1.06).
 
@@ -60,9 +65,10 @@ def _median_seconds(fn, repeat: int, warm: int = 1):
 
 def main(argv=None) -> int:
     ap = parser(__doc__, repeat=3, devices=("cpu",))
+    ap.add_argument("--kind", choices=("blobs", "evolved"), default="blobs")
     ap.add_argument("--n-side", type=int, default=128)
     ap.add_argument("--box", type=float, default=100.0, help="Mpc/h")
-    ap.add_argument("--n-halos", type=int, default=3000)
+    ap.add_argument("--n-halos", type=int, default=12000)
     ap.add_argument("--seeds", type=int, default=4, help="mocks per kind for wp's errors")
     ap.add_argument("--no-halotools", action="store_true")
     args = ap.parse_args(argv)
@@ -77,17 +83,30 @@ def main(argv=None) -> int:
     params = dict(HOD_DEFAULTS["zheng07"])
     n = args.n_side**3
     t0 = time.perf_counter()
-    snap = halo_blobs(n, box_size=args.box, n_halos=args.n_halos, seed=1,
-                      cosmology=COSMO).persist()
+    if args.kind == "blobs":
+        snap = halo_blobs(n, box_size=args.box, n_halos=args.n_halos, seed=1,
+                          cosmology=COSMO).persist()
+        box = args.box
+    else:
+        from benchmarks.halos.fof import particles
+        from cosmo_dask.models import Cosmology
+        from cosmo_dask.models.zeldovich_ics import RHO_CRIT_1E10, ZELDOVICH_UNITS
+        from cosmo_dask.store.snapshot import Snapshot
+
+        pos, box = particles(args.n_side, "evolved")
+        cosmo = Cosmology()  # lpt_ics' default
+        snap = Snapshot.from_arrays(pos, box_size=box, scale_factor=1.0,
+                                    particle_mass=cosmo.Omega_m * RHO_CRIT_1E10 * box**3 / n,
+                                    cosmology=cosmo.as_dict(), units=dict(ZELDOVICH_UNITS))
     t_box = time.perf_counter() - t0
     t0 = time.perf_counter()
     res = fof(snap)
     t_fof = time.perf_counter() - t0
     stderr(f"{res}; box {t_box:.1f} s, fof {t_fof:.1f} s")
-    box = args.box
     halo = nfw_halo_parameters(res, snapshot=snap)
     centres = res.catalog.mbp_position.values
-    vel = res.catalog.velocity.values
+    vel = (res.catalog.velocity.values if "velocity" in res.catalog
+           else np.zeros_like(centres))
 
     def ours(seed, satellites="nfw"):
         return populate_hod(res, params=params, seed=seed, satellites=satellites,
@@ -99,7 +118,7 @@ def main(argv=None) -> int:
 
     t_nfw, gal = _median_seconds(lambda: ours(0), args.repeat)
     t_part, gal_p = _median_seconds(lambda: ours(0, "particles"), args.repeat)
-    row = {"workload": "hod-populate", "particles": n, "box_mpc_h": box,
+    row = {"workload": "hod-populate", "kind": args.kind, "particles": n, "box_mpc_h": box,
            "halos": res.n_halos, "box_s": round(t_box, 2), "fof_s": round(t_fof, 2),
            "nfw_s": round(t_nfw, 4), "nfw_galaxies": gal.n_particles,
            "particles_s": round(t_part, 4), "particles_galaxies": gal_p.n_particles,
@@ -130,7 +149,8 @@ def main(argv=None) -> int:
             if var > 0:
                 zs.append((float(meas) - exp) / np.sqrt(var))
     zs = np.array(zs)
-    emit({"workload": "hod-occupation", "halos": res.n_halos, "galaxies": gal.n_particles,
+    emit({"workload": "hod-occupation", "kind": args.kind, "halos": res.n_halos,
+          "galaxies": gal.n_particles,
           "bins": int(edges.size - 1), "dof": int(zs.size),
           "chi2_per_dof": round(float((zs**2).mean()), 3),
           "max_abs_z": round(float(np.abs(zs).max()), 2)})
@@ -148,8 +168,8 @@ def main(argv=None) -> int:
     err = {k: v.std(0, ddof=1) / np.sqrt(args.seeds) for k, v in wps.items()}
     centres_rp = np.sqrt(rp[:-1] * rp[1:])
     for i, r in enumerate(centres_rp):
-        out = {"workload": "hod-wp", "rp_mpc_h": round(float(r), 4), "pi_max": pi_max,
-               "seeds": args.seeds}
+        out = {"workload": "hod-wp", "kind": args.kind, "rp_mpc_h": round(float(r), 4),
+               "pi_max": pi_max, "seeds": args.seeds}
         for k in wps:
             out[f"wp_{k}"] = round(float(mean[k][i]), 3)
             out[f"err_{k}"] = round(float(err[k][i]), 3)

@@ -12,6 +12,7 @@ from cosmo_dask.halos.hod import hod_masses, mean_occupation, zheng07_mean_occup
 from cosmo_dask.halos.overdensity import nfw_f
 from cosmo_dask.models import halo_blobs
 from cosmo_dask.store.snapshot import Snapshot
+from tests.support.devices import DEVICES
 from tests.support.hod import synthetic_catalog
 
 PARAMS = {"logMmin": 12.5, "sigma_logM": 0.3, "logM0": 12.0, "logM1": 13.3, "alpha": 1.0}
@@ -91,10 +92,12 @@ def test_nfw_satellites_profile_and_velocities():
     assert stats.kstest(dv.ravel(), "norm").pvalue > 1e-3
 
 
-def test_particle_satellites_are_members_and_chunking_free(blobs):
+@pytest.mark.parametrize("device", DEVICES)
+def test_particle_satellites_are_members_and_chunking_free(blobs, device):
     """Satellites sit on particles of their own halo, with those particles' velocities;
-    the mock depends on the seed only: the same for another chunking of the snapshot,
-    different for another seed."""
+    the mock depends on the seed only: the same for another chunking of the snapshot (its
+    chunks on ``device``: CuPy chunks are read on the host), different for another
+    seed."""
     snap, res = blobs
     p = dict(PARAMS, logMmin=13.0, logM0=12.5, logM1=13.5)
     gal = populate_hod(res, params=p, seed=5, snapshot=snap)
@@ -108,7 +111,7 @@ def test_particle_satellites_are_members_and_chunking_free(blobs):
         members = np.flatnonzero(labels == host[i])
         j = members[np.argmin(np.abs(ppos[members] - gpos[i]).sum(axis=1))]
         assert np.array_equal(ppos[j], gpos[i]) and np.array_equal(pvel[j], gvel[i])
-    again = populate_hod(res, params=p, seed=5, snapshot=snap.rechunk(1500))
+    again = populate_hod(res, params=p, seed=5, snapshot=snap.rechunk(1500).to_device(device))
     assert np.array_equal(again.pos.compute(), gpos)
     assert np.array_equal(again.field("host_id").compute(), host)
     other = populate_hod(res, params=p, seed=6, snapshot=snap)
