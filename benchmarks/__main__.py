@@ -21,6 +21,7 @@ WORKLOADS = {
     "halos": "benchmarks.halos.fof",
     "mbp": "benchmarks.halos.mbp",
     "fof-profile-gpu": "benchmarks.halos.fof_profile_gpu",
+    "hod": "benchmarks.halos.hod",
     # gravity
     "gravity": "benchmarks.gravity.parts",
     "gravity-direct": "benchmarks.gravity.direct",

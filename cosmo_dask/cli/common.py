@@ -109,7 +109,7 @@ def _check_files(args) -> None:
 def _output_kind(args) -> tuple[str, str]:
     """(what, format) of the store the command writes."""
     name = args.func.__name__
-    if name in ("cmd_generate", "cmd_convert"):
+    if name in ("cmd_generate", "cmd_convert", "cmd_hod"):
         from ..store.validation import FORMAT
         return "snapshot store", FORMAT
     if name == "cmd_halos":

@@ -1,7 +1,9 @@
-"""``cosmo-dask halos``: friends-of-friends halos, centres, spherical overdensities."""
+"""``cosmo-dask halos``: friends-of-friends halos, centres, spherical overdensities; and
+``cosmo-dask hod``: an HOD galaxy mock of a halo store."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..core.errors import CosmoDaskError
@@ -137,4 +139,53 @@ def cmd_halos(args) -> int:
         plot_mass_function(ds, cosmology=cosmo, redshift=snap.redshift or 0.0,
                            path=args.plot, **({} if cosmo else {"fits": ()}))
         _say(f"mass function plot -> {args.plot}")
+    return 0
+
+
+# --------------------------------------------------------------------------- hod
+def cmd_hod(args) -> int:
+    """``cosmo-dask hod``: every check (parameters, the catalog, the members' snapshot, the
+    output) before a cluster starts, then the mock, its store and the --plot."""
+    from ..halos.hod import hod_masses, plot_occupation, populate_hod
+    from ..halos.parameters import check_hod
+    from ..halos.result import open_catalog
+
+    names = ("logMmin", "sigma_logM", "logM0", "logM1", "alpha")
+    params = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    check_hod(args.model, params, args.satellites, args.seed, args.mass)  # before any read
+    result = open_catalog(args.input)
+    snap = None
+    path = args.snapshot or result.parameters.get("snapshot")
+    if args.snapshot or (path and os.path.exists(str(path))):
+        from ..store.snapshot import open_snapshot
+
+        snap = open_snapshot(path, device="gpu" if args.gpu else "cpu")
+    if args.satellites == "particles":
+        if snap is None:
+            where = (f"records the snapshot {path}, which does not exist here" if path
+                     else "records no snapshot")
+            raise CosmoDaskError(f"--satellites particles needs the halos' member particles: "
+                                 f"{args.input} {where}; pass --snapshot SNAP or use "
+                                 "--satellites nfw")
+        if snap.n_particles != int(result.labels.shape[0]):
+            raise CosmoDaskError(f"--snapshot {path}: has {snap.n_particles} particles but "
+                                 f"the catalog's labels cover {result.labels.shape[0]}")
+    hod_masses(result, args.mass, snap)  # the mass and its unit, before the cluster
+    _check_out(args)
+    with common._cluster(args):
+        t0 = time.perf_counter()
+        galaxies = populate_hod(result, args.model, params, seed=args.seed,
+                                satellites=args.satellites, snapshot=snap, mass=args.mass)
+        out = galaxies.to_zarr(args.out, overwrite=args.overwrite)
+        dt = time.perf_counter() - t0
+    n = galaxies.n_particles
+    prov = galaxies.provenance
+    n_cen = int(galaxies.field("is_central").sum().compute()) if n else 0
+    _say(f"{n} galaxies ({n_cen} centrals, {n - n_cen} satellites on "
+         f"{args.satellites}) in {result.n_halos} halos, mass {prov['mass_definition']}, "
+         f"seed {args.seed}, {dt:.2f} s -> {out}")
+    if args.plot:
+        mass = hod_masses(result, args.mass, snap)[0]
+        plot_occupation(galaxies, mass, path=args.plot)
+        _say(f"occupation plot -> {args.plot}")
     return 0

@@ -397,6 +397,36 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--overwrite", action="store_true")
     h.set_defaults(func=halos.cmd_halos)
 
+    hd = subparser("hod", help="HOD galaxy mock of a halo catalog",
+                   description="Populate the halos of a halo store (cosmo-dask halos) with "
+                   "galaxies (Zheng et al. 2007 occupation: Bernoulli centrals at the halo "
+                   "centres, Poisson satellites on member particles or an NFW profile) and "
+                   "write them as a snapshot store (fields host_id, is_central, host_mass).")
+    hd.add_argument("input", metavar="CATALOG", help="halo store")
+    hd.add_argument("out", metavar="OUT.zarr")
+    hd.add_argument("--model", choices=hp.HOD_MODELS, default=hp.HOD_MODELS[0])
+    hod_defaults = hp.HOD_DEFAULTS[hp.HOD_MODELS[0]]
+    for name, flag, what in (("logMmin", "--logMmin", "log10 Mmin [Msun/h]"),
+                             ("sigma_logM", "--sigma-logM", "width of the central step (> 0)"),
+                             ("logM0", "--logM0", "log10 M0 [Msun/h], satellites' cut-off"),
+                             ("logM1", "--logM1", "log10 M1 [Msun/h]"),
+                             ("alpha", "--alpha", "satellites' slope (>= 0)")):
+        hd.add_argument(flag, dest=name, type=float, default=None,
+                        help=f"{what} (default {hod_defaults[name]:g})")
+    hd.add_argument("--satellites", choices=hp.HOD_SATELLITES, default=hp.HOD_SATELLITES[0],
+                    help="satellites on random member particles (needs the halos' snapshot) "
+                    "or on an NFW profile")
+    hd.add_argument("--mass", choices=hp.HOD_MASSES, default=None,
+                    help="halo mass of the occupation (default: the first of these the "
+                    "catalog has)")
+    hd.add_argument("--snapshot", metavar="SNAP", default=None,
+                    help="the halos' snapshot (default: the path the halo store records)")
+    hd.add_argument("--seed", type=int, default=0)
+    hd.add_argument("--plot", metavar="PNG", default=None,
+                    help="measured <N(M)> of centrals and satellites against the model")
+    hd.add_argument("--overwrite", action="store_true")
+    hd.set_defaults(func=halos.cmd_hod)
+
     e = subparser("expand", help="SCF or MEX expansion of an isolated snapshot",
                   description="Fit an SCF (Hernquist-Ostriker) or MEX (multipole) expansion "
                   "and write coefficients and/or accelerations to a Zarr store.")

@@ -1,4 +1,5 @@
-"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions.
+"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions, and
+HOD galaxy mocks on the catalogs.
 
 The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``halos.parameters`` (as the CLI's parser does) loads no kernels.
@@ -10,7 +11,8 @@ from ..core.lazy import lazy_exports
 _PUBLIC = {"fof": "api", "fof_labels": "fof_graph", "FOFLabels": "fof_graph",
            "HaloResult": "result", "open_catalog": "result", "mass_function": "mass_functions",
            "plot_mass_function": "mass_functions", "sigma_of_mass": "mass_functions",
-           "theory_mass_function": "mass_functions", "spherical_overdensity": "overdensity"}
+           "theory_mass_function": "mass_functions", "spherical_overdensity": "overdensity",
+           "populate_hod": "hod"}
 
 __all__ = list(_PUBLIC)
 

@@ -13,7 +13,13 @@ import math
 import numbers
 from typing import Any
 
-from ..core.checks import check_integer, check_positive, check_subset
+from ..core.checks import (
+    check_finite,
+    check_integer,
+    check_positive,
+    check_seed,
+    check_subset,
+)
 from ..core.errors import ParameterError
 
 __all__ = ["LINKING_LENGTH_DEFAULT", "MIN_MEMBERS_DEFAULT", "MIN_MEMBERS_MIN",
@@ -184,3 +190,62 @@ def check_so_profile(n_bins: Any, r_min_factor: Any) -> tuple[int, float]:
         raise ParameterError("spherical_overdensity: r_min_factor must be in (0, 1), got "
                              f"{r_min_factor}")
     return n_bins, float(r_min_factor)
+
+
+# ----------------------------------------------------------------------------- HOD
+#: the halo occupation models ``populate_hod`` knows
+HOD_MODELS = ("zheng07",)
+#: each model's parameters and defaults: Zheng et al. (2007) Table 1, the M_r < -20 SDSS
+#: sample (the defaults of halotools' ``Zheng07`` at threshold -20); masses as log10 of
+#: M in Msun/h
+HOD_DEFAULTS = {"zheng07": {"logMmin": 12.02, "sigma_logM": 0.26, "logM0": 11.38,
+                            "logM1": 13.31, "alpha": 1.06}}
+#: where ``populate_hod`` puts satellites: on member particles, or on an NFW profile
+HOD_SATELLITES = ("particles", "nfw")
+#: the catalog masses ``populate_hod`` can use, in its order of preference when none is
+#: named: the spherical-overdensity masses (``cosmo-dask halos --so``), then the FOF mass
+HOD_MASSES = ("M_vir", "M_200m", "M_200c", "mass")
+#: the range allowed for the log10 masses (Msun/h) of the HOD parameters
+HOD_LOG_MASS_RANGE = (0.0, 20.0)
+
+
+def check_hod(model: Any = "zheng07", params: Any = None, satellites: Any = "particles",
+              seed: Any = 0, mass: Any = None) -> tuple[str, dict[str, float], str, int]:
+    """(model, its full parameter dict, satellites, seed) for ``populate_hod``, or a
+    one-line ParameterError naming the value at fault: an unknown model, parameter key or
+    satellite placement; a parameter not a finite number; ``sigma_logM <= 0``; ``alpha <
+    0``; a log10 mass outside :data:`HOD_LOG_MASS_RANGE` (``M1 = 10**logM1`` is then > 0);
+    a negative seed; a mass variable not in :data:`HOD_MASSES`. ``params`` may give only
+    some parameters; the others take the model's defaults."""
+    if model not in HOD_MODELS:
+        raise ParameterError(f"populate_hod: unknown model {model!r}; use one of "
+                             f"{list(HOD_MODELS)}")
+    defaults = HOD_DEFAULTS[model]
+    if params is None:
+        params = {}
+    if not hasattr(params, "items"):
+        raise ParameterError(f"populate_hod: params must be a mapping of {list(defaults)} "
+                             f"to numbers, got {params!r}")
+    unknown = [k for k in params if k not in defaults]
+    if unknown:
+        raise ParameterError(f"populate_hod: unknown {model} parameter {unknown[0]!r}; its "
+                             f"parameters are {list(defaults)}")
+    out = dict(defaults)
+    lo, hi = HOD_LOG_MASS_RANGE
+    for key, value in params.items():
+        value = check_finite(value, f"populate_hod: {key}")
+        if key.startswith("logM") and not lo <= value <= hi:
+            raise ParameterError(f"populate_hod: {key} = {value:g} is outside [{lo:g}, "
+                                 f"{hi:g}] (log10 of a mass in Msun/h)")
+        out[key] = value
+    if not out["sigma_logM"] > 0:
+        raise ParameterError(f"populate_hod: sigma_logM must be > 0, got {out['sigma_logM']:g}")
+    if not out["alpha"] >= 0:
+        raise ParameterError(f"populate_hod: alpha must be >= 0, got {out['alpha']:g}")
+    if satellites not in HOD_SATELLITES:
+        raise ParameterError(f"populate_hod: satellites must be one of "
+                             f"{list(HOD_SATELLITES)}, got {satellites!r}")
+    if mass is not None and mass not in HOD_MASSES:
+        raise ParameterError(f"populate_hod: mass must be one of {list(HOD_MASSES)} (or None: "
+                             f"the first the catalog has), got {mass!r}")
+    return model, out, satellites, check_seed(seed)

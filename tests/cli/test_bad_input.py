@@ -104,6 +104,13 @@ BAD = [
      "not below half the box"),
     (["halos", "{d}/snap.zarr", "{d}/out/h.zarr", "--min-members", "1000000000000"],
      "--min-members must be at most the 512 particles"),
+    # hod: the HOD parameters before the catalog is read, then the catalog
+    (["hod", "{d}/snap.zarr", "{d}/out/g.zarr", "--sigma-logM", "0"],
+     "--sigma-logM must be > 0"),
+    (["hod", "{d}/snap.zarr", "{d}/out/g.zarr", "--alpha", "-1"], "--alpha must be >= 0"),
+    (["hod", "{d}/snap.zarr", "{d}/out/g.zarr", "--logM1", "nan"],
+     "--logM1 must be a finite number"),
+    (["hod", "{d}/snap.zarr", "{d}/out/g.zarr"], "not a cosmo_dask halo store"),
     (["gravity", "{d}/iso.zarr", "{d}/out/gr.zarr", "--max-leaf", "1000000000000"],
      "--max-leaf must be at most 65536"),
     (["gravity", "{d}/snap.zarr", "{d}/out/gr.zarr", "--method", "pm", "--n-mesh", "100000",
