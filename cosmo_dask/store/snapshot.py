@@ -419,6 +419,8 @@ class Snapshot:
             parts.append(f"z={signif(self.redshift)}")
         if self.particle_mass is not None:
             parts.append(f"particle mass {with_unit(self.particle_mass, self._unit('mass'))}")
+        if self.los is not None:
+            parts.append(f"redshift space along ({', '.join(signif(c) for c in self.los)})")
         n_chunks = len(self.chunks)
         src = f" from {self._source}" if self._source else ""
         return (

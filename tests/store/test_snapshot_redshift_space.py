@@ -110,6 +110,7 @@ def test_a_vector_line_of_sight_moves_along_it():
     np.testing.assert_allclose(host(out.pos), [[12.0, 12.0, 10.0], [20.0, 20.0, 20.0]],
                                atol=1e-12)
     np.testing.assert_allclose(out.los, [2**-0.5, 2**-0.5, 0.0], rtol=1e-15)
+    assert "redshift space along (0.7071, 0.7071, 0)" in repr(out)
 
 
 def test_it_is_lazy_and_keeps_the_chunks(rng):
