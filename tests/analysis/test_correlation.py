@@ -198,3 +198,43 @@ def test_bad_input_is_one_parameter_error_before_any_work(kwargs, match):
     with pytest.raises(ParameterError, match=match) as info:
         correlation_function(_poisoned(), args.pop("r_bins"), **args)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 2, 1)])
+def test_cuda_kernel_on_the_host_equals_the_numba_kernel(shape):
+    """``cuda/pair_count.cu`` compiled on the host (tests/support/cuda_host.py, global
+    atomics in place of the shared-memory histograms) through the GPU module's own
+    preparation (:func:`pair_count_prepared` with NumPy): the same counts as the numba
+    kernel on every domain (open and wrapped axes, ghosts, auto, cross, (r, mu))."""
+    from tests.support import cuda_host
+
+    if cuda_host.compiler() is None:
+        pytest.skip("needs g++")
+    from cosmo_dask.analysis import pair_count_kernels as cpu
+    from cosmo_dask.analysis.correlation import _domain_geometry
+    from cosmo_dask.analysis.pair_count_kernels_gpu import pair_count_prepared
+    from cosmo_dask.spatial import decompose, domain_grid
+
+    hk = cuda_host.host_kernels("pair_count", {"PC_SHARED": 0})
+
+    def launch(grid, block, args, shared_bytes):
+        hk["pair_count"](grid, block, args)
+
+    pos, pos2 = _clustered(700, 11), _uniform(500, 12)
+    edges, mu, los = np.array([0.0, 1.0, 4.0, 9.0]), np.array([0.0, 0.3, 1.0]), [0.0, 0.6, 0.8]
+    grid = domain_grid(shape, box_size=L)
+    parts = dask.compute(*decompose(da.from_array(pos, chunks=300), grid,
+                                    ghost_width=9.0).exchange())
+    parts2 = dask.compute(*decompose(da.from_array(pos2, chunks=300), grid,
+                                     ghost_width=9.0).exchange())
+    total = 0
+    for p, p2 in zip(parts, parts2, strict=True):
+        geo = _domain_geometry(grid, p.domain, 9.0, len(p.pos) + len(p2.pos))
+        for args in ((p.pos, p.n_owned, geo, edges, None, None, L),
+                     (p.pos, p.n_owned, geo, edges, mu, los, L),
+                     (p.pos, p.n_owned, geo, edges, None, None, L, p2.pos)):
+            want = cpu.pair_count(*args)
+            got = pair_count_prepared(np, launch, *args, shared=False)
+            np.testing.assert_array_equal(got, want)
+        total += cpu.pair_count(p.pos, p.n_owned, geo, edges, None, None, L)[:, 0]
+    np.testing.assert_array_equal(total // 2, _brute(pos, None, edges))
