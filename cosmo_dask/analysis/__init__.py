@@ -9,6 +9,7 @@ from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it
 _PUBLIC = {"correlation_function": "correlation", "linear_power": "power",
+           "open_correlation": "correlation", "plot_correlation_function": "correlation",
            "plot_power_spectrum": "power", "power_spectrum": "power"}
 
 __all__ = list(_PUBLIC)

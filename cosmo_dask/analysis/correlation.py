@@ -37,6 +37,7 @@ a domain with its ghosts, about 60 bytes per particle in the kernel.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import xarray as xr
@@ -46,13 +47,22 @@ from ..core.backend import array_module, particle_rows
 from ..core.errors import ParameterError
 from ..core.task_graph import TaskGraph
 from ..density.parameters import check_box_size
+from ..plot.correlation import plot_correlation_function  # noqa: F401  (public here)
 from ..spatial import decompose, domain_grid
+from ..store.atomic import atomic_directory, local_path
+from ..store.zarr_read import open_product_group, product_store
+from ..store.zarr_write import plain_attrs, store_dataset
 from ..units.products import product_units
 from . import dispatch as kernels
 from .pair_count_kernels import cell_geometry
 from .parameters import check_los_poles, check_mu_bins, check_r_bins
 
-__all__ = ["correlation_function", "legendre_integrals"]
+__all__ = ["FORMAT", "correlation_function", "legendre_integrals", "open_correlation",
+           "plot_correlation_function", "write_correlation"]
+
+#: the ``format`` attribute of a correlation store (``cosmo-dask xi``)
+FORMAT = "cosmo_dask.correlation"
+FORMAT_VERSION = 1
 
 #: particles per domain aimed at by the default domain count
 DOMAIN_PARTICLES = 2**22
@@ -121,6 +131,57 @@ def _positions(data, box_size, what):
     return pos, box, n, unit
 
 
+def check_correlation(data, r_bins, *, data2=None, box_size=None, mu_bins=None, los=None,
+                      poles=(0,), n_domains=None, length_unit=None) -> dict:
+    """Every check of :func:`correlation_function` (same parameters), before any work:
+    the inputs' shapes and box, the bins, the line of sight and multipoles, the domains.
+    Returns what the computation needs (positions, box, edges, grid, ...); raises a
+    one-line ParameterError otherwise. ``cosmo-dask xi`` runs it before a cluster starts.
+    """
+    from ..store.snapshot import Snapshot
+
+    what = "correlation_function"
+    pos, box, n, unit = _positions(data, box_size, what)
+    if box is None:
+        raise ParameterError(f"{what}: the positions need a periodic box: pass box_size= "
+                             "(the side of [0, box_size)^3)")
+    box = check_box_size(box, what)
+    if data2 is not None:
+        pos2, box2, n2, _ = _positions(data2, box if not isinstance(data2, Snapshot)
+                                       or data2.box_size is None else None, what)
+        if box2 is None or not math.isclose(float(box2), box, rel_tol=1e-12):
+            raise ParameterError(f"{what}: data2's box_size {box2!r} differs from data's "
+                                 f"{box:g}")
+    r_edges = check_r_bins(r_bins, box, what)
+    r_max = float(r_edges[-1])
+    if mu_bins is None:
+        if los is not None:
+            raise ParameterError(f"{what}: los= needs mu_bins= (the mu bins of xi(s, mu))")
+        if tuple(np.atleast_1d(poles)) != (0,):
+            raise ParameterError(f"{what}: multipoles need mu_bins= and los=")
+        mu_edges, los_v, poles = None, None, (0,)
+    else:
+        mu_edges = check_mu_bins(mu_bins, what)
+        if los is None:
+            raise ParameterError(f"{what}: mu_bins= needs a line of sight: pass los= (an "
+                                 "axis 0/1/2 or 'x'/'y'/'z', or a vector)")
+        los_v, poles = check_los_poles(los, poles, what)
+        if (mu_edges[0] != 0.0 or mu_edges[-1] != 1.0) and poles != (0,):
+            raise ParameterError(f"{what}: multipoles need mu bins spanning [0, 1], got "
+                                 f"[{mu_edges[0]:g}, {mu_edges[-1]:g}]")
+    if length_unit is None:
+        length_unit = unit
+    pu = product_units({"length": length_unit} if length_unit else None)
+    if n_domains is None:
+        n_all = n + (n2 if data2 is not None else 0)
+        n_domains = _default_domains(n_all, box, r_max)
+    grid = domain_grid(n_domains, box_size=box)
+    grid.check_ghost_width(r_max, what=f"{what}: r_max")
+    return {"pos": pos, "n": n, "box": box, "pos2": pos2 if data2 is not None else None,
+            "n2": n2 if data2 is not None else None, "r_edges": r_edges,
+            "mu_edges": mu_edges, "los": los_v, "poles": poles, "units": pu, "grid": grid}
+
+
 def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=None,
                          los=None, poles=(0,), n_domains=None,
                          length_unit=None) -> xr.Dataset:
@@ -141,7 +202,8 @@ def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=Non
         The box side ``L`` (default: the snapshot's; required for raw positions).
     mu_bins : int or array of edges, optional
         ``mu`` bins on ``[0, 1]`` (a number of equal bins or edges): counts and ``xi`` in
-        ``(s, mu)`` bins along the line of sight ``los``.
+        ``(s, mu)`` bins along the line of sight ``los``; multipoles need them to span
+        ``[0, 1]``.
     los : int, str or 3-vector, optional
         Line of sight: an axis (0/1/2, "x"/"y"/"z") or a vector (required with
         ``mu_bins``).
@@ -162,10 +224,11 @@ def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=Non
         Dimension ``r`` (and ``mu``): coordinates ``r`` (bin centre), ``r_min``,
         ``r_max`` (and ``mu``, ``mu_min``, ``mu_max``); ``dd`` (int64 pair counts, the
         convention of the module docstring), ``rr`` (analytic random pairs), ``xi``
-        (``dd / rr - 1``), and with ``mu_bins`` ``multipoles`` ``(ell, r)`` and the
-        coordinate ``ell``. Attributes: ``box_size``, ``length_unit``, ``n_particles``
-        (and ``n_particles2``), ``r_edges``, ``mu_edges``, ``los``, ``auto``,
-        ``n_domains``, ``pair_convention``, ``estimator``. Every variable has ``units``.
+        (``dd / rr - 1``), and with ``mu_bins`` spanning ``[0, 1]`` ``multipoles``
+        ``(ell, r)`` and the coordinate ``ell``. Attributes: ``box_size``,
+        ``length_unit``, ``n_particles`` (and ``n_particles2``), ``r_edges``,
+        ``mu_edges``, ``los``, ``auto``, ``n_domains``, ``pair_convention``,
+        ``estimator``. Every variable has ``units``.
 
     Raises
     ------
@@ -175,48 +238,12 @@ def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=Non
         ``[0, 1]``, a bad line of sight, or domains narrower than ``r_max``: before any
         work.
     """
-    from ..store.snapshot import Snapshot
-
-    what = "correlation_function"
-    pos, box, n, unit = _positions(data, box_size, what)
-    if box is None:
-        raise ParameterError(f"{what}: the positions need a periodic box: pass box_size= "
-                             "(the side of [0, box_size)^3)")
-    box = check_box_size(box, what)
-    if data2 is not None:
-        pos2, box2, n2, _ = _positions(data2, box if not isinstance(data2, Snapshot)
-                                       or data2.box_size is None else None, what)
-        if box2 is None or not math.isclose(float(box2), box, rel_tol=1e-12):
-            raise ParameterError(f"{what}: data2's box_size {box2!r} differs from data's "
-                                 f"{box:g}")
-    r_edges = check_r_bins(r_bins, box, what)
+    c = check_correlation(data, r_bins, data2=data2, box_size=box_size, mu_bins=mu_bins,
+                          los=los, poles=poles, n_domains=n_domains, length_unit=length_unit)
+    pos, n, box, pos2, n2 = c["pos"], c["n"], c["box"], c["pos2"], c["n2"]
+    r_edges, mu_edges, los_v, poles = c["r_edges"], c["mu_edges"], c["los"], c["poles"]
+    pu, grid = c["units"], c["grid"]
     r_max = float(r_edges[-1])
-    if r_max <= 0:
-        raise ParameterError(f"{what}: r_max must be > 0, got {r_max:g}")
-    if mu_bins is None:
-        if los is not None:
-            raise ParameterError(f"{what}: los= needs mu_bins= (the mu bins of xi(s, mu))")
-        if tuple(np.atleast_1d(poles)) != (0,):
-            raise ParameterError(f"{what}: multipoles need mu_bins= and los=")
-        mu_edges, los_v, poles = None, None, (0,)
-    else:
-        mu_edges = check_mu_bins(mu_bins, what)
-        if los is None:
-            raise ParameterError(f"{what}: mu_bins= needs a line of sight: pass los= (an "
-                                 "axis 0/1/2 or 'x'/'y'/'z', or a vector)")
-        los_v, poles = check_los_poles(los, poles, what)
-        if mu_edges[0] != 0.0 or mu_edges[-1] != 1.0:
-            raise ParameterError(f"{what}: multipoles need mu bins spanning [0, 1], got "
-                                 f"[{mu_edges[0]:g}, {mu_edges[-1]:g}]")
-    if length_unit is None:
-        length_unit = unit
-    pu = product_units({"length": length_unit} if length_unit else None)
-    if n_domains is None:
-        n_all = n + (n2 if data2 is not None else 0)
-        n_domains = _default_domains(n_all, box, r_max)
-    grid = domain_grid(n_domains, box_size=box)
-    grid.check_ghost_width(r_max, what=f"{what}: r_max")
-
     auto = data2 is None
     g_inputs = []
     if auto:
@@ -268,7 +295,7 @@ def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=Non
                           "(analytic)"}),
         "xi": (dims, xi, {"units": "1", "long_name": "DD / RR - 1"}),
     }
-    if mu_edges is not None:
+    if mu_edges is not None and mu_edges[0] == 0.0 and mu_edges[-1] == 1.0:
         mult = np.stack([(2 * ell + 1) * (xi * legendre_integrals(ell, mu_edges)).sum(axis=1)
                          for ell in poles])
         data_vars["multipoles"] = (("ell", "r"), mult, {"units": "1",
@@ -287,3 +314,27 @@ def correlation_function(data, r_bins, *, data2=None, box_size=None, mu_bins=Non
     if not auto:
         attrs["n_particles2"] = int(n2)
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def write_correlation(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False,
+                      inputs=()) -> str:
+    """Write a :func:`correlation_function` Dataset to a Zarr v3 store, atomically (group
+    ``xi``, every chunk checksummed in the chunk manifest); returns the path."""
+    with atomic_directory(path, overwrite=overwrite, what="correlation store", fmt=FORMAT,
+                          inputs=tuple(inputs)) as tmp:
+        import zarr
+
+        zarr.open_group(str(tmp), mode="w", zarr_format=3,
+                        attributes={"format": FORMAT, "format_version": FORMAT_VERSION})
+        out = ds.copy()
+        out.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
+        store_dataset(out, tmp / "xi", label=f"writing {path}")
+    return str(local_path(path))
+
+
+def open_correlation(path: str | os.PathLike) -> xr.Dataset:
+    """The Dataset of a correlation store written by :func:`write_correlation` (loaded;
+    chunks checked against their checksums)."""
+    p = local_path(path)
+    open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION, what="correlation store")
+    return xr.open_zarr(product_store(p / "xi"), consolidated=False).load()
