@@ -30,6 +30,8 @@ WORKLOADS = {
     "treepm-walk": "benchmarks.gravity.treepm_walk",
     "mesh-scale": "benchmarks.gravity.mesh_scale",
     "domains-profile-gpu": "benchmarks.gravity.domains_profile_gpu",
+    # analysis
+    "xi": "benchmarks.analysis.xi",
     # density
     "pse": "benchmarks.density.pse",
     "pse-phases": "benchmarks.density.pse_phases",

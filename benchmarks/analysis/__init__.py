@@ -1,0 +1,1 @@
+"""Benchmarks of cosmo_dask.analysis (pair counts and correlation functions)."""
