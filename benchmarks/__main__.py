@@ -32,6 +32,8 @@ WORKLOADS = {
     "mesh-scale": "benchmarks.gravity.mesh_scale",
     "domains-profile-gpu": "benchmarks.gravity.domains_profile_gpu",
     "pm-profile-gpu": "benchmarks.gravity.pm_profile_gpu",
+    # analysis
+    "xi": "benchmarks.analysis.xi",
     # density
     "pse": "benchmarks.density.pse",
     "pse-phases": "benchmarks.density.pse_phases",

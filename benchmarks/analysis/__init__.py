@@ -1,1 +1,2 @@
-"""Benchmarks of the analyses (clustering statistics)."""
+"""Benchmarks of cosmo_dask.analysis: clustering statistics (pair counts and correlation
+functions, redshift space, the bispectrum)."""

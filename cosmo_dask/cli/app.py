@@ -10,6 +10,7 @@
     halos SNAP OUT.zarr [--linking-length 0.2] [--centers mbp,mcp] [--so 200c,200m,vir]
     hod CATALOG OUT.zarr [--logMmin ...] [--satellites particles|nfw] [--seed S] [--plot P]
     gravity SNAP OUT.zarr [--method tree|direct|pm|treepm] [--theta 0.5] [--softening EPS]
+    xi SNAP OUT.zarr --r-max R [--bins N] [--mu-bins M --los z --poles 0 2 4] [--plot FILE]
     demo [--dir DIR] [--n-side 64]
 
 Bad input exits with status 2 and one line ``cosmo-dask: error: ...`` naming

@@ -121,6 +121,9 @@ def _output_kind(args) -> tuple[str, str]:
     if name == "cmd_gravity":
         from ..gravity.output import FORMAT
         return "gravity store", FORMAT
+    if name == "cmd_xi":
+        from ..analysis.correlation import FORMAT
+        return "correlation store", FORMAT
     if getattr(args, "method", None) == "pse":
         from ..density.octree_store import FORMAT
         return "density octree store", FORMAT

@@ -8,7 +8,7 @@ import math
 
 from ..core.checks import PRECISIONS
 from ..core.version import __version__
-from . import data, demo, density, expand, gravity, halos
+from . import clustering, data, demo, density, expand, gravity, halos
 from .data import CONVERT_FORMATS
 
 
@@ -494,6 +494,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing --out and --plot files")
     p.set_defaults(func=density.cmd_power)
+
+    x = subparser("xi", help="pair counts and the correlation function of a snapshot",
+                  description="Periodic pair counts DD(r) and xi(r) = DD/RR - 1 (analytic RR), "
+                  "or xi(s, mu) and its Legendre multipoles along a line of sight, written to "
+                  "a Zarr store (distinct pairs, each once).")
+    x.add_argument("snapshot", metavar="SNAP")
+    x.add_argument("out", metavar="OUT.zarr")
+    x.add_argument("--r-max", type=_positive_float, required=True,
+                   help="largest separation (snapshot length units, at most half the box)")
+    x.add_argument("--bins", type=_positive_int, default=20, help="equal separation bins")
+    x.add_argument("--r-min", type=_finite_float, default=0.0, help="smallest separation")
+    x.add_argument("--mu-bins", type=_positive_int, default=None,
+                   help="equal mu bins on [0, 1]: xi(s, mu) and multipoles")
+    x.add_argument("--los", choices=tuple(ap.LOS_AXES) + tuple(map(str, ap.LOS_AXES.values())),
+                   default=None, help="line of sight with --mu-bins (default z)")
+    x.add_argument("--poles", type=_int_list, nargs="+", default=None,
+                   help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))} with "
+                   "--mu-bins, e.g. 0 2 4 or 0,2,4 (default all)")
+    x.add_argument("--domains", type=_positive_int, default=None, help="domain count")
+    x.add_argument("--plot", metavar="PNG", default=None,
+                   help="r^2 xi(r) (or s^2 xi_l(s)) plot")
+    x.add_argument("--overwrite", action="store_true",
+                   help="replace an existing store and --plot file")
+    x.set_defaults(func=clustering.cmd_xi)
 
     gr = subparser("gravity", help="accelerations and potentials of every particle",
                    description="Gravitational accelerations and potentials of every particle "

@@ -14,7 +14,8 @@ source are preprocessor defines given by its module):
 * ``center.cu`` (:mod:`cosmo_dask.halos.center_kernels_gpu`), ``fof.cu``
   (:mod:`~cosmo_dask.halos.fof_kernels_gpu`);
 * ``scf.cu`` (:mod:`cosmo_dask.expansion.scf_kernels_gpu`), ``mex.cu``
-  (:mod:`~cosmo_dask.expansion.mex_kernels_gpu`).
+  (:mod:`~cosmo_dask.expansion.mex_kernels_gpu`);
+* ``pair_count.cu`` (:mod:`cosmo_dask.analysis.pair_count_kernels_gpu`).
 
 Shared headers (the device functions more than one source needs, each written once):
 
@@ -64,8 +65,9 @@ HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = ("periodic.cuh", "softening.cuh", "tet_clip.cuh", "truncated.cuh",
            "truncated_fit.cuh")
 #: the kernel sources (``<name>.cu``)
-KERNEL_SOURCES = ("center", "fof", "mex", "octree", "octree_morton", "p2p", "paint", "pm",
-                  "scf", "tessellation", "tet_volume", "tet_volume_lattice", "tree")
+KERNEL_SOURCES = ("center", "fof", "mex", "octree", "octree_morton", "p2p", "pair_count",
+                  "paint", "pm", "scf", "tessellation", "tet_volume", "tet_volume_lattice",
+                  "tree")
 #: the options every source is compiled with: one C++ standard
 OPTIONS = ("--std=c++17",)
 #: the exactness flag of sources whose results must equal the CPU's bit for bit: no fused

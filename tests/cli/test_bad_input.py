@@ -115,6 +115,17 @@ BAD = [
      "--max-leaf must be at most 65536"),
     (["gravity", "{d}/snap.zarr", "{d}/out/gr.zarr", "--method", "pm", "--n-mesh", "100000",
       "--G", "1"], "larger than 4096"),
+    # xi: bins, line of sight and box before the cluster
+    (["xi", "{d}/snap.zarr", "{d}/out/x.zarr", "--r-max", "6"], "is above half the box"),
+    (["xi", "{d}/snap.zarr", "{d}/out/x.zarr", "--r-max", "2", "--r-min", "3"],
+     "--r-min 3 must be below --r-max 2"),
+    (["xi", "{d}/snap.zarr", "{d}/out/x.zarr", "--r-max", "2", "--los", "z"],
+     "need --mu-bins"),
+    (["xi", "{d}/snap.zarr", "{d}/out/x.zarr", "--r-max", "2", "--mu-bins", "4", "--poles",
+      "6"], "poles must be distinct values of 0, 2, 4"),
+    (["xi", "{d}/snap.zarr", "{d}/out/x.zarr", "--r-max", "2", "--domains", "1000"],
+     "not smaller than the domain side"),
+    (["xi", "{d}/iso.zarr", "{d}/out/x.zarr", "--r-max", "2"], "need a periodic box"),
 ]
 
 

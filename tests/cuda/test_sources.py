@@ -199,6 +199,7 @@ def _variants():
         ("octree", {}, (), ("child_bounds", "leaf_moments", "parent_moments", "node_bmax")),
         ("octree_morton", {}, (), ()),
         ("p2p", kernel_defines(np.float32, **spec), ("-ftz=true",), ("p2p_tile",)),
+        ("pair_count", {"PC_SHARED": 1}, cuda.NO_FMAD, ("pair_count",)),
         ("paint", {"ORDER": 3, "POS_T": "double", "MASS_T": "float", "MESH_T": "double"}, (),
          ("paint",)),
         ("pm", {"REAL_T": "float", "POS_T": "double", "MESH_T": "float"}, (),
@@ -217,7 +218,7 @@ def test_variants_cover_every_source():
     assert sorted({v[0] for v in _variants()}) == sorted(cuda.KERNEL_SOURCES)
 
 
-@pytest.mark.parametrize("k", range(14))
+@pytest.mark.parametrize("k", range(15))
 def test_sources_preprocess_on_the_host(k):
     """The text of :func:`cosmo_dask.cuda.source` through the C preprocessor: includes
     found, no ``#error`` (a missing define), the kernels' names come out."""
@@ -238,7 +239,7 @@ def test_sources_preprocess_on_the_host(k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", range(14))
+@pytest.mark.parametrize("k", range(15))
 def test_sources_compile_through_the_loader(k):
     """Every kernel source compiles with NVRTC through :func:`cosmo_dask.cuda.module` and
     holds its kernels."""
