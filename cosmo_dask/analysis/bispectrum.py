@@ -86,6 +86,7 @@ from ..plot.bispectrum import plot_reduced_bispectrum  # noqa: F401  (public her
 from ..spatial.fft import irfftn, map_kslabs, reduce_kslabs, rfftn, slab_chunks
 from ..units.products import product_units
 from .parameters import (
+    BISPECTRUM_FORMAT,
     INTERLACE_DEFAULT,
     check_bispectrum_bins,
     check_configurations,
@@ -97,7 +98,7 @@ __all__ = ["FORMAT", "bispectrum", "open_bispectrum", "plot_reduced_bispectrum",
            "tree_level_bispectrum", "write_bispectrum"]
 
 #: the ``format`` attribute of a bispectrum product store
-FORMAT = "cosmo_dask.bispectrum"
+FORMAT = BISPECTRUM_FORMAT
 FORMAT_VERSION = 1
 
 

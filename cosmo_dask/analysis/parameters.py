@@ -13,8 +13,9 @@ import numpy as np
 
 from ..core.errors import ParameterError
 
-__all__ = ["POLES", "POLES_DEFAULT", "LOS_AXES", "INTERLACE_DEFAULT", "check_bispectrum_bins",
-           "check_configurations", "check_los_poles", "closed_triangles", "symmetry_factor"]
+__all__ = ["BISPECTRUM_FORMAT", "CLI_K_BINS_DEFAULT", "POLES", "POLES_DEFAULT", "LOS_AXES",
+           "INTERLACE_DEFAULT", "check_bispectrum_bins", "check_configurations",
+           "check_los_poles", "closed_triangles", "symmetry_factor"]
 
 #: the Legendre multipoles ``power_spectrum`` computes (l > 0 needs a line of sight)
 POLES = (0, 2, 4)
@@ -60,6 +61,11 @@ def check_los_poles(los: Any, poles: Any) -> tuple[np.ndarray | None, tuple[int,
 
 
 # --------------------------------------------------------------------------- bispectrum
+#: the ``format`` attribute of a bispectrum product store (``cosmo-dask bispectrum``)
+BISPECTRUM_FORMAT = "cosmo_dask.bispectrum"
+#: ``cosmo-dask bispectrum``'s default bins: this many of width ``2 pi / L`` from ``pi / L``
+CLI_K_BINS_DEFAULT = 8
+
 def symmetry_factor(i: int, j: int, k: int) -> int:
     """``s_B`` of the bin triple ``(i, j, k)``: 6 when all three bins are equal, 2 when
     two are, 1 otherwise (the permutations of a triangle that stay in the same bins)."""
@@ -118,8 +124,8 @@ def check_bispectrum_bins(k_bins: Any, n: int, box: float,
     if edges[-1] > k_ny * (1 + 1e-12):
         raise ParameterError(
             f"{what}: the last k bin edge {edges[-1]:.6g} is past the Nyquist wavenumber "
-            f"pi n_mesh / box = {k_ny:.6g} (n_mesh={n}); use edges up to it "
-            f"(int k_bins: at most {(n - 1) // 2} bins of width 2 pi / box)")
+            f"{k_ny:.6g} of the {n}^3 mesh in a box of {box:g}; use edges up to it "
+            f"(a number of bins: at most {(n - 1) // 2} of width 2 pi / box)")
     counts = _modes_in_shells(edges, n, kf)
     empty = np.flatnonzero(counts <= 0)
     if empty.size:

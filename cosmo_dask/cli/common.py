@@ -121,6 +121,9 @@ def _output_kind(args) -> tuple[str, str]:
     if name == "cmd_gravity":
         from ..gravity.output import FORMAT
         return "gravity store", FORMAT
+    if name == "cmd_bispectrum":
+        from ..analysis.parameters import BISPECTRUM_FORMAT
+        return "bispectrum store", BISPECTRUM_FORMAT
     if getattr(args, "method", None) == "pse":
         from ..density.octree_store import FORMAT
         return "density octree store", FORMAT

@@ -14,7 +14,8 @@ from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import lpt_ics
 from cosmo_dask.models.cosmology import Cosmology
 
-DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=pytest.mark.gpu)]
+DEVICES = [pytest.param("cpu", None, id="cpu"),
+           pytest.param("gpu", None, id="gpu", marks=pytest.mark.gpu)]
 
 
 def brute_force(mesh, edges, box, tri):
@@ -40,8 +41,8 @@ def brute_force(mesh, edges, box, tri):
     return np.array(out_b), np.array(out_n)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_equals_brute_force_triangle_sum(rng, device):
+@pytest.mark.parametrize("device, slabs", [*DEVICES, pytest.param("cpu", 3, id="cpu-3-slabs")])
+def test_equals_brute_force_triangle_sum(rng, device, slabs):
     n, box = 12, 100.0
     mesh = 1.0 + 0.3 * rng.standard_normal((n, n, n))
     edges = 2 * np.pi / box * np.array([0.5, 1.5, 2.5, 3.5, 5.0, 6.0])  # last = Nyquist
@@ -49,7 +50,7 @@ def test_equals_brute_force_triangle_sum(rng, device):
     if device == "gpu":
         cp = pytest.importorskip("cupy")
         data = cp.asarray(mesh)
-    ds = bispectrum(data, edges, box_size=box, scheme=None)
+    ds = bispectrum(data, edges, box_size=box, scheme=None, slabs=slabs)
     tri = np.stack([ds[c].values for c in ("bin1", "bin2", "bin3")], 1)
     assert len(tri) == 24  # every closed bin triple of 5 bins (c_k <= c_i + c_j)
     b_ref, n_ref = brute_force(mesh, edges, box, tri)
