@@ -35,6 +35,8 @@ WORKLOADS = {
     "pse-phases": "benchmarks.density.pse_phases",
     "power": "benchmarks.density.power",
     "tet-deposit": "benchmarks.density.tet_deposit",
+    # analysis
+    "bispectrum": "benchmarks.analysis.bispectrum",
     # expansion
     "expansion": "benchmarks.expansion.scf",
     # simulation

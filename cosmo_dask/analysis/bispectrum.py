@@ -58,8 +58,9 @@ about ``2 n_bins + 3`` meshes are alive over the cluster at the peak (``n_bins =
 ``256^3`` in float64: 3.1 GiB), checked before any work against the workers' memory
 (:func:`~cosmo_dask.density.painting.mesh_slabs`, which also picks the slab count).
 Work: one forward FFT (two with interlacing), ``2 n_bins`` inverse FFTs of ``n^3``, and
-``2 n_triangles`` dot products of ``n^3`` (the products of two shells are formed once per
-pair).
+per real slab, in cache-sized sub-blocks, the products of the distinct bin pairs and one
+matrix product (pairs x cells) @ (cells x bins) for the data and for the count shells:
+about ``2 n_pairs n_bins n^3`` multiply-adds (BLAS; cuBLAS on the GPU).
 """
 
 from __future__ import annotations
@@ -156,40 +157,54 @@ def _modes_kslab(block, kx, ky, kz, *, n, edges):
 
 
 # --------------------------------------------------------------------------- real slabs
-def _pairs(tri):
-    """``{(i, j): [(row, k), ...]}`` grouping the triangles by their first two bins."""
-    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for row, (i, j, k) in enumerate(tri):
-        out.setdefault((int(i), int(j)), []).append((row, int(k)))
-    return out
+#: cells of a real slab summed per vectorised step of :func:`_triangle_block` (its
+#: shells' sub-blocks, their pair products and one matrix product stay in a CPU's cache; a
+#: GPU wants few, large steps)
+_TRIANGLE_CELLS = {"cpu": 2**14, "gpu": 2**22}
 
 
-def _triangle_block(*blocks, n_bins, pairs, n_tri):
+def _triangle_plan(tri):
+    """``(pair_i, pair_j, pair_of_triangle)``: the distinct ``(i, j)`` of the triangles and
+    each triangle's index among them."""
+    pairs = sorted({(int(i), int(j)) for i, j, _ in tri})
+    where = {p: n for n, p in enumerate(pairs)}
+    return (np.array([p[0] for p in pairs], dtype=np.int64),
+            np.array([p[1] for p in pairs], dtype=np.int64),
+            np.array([where[(int(i), int(j))] for i, j, _ in tri], dtype=np.int64))
+
+
+def _triangle_block(*blocks, n_bins, tri, plan):
     """``bispec-triangles``: one real slab's sums ``(4, max(n_tri, n_bins))``: rows
     ``sum I_i I_j I_k``, ``sum J_i J_j J_k`` per triangle, ``sum I_i^2``, ``sum J_i^2`` per
-    bin (float64 whatever the shells' dtype)."""
+    bin (float64 whatever the shells' dtype).
+
+    Per sub-block of cells the shells are stacked (``F``, bins x cells), the products of
+    the distinct pairs formed once (``P``, pairs x cells), and ``P F^T`` (one matrix
+    product) holds every ``sum F_i F_j F_k`` of the sub-block."""
     xp = array_module(blocks[0])
+    pi, pj, pt = (xp.asarray(a) for a in plan)
+    kt = xp.asarray(tri[:, 2])
     fields = [b.astype(np.float64, copy=False).ravel() for b in blocks]
-    data, ones = fields[:n_bins], fields[n_bins:]
-    out = np.zeros((4, max(n_tri, n_bins)))
-    for (i, j), rows in pairs.items():
-        for src, row in ((data, 0), (ones, 1)):
-            prod = src[i] * src[j]
-            for r, k in rows:
-                out[row, r] = float(xp.dot(prod, src[k]))
-    for b in range(n_bins):
-        out[2, b] = float(xp.dot(data[b], data[b]))
-        out[3, b] = float(xp.dot(ones[b], ones[b]))
-    return out[None, None]
+    size = fields[0].size
+    step = _TRIANGLE_CELLS["cpu" if xp is np else "gpu"]
+    n_tri = len(tri)
+    acc = xp.zeros((4, max(n_tri, n_bins)))
+    for s0 in range(0, size, step):
+        s1 = min(size, s0 + step)
+        for src, row in ((fields[:n_bins], 0), (fields[n_bins:], 1)):
+            f = xp.stack([a[s0:s1] for a in src])
+            g = (f[pi] * f[pj]) @ f.T  # (pairs, bins): sum over the cells of F_i F_j F_k
+            acc[row, :n_tri] += g[pt, kt]
+            acc[2 + row, :n_bins] += (f * f).sum(axis=1)
+    return host(acc)[None, None]
 
 
 def _reduce_real_slabs(fields, *, n_bins, tri):
     """Sum over the real slabs of :func:`_triangle_block` (a dask array (4, m))."""
-    pairs = _pairs(tri)
     width = max(len(tri), n_bins)
     s = len(fields[0].chunks[0])
-    parts = da.map_blocks(_triangle_block, *fields, n_bins=n_bins, pairs=pairs,
-                          n_tri=len(tri), dtype=np.float64,
+    parts = da.map_blocks(_triangle_block, *fields, n_bins=n_bins, tri=tri,
+                          plan=_triangle_plan(tri), dtype=np.float64,
                           chunks=((1,) * s, (1,), (4,), (width,)), new_axis=[3],
                           meta=np.empty((0, 0, 0, 0), dtype=np.float64),
                           name="bispec-triangles")

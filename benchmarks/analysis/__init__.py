@@ -1,0 +1,1 @@
+"""Benchmarks of analysis (run them with `python -m benchmarks WORKLOAD`)."""
