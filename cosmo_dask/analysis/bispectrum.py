@@ -352,8 +352,8 @@ def bispectrum(snap_or_mesh, k_bins, *, n_mesh=None, box_size=None, scheme=dp.SC
     total = mesh0.sum(dtype=np.float64)
     extra = sums if sums is not None else []
     res = compute(sums_tri, modes, total, *extra, label="bispectrum")
-    s, md, tot = (np.asarray(r, dtype=np.float64) for r in res[:3])
-    tot = float(tot)
+    s, md = (np.asarray(r, dtype=np.float64) for r in res[:2])
+    tot = float(res[2])  # a CuPy scalar for GPU meshes: float(), not np.asarray
     volume = box**3
     if is_mesh:
         s2 = s3 = float("nan")

@@ -70,11 +70,15 @@ def test_equals_brute_force_triangle_sum(rng, device, slabs):
     assert ds["bispectrum"].attrs["units"] == "input length^6"
 
 
-def test_particles_power_and_shot_noise(rng):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_particles_power_and_shot_noise(rng, device):
     """Particles: the shells' P equals power_spectrum's (same painting, interlacing and
     window) and the shot noise is (P1 + P2 + P3 - 3/nbar)/nbar + 1/nbar^2."""
     n, box, n_part = 16, 50.0, 3000
     pos = rng.uniform(0, box, (n_part, 3))
+    if device == "gpu":
+        cp = pytest.importorskip("cupy")
+        pos = cp.asarray(pos)
     edges = 2 * np.pi / box * np.array([0.5, 2.5, 4.5, 6.5])
     ds = bispectrum(pos, edges, n_mesh=n, box_size=box, scheme="tsc")
     ps = power_spectrum(pos, n_mesh=n, box_size=box, scheme="tsc", k_bins=edges)
