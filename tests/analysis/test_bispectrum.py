@@ -181,3 +181,24 @@ def test_reduced_bispectrum_of_2lpt_ics_matches_tree_level():
     err = qs.std(0, ddof=1) / np.sqrt(len(qs))
     assert abs(np.mean(q / q_tree) - 1) < 0.05
     assert np.all(np.abs(q - q_tree) < 4 * err)
+
+
+def test_shells_checked_against_the_memory_before_work(monkeypatch):
+    """2 n_bins + 3 meshes must fit the workers: 10 bins of a 128^3 float64 mesh need
+    368 MiB, refused on a (pretended) 256 MiB machine; 2 bins (7 meshes) fit."""
+    import importlib
+
+    import cosmo_dask.density.painting as painting
+
+    mod = importlib.import_module("cosmo_dask.analysis.bispectrum")
+    monkeypatch.setattr(painting, "memory_per_worker", lambda gpu: (256 * 2**20, "machine"))
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the memory was checked")
+
+    monkeypatch.setattr(mod, "rfftn", no_work)
+    pos = np.random.default_rng(2).uniform(0, 1000.0, (100, 3))
+    with pytest.raises(ParameterError, match=r"n_mesh=128 needs at least 0\.4 GiB \(23 float64"):
+        bispectrum(pos, 10, n_mesh=128, box_size=1000.0)
+    with pytest.raises(AssertionError, match="memory was checked"):
+        bispectrum(pos, 2, n_mesh=128, box_size=1000.0)
