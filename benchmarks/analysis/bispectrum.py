@@ -138,9 +138,10 @@ def _peer(snap, ds, edges, args):
         emit(what="peer", peer="Pylians", available=False,
              note="Pylians (Pk_library) is not installed here")
         return
+    from cosmo_dask.core.backend import host
     from cosmo_dask.density import paint
 
-    mesh = np.asarray(paint(snap, n_mesh=args.n_mesh, scheme=args.scheme).compute(),
+    mesh = np.asarray(host(paint(snap, n_mesh=args.n_mesh, scheme=args.scheme).compute()),
                       dtype=np.float32)
     delta = (mesh / mesh.mean() - 1).astype(np.float32)
     kf = 2 * np.pi / args.box

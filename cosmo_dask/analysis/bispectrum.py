@@ -55,7 +55,7 @@ errors of ``P``).
 
 Memory: the ``2 n_bins`` shell fields of one real slab meet in its reduction task, so
 about ``2 n_bins + 3`` meshes are alive over the cluster at the peak (``n_bins = 10`` at
-``256^3`` in float64: 3.1 GiB), checked before any work against the workers' memory
+``256^3`` in float64: 2.9 GiB), checked before any work against the workers' memory
 (:func:`~cosmo_dask.density.painting.mesh_slabs`, which also picks the slab count).
 Work: one forward FFT (two with interlacing), ``2 n_bins`` inverse FFTs of ``n^3``, and
 per real slab, in cache-sized sub-blocks, the products of the distinct bin pairs and one
