@@ -41,6 +41,7 @@ WORKLOADS = {
     "tet-deposit": "benchmarks.density.tet_deposit",
     # analysis
     "rsd": "benchmarks.analysis.rsd",
+    "bispectrum": "benchmarks.analysis.bispectrum",
     # expansion
     "expansion": "benchmarks.expansion.scf",
     # simulation

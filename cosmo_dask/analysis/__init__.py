@@ -1,5 +1,5 @@
-"""Analysis of snapshots and meshes: power spectrum and multipoles, linear theory, pair
-counts and correlation functions.
+"""Analysis of snapshots and meshes: power spectrum and multipoles, bispectrum, linear
+theory, pair counts and correlation functions.
 
 The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``analysis.parameters`` (as the CLI's parser does) loads no kernels.
@@ -8,9 +8,11 @@ importing the light ``analysis.parameters`` (as the CLI's parser does) loads no 
 from ..core.lazy import lazy_exports
 
 #: public name -> the module defining it
-_PUBLIC = {"correlation_function": "correlation", "linear_power": "power",
-           "open_correlation": "correlation", "plot_correlation_function": "correlation",
-           "plot_power_spectrum": "power", "power_spectrum": "power"}
+_PUBLIC = {"bispectrum": "bispectrum", "correlation_function": "correlation",
+           "linear_power": "power", "open_correlation": "correlation",
+           "plot_correlation_function": "correlation", "plot_power_spectrum": "power",
+           "plot_reduced_bispectrum": "bispectrum", "power_spectrum": "power",
+           "tree_level_bispectrum": "bispectrum"}
 
 __all__ = list(_PUBLIC)
 

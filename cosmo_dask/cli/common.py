@@ -124,6 +124,9 @@ def _output_kind(args) -> tuple[str, str]:
     if name == "cmd_xi":
         from ..analysis.correlation import FORMAT
         return "correlation store", FORMAT
+    if name == "cmd_bispectrum":
+        from ..analysis.parameters import BISPECTRUM_FORMAT
+        return "bispectrum store", BISPECTRUM_FORMAT
     if getattr(args, "method", None) == "pse":
         from ..density.octree_store import FORMAT
         return "density octree store", FORMAT

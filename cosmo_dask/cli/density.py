@@ -1,4 +1,5 @@
-"""``cosmo-dask density`` (a painted mesh or PSE densities) and ``cosmo-dask power``."""
+"""``cosmo-dask density`` (a painted mesh or PSE densities), ``cosmo-dask power`` and
+``cosmo-dask bispectrum``."""
 
 from __future__ import annotations
 
@@ -125,4 +126,55 @@ def cmd_power(args) -> int:
                  "only")
         plot_power_spectrum(ds, args.plot, reference=reference)
         _say(f"P(k) plot -> {args.plot}")
+    return 0
+
+
+def cmd_bispectrum(args) -> int:
+    import numpy as np
+
+    from ..analysis.bispectrum import (
+        bispectrum,
+        plot_reduced_bispectrum,
+        tree_level_bispectrum,
+        write_bispectrum,
+    )
+    from ..analysis.parameters import check_bispectrum_bins
+    from ..density.painting import particles_input
+    from ..density.parameters import check_n_mesh
+    from ..store.snapshot import open_snapshot
+
+    snap = open_snapshot(args.snapshot, device="gpu" if args.gpu else "cpu")
+    # before a cluster starts: the mesh side, the box, masses and bins, the output and the
+    # plot's theory cosmology (the shells' memory is checked against the workers started)
+    n = check_n_mesh(args.n_mesh, "bispectrum")
+    box = particles_input(snap, None, None, what="bispectrum")[2]
+    check_bispectrum_bins(args.k_bins, n, box, "bispectrum")
+    _check_out(args)
+    if args.plot:
+        _theory_cosmology(args, snap, say=False)
+    k_bins = args.k_bins if isinstance(args.k_bins, int) else np.asarray(args.k_bins)
+    with common._cluster(args):
+        t0 = time.perf_counter()
+        ds = bispectrum(snap, k_bins, n_mesh=n, scheme=args.scheme,
+                        interlace=not args.no_interlace,
+                        subtract_shot_noise=not args.no_shot_noise)
+        dt = time.perf_counter() - t0
+    ds.attrs["source"] = str(args.snapshot)
+    path = write_bispectrum(ds, args.out, overwrite=args.overwrite, inputs=(args.snapshot,))
+    _say(f"bispectrum of {snap.n_particles} particles, {n}^3 {args.scheme.upper()} "
+         f"{'interlaced ' if not args.no_interlace else ''}mesh: {ds.sizes['triangle']} "
+         f"triangle bins of {ds.sizes['k']} k bins, {dt:.2f} s -> {path}")
+    if args.plot:
+        reference = None
+        cosmo = _theory_cosmology(args, snap)
+        if cosmo is not None and snap.scale_factor:
+            from ..analysis import linear_power
+
+            reference = tree_level_bispectrum(
+                ds, linear_power(cosmo, snap.scale_factor, ds.attrs["length_unit"]))
+        elif cosmo is not None:
+            _say("--plot: the snapshot has no scale factor: the plot shows the measurement "
+                 "only")
+        plot_reduced_bispectrum(ds, args.plot, reference=reference)
+        _say(f"Q plot -> {args.plot}")
     return 0

@@ -52,6 +52,19 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected integers like 0,2,4, got {text!r}") from None
 
 
+def _k_bins(text: str) -> int | tuple[float, ...]:
+    """``8`` (a number of bins) or ``0.01,0.02,0.04`` (edges) for ``--k-bins``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bins or edges like "
+                                         f"0.01,0.02,0.04, got {text!r}") from None
+
+
 def _finite_float(text: str) -> float:
     """A finite number (``nan``, ``inf`` and overflowing values such as ``1e999`` refused)."""
     try:
@@ -518,6 +531,28 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--overwrite", action="store_true",
                    help="replace an existing store and --plot file")
     x.set_defaults(func=clustering.cmd_xi)
+    bs = subparser("bispectrum", help="bispectrum B(k1, k2, k3) and Q of a snapshot",
+                   description="FFT shell estimator of the bispectrum in triangle bins of "
+                   "|k| (all closed bin triples), window-compensated and interlaced, with the "
+                   "Poisson shot noise (reported, subtracted only in Q), the reduced "
+                   "bispectrum Q and Gaussian errors, written as a Zarr product store.")
+    bs.add_argument("snapshot", metavar="SNAP")
+    bs.add_argument("out", metavar="OUT.zarr")
+    bs.add_argument("--n-mesh", type=_positive_int, default=dp.CLI_N_MESH_DEFAULT)
+    bs.add_argument("--k-bins", type=_k_bins, default=ap.CLI_K_BINS_DEFAULT,
+                    help="a number of bins of width 2 pi / L from pi / L, or increasing "
+                    "edges in the snapshot's inverse length, up to the Nyquist wavenumber "
+                    f"(default {ap.CLI_K_BINS_DEFAULT})")
+    bs.add_argument("--scheme", choices=tuple(dp.SCHEMES), default=dp.SCHEME_DEFAULT)
+    bs.add_argument("--no-interlace", action="store_true")
+    bs.add_argument("--no-shot-noise", action="store_true",
+                    help="Q without subtracting the Poisson shot noise (lattices, ICs)")
+    bs.add_argument("--plot", metavar="PNG", default=None, help="Q against the triangle "
+                    "angle (with tree-level theory when the cosmology is known)")
+    _add_theory_options(bs)
+    bs.add_argument("--overwrite", action="store_true",
+                    help="replace an existing OUT bispectrum store")
+    bs.set_defaults(func=density.cmd_bispectrum)
 
     gr = subparser("gravity", help="accelerations and potentials of every particle",
                    description="Gravitational accelerations and potentials of every particle "

@@ -45,6 +45,7 @@ DIMENSIONS: dict[str, tuple[int, int, int]] = {
     "velocity": (0, 1, 0),
     "mass": (0, 0, 1),
     "volume": (3, 0, 0),
+    "volume_squared": (6, 0, 0),
     "number_density": (-3, 0, 0),
     "inverse_length": (-1, 0, 0),
     "density": (-3, 0, 1),
@@ -79,7 +80,8 @@ def product_units(units: Mapping[str, str] | None = None, *, g_one: bool = False
     Returns
     -------
     dict
-        ``length``, ``velocity``, ``mass``, ``volume``, ``number_density``
+        ``length``, ``velocity``, ``mass``, ``volume``, ``volume_squared`` (a
+        bispectrum), ``number_density``
         (1 / length^3), ``inverse_length``,
         ``density`` (mass / length^3), ``acceleration`` (velocity^2 / length),
         ``potential`` (velocity^2), ``specific_angular_momentum`` (length

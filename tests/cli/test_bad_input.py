@@ -76,6 +76,16 @@ BAD = [
     (["power", "{d}/snap.zarr", "--poles", "2"], "need a line of sight"),
     (["power", "{d}/snap.zarr", "--n-mesh", "100000"], "larger than 4096"),
     (["power", "{d}/iso.zarr", "--n-mesh", "16"], "is not periodic"),
+    # bispectrum: the bins against the mesh, the output, before the cluster
+    (["bispectrum", "{d}/snap.zarr", "{d}/out/b.zarr", "--n-mesh", "16", "--k-bins", "9"],
+     "past the Nyquist wavenumber"),
+    (["bispectrum", "{d}/snap.zarr", "{d}/out/b.zarr", "--k-bins", "0.5,0.2"],
+     "strictly increasing"),
+    (["bispectrum", "{d}/snap.zarr", "{d}/out/b.zarr", "--n-mesh", "16", "--k-bins",
+      "0.01,0.02,0.7"], "holds no mode"),
+    (["bispectrum", "{d}/snap.zarr", "{d}/out/b.zarr", "--k-bins", "x"],
+     "expected a number of bins"),
+    (["bispectrum", "{d}/iso.zarr", "{d}/out/b.zarr", "--n-mesh", "16"], "is not periodic"),
     # halos: domains bounded by the particles
     (["halos", "{d}/snap.zarr", "{d}/out/h.zarr", "--domains", "100000"],
      "--domains = 100000 is more than the 512 particles"),

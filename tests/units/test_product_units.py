@@ -26,7 +26,8 @@ RTOL = 1e-10
 
 #: an astropy unit of each quantity's physical type
 REFERENCE = {"length": u.m, "velocity": u.m / u.s, "mass": u.kg, "volume": u.m**3,
-             "number_density": u.m**-3, "inverse_length": 1 / u.m, "density": u.kg / u.m**3,
+             "volume_squared": u.m**6, "number_density": u.m**-3, "inverse_length": 1 / u.m,
+             "density": u.kg / u.m**3,
              "acceleration": u.m / u.s**2, "potential": u.m**2 / u.s**2,
              "specific_angular_momentum": u.m**2 / u.s,
              "gravitational_constant": u.m**3 / (u.kg * u.s**2), "dimensionless": u.one}
@@ -54,7 +55,8 @@ def test_unit_strings_of_a_cosmological_snapshot():
     pu = product_units(MPC)
     assert pu == {
         "length": "Mpc/h", "velocity": "km/s (peculiar)", "mass": "1e10 Msun/h",
-        "volume": "Mpc3 / h3", "number_density": "h3 / Mpc3", "inverse_length": "h / Mpc",
+        "volume": "Mpc3 / h3", "volume_squared": "Mpc6 / h6",
+        "number_density": "h3 / Mpc3", "inverse_length": "h / Mpc",
         "density": "1e+10 h2 Msun / Mpc3", "acceleration": "km2 h Mpc-1 s-2",
         "potential": "km2 / s2", "specific_angular_momentum": "Mpc km h-1 s-1",
         "gravitational_constant": "1e-10 km2 Mpc Msun-1 s-2", "dimensionless": "1"}
