@@ -248,8 +248,9 @@ class SCF:
         attrs = {k: v for k, v in attrs.items() if k != "units"}
         self.coefficients = xr.DataArray(coef, dims=dims, coords=coords,
                                          attrs=dict(attrs, units="1"), name="coefficients")
-        self.variance = xr.DataArray(var, dims=dims, coords=coords,
-                                     attrs=dict(attrs, units="1"), name="variance")
+        # the same coordinates and indexes (building them is most of the cost), own attrs
+        self.variance = self.coefficients.copy(data=var, deep=False)
+        self.variance.name = "variance"
 
     def _zero_noise(self, k: float):
         keep = np.abs(self.coefficients.values) >= k * np.sqrt(self.variance.values)
