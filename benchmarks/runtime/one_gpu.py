@@ -19,16 +19,20 @@ end comes from a dask callback around every local-scheduler run during the call:
 the scheduler's own work), ``outside_scheduler_s`` (the rest: graph building,
 tokenisation, graph optimisation, host code and host synchronisations between rounds),
 ``rounds`` (scheduler round trips per call) and ``tasks`` (tasks run per call);
-``overhead_s = end_to_end_s - kernel_s``. The FOF row also times the end to end from a
+``overhead_s = end_to_end_s - kernel_s``; on the CPU also the process CPU seconds
+(``kernel_cpu_s``, ``end_to_end_cpu_s``, ``overhead_cpu_s``: less sensitive to other load
+on a shared machine; with ``NUMBA_NUM_THREADS=1 DASK_SCHEDULER=sync`` they count one
+thread's work). The FOF row also times the end to end from a
 Zarr store opened on the device (``store_end_to_end_s``), the store read alone
 (positions, velocities and ids: ``store_read_s``, ``store_read_GB_per_s``) and
 ``fof_labels`` alone (``labels_end_to_end_s``, the issue's 37 ms row).
 
 Sizes: ``--device gpu``: SCF and MEX 10^6, FOF 256^3, tree 2^23 (about 4 minutes with
-data generation on one GPU host). ``--small`` (for ``--device cpu`` here): 4096, 4096,
-32^3 and 4096, where kernel time is small and the fixed costs show. ``--only`` picks
-workloads; ``--p2p`` adds the direct-summation pairs/s row of ``gravity-direct``
-(float32, N = 2^20 on the GPU).
+data generation on one GPU host). ``--small`` (for ``--device cpu`` here): 1024, 1024,
+32^3 and 1024, where kernel time is small and the fixed costs show. ``--only`` picks
+workloads; a last row ``{workload: "p2p", ..., pairs_per_s}`` times the float32 direct
+summation kernel as ``gravity-direct`` does (N = 2^20 on the GPU; ``--no-p2p`` skips it).
+PSE tets/s is not timed here (``python -m benchmarks tet-deposit --device gpu``).
 
     python -m benchmarks one-gpu --device gpu --out $OUT
     python -m benchmarks one-gpu --device cpu --small --out -
@@ -51,8 +55,8 @@ from benchmarks.common import cuda_event_seconds, emit, parser, start, stderr  #
 
 WORKLOADS = ("scf", "mex", "fof", "tree")
 #: (full size on the GPU, small size for --small)
-SIZES = {"scf": (1_000_000, 4096), "mex": (1_000_000, 4096), "fof": (256, 32),
-         "tree": (1 << 23, 4096)}
+SIZES = {"scf": (1_000_000, 1024), "mex": (1_000_000, 1024), "fof": (256, 32),
+         "tree": (1 << 23, 1024)}
 
 
 class Rounds:
@@ -87,16 +91,23 @@ def _sync(device):
         cupy.cuda.Device().synchronize()
 
 
+#: process CPU seconds of the last :func:`_kernel_seconds` on the CPU (median)
+_KERNEL_CPU = {}
+
+
 def _kernel_seconds(fn, device, repeat):
-    """Median seconds of ``fn`` alone: CUDA events on the GPU, wall clock on the CPU."""
+    """Median seconds of ``fn`` alone: CUDA events on the GPU, wall clock on the CPU
+    (there also the process CPU seconds, in ``_KERNEL_CPU["s"]``)."""
     if device == "gpu":
         return cuda_event_seconds(fn, repeat, warm=2)[0]
     fn()
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    _KERNEL_CPU["s"] = statistics.median(cpu)
     return statistics.median(times)
 
 
@@ -107,14 +118,15 @@ def end_to_end(fn, device, repeat, warm=1):
     for _ in range(warm):
         fn()
         _sync(device)
-    walls, inside, counts, tasks = [], [], [], []
+    walls, inside, counts, tasks, cpu = [], [], [], [], []
     for _ in range(repeat):
         rounds.reset()
         with rounds.callback:
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             fn()
             _sync(device)
             walls.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         inside.append(rounds.seconds)
         counts.append(rounds.rounds)
         tasks.append(rounds.tasks)
@@ -122,7 +134,8 @@ def end_to_end(fn, device, repeat, warm=1):
     sched = statistics.median(inside)
     return {"end_to_end_s": wall, "end_to_end_all_s": [round(t, 5) for t in walls],
             "scheduler_s": sched, "outside_scheduler_s": wall - sched,
-            "rounds": int(statistics.median(counts)), "tasks": int(statistics.median(tasks))}
+            "rounds": int(statistics.median(counts)), "tasks": int(statistics.median(tasks)),
+            "end_to_end_cpu_s": statistics.median(cpu)}
 
 
 def _xp(device):
@@ -295,7 +308,7 @@ def main(argv=None):
                     help="small sizes (the fixed costs, on the CPU here)")
     ap.add_argument("--only", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     ap.add_argument("--no-zarr", action="store_true", help="fof: skip the Zarr store rows")
-    ap.add_argument("--p2p", action="store_true", help="add the direct P2P pairs/s row")
+    ap.add_argument("--no-p2p", action="store_true", help="skip the direct P2P pairs/s row")
     args = ap.parse_args(argv)
     start(args, "one_gpu")
     import datetime
@@ -310,11 +323,14 @@ def main(argv=None):
         else:
             row = globals()[name](size, args.device, args.repeat)
         row["overhead_s"] = row["end_to_end_s"] - row["kernel_s"]
+        if args.device == "cpu" and "s" in _KERNEL_CPU:  # less sensitive to other load
+            row["kernel_cpu_s"] = _KERNEL_CPU.pop("s")
+            row["overhead_cpu_s"] = row["end_to_end_cpu_s"] - row["kernel_cpu_s"]
         row["ratio"] = row["end_to_end_s"] / row["kernel_s"]
         emit(workload=name, **{"n": row.pop("n")}, device=args.device, date=date,
              kernel_s=row.pop("kernel_s"), end_to_end_s=row.pop("end_to_end_s"), **row,
              small=args.small, bench_s=round(time.perf_counter() - t0, 1))
-    if args.p2p:
+    if not args.no_p2p:
         emit(workload="p2p", device=args.device, date=date, **p2p(args.device, args.small))
     return 0
 
