@@ -296,7 +296,7 @@ def p2p(device, small):
     n = 1 << (12 if small else 20)
     xp = _xp(device)
     x, m = plummer_sphere(n)
-    pos, mass = xp.asarray(x, dtype=np.float32), xp.asarray(m, dtype=np.float32)
+    pos, mass = xp.asarray(x), xp.asarray(m)  # float64 in, as gravity-direct
     t = _kernel_seconds(lambda: p2p_block(pos, pos, mass, softening=1e-3, precision="float32",
                                           potential=False, exclude="index"), device, 3)
     return {"n": n, "pairs_per_s": n * n / t, "seconds": t}
@@ -314,14 +314,24 @@ def main(argv=None):
     import datetime
 
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    failed = False
     for name in args.only:
         size = SIZES[name][1 if args.small else 0]
         stderr(f"one-gpu: {name} at {size} on {args.device}")
         t0 = time.perf_counter()
-        if name == "fof":
-            row = fof(size, args.device, args.repeat, zarr=not args.no_zarr)
-        else:
-            row = globals()[name](size, args.device, args.repeat)
+        try:  # one failing workload leaves the others' rows (one run on a lent device)
+            if name == "fof":
+                row = fof(size, args.device, args.repeat, zarr=not args.no_zarr)
+            else:
+                row = globals()[name](size, args.device, args.repeat)
+        except Exception as exc:  # noqa: BLE001 - reported in the row, the run goes on
+            import traceback
+
+            traceback.print_exc()
+            emit(workload=name, n=size, device=args.device, date=date,
+                 error=f"{type(exc).__name__}: {exc}"[:500])
+            failed = True
+            continue
         row["overhead_s"] = row["end_to_end_s"] - row["kernel_s"]
         if args.device == "cpu" and "s" in _KERNEL_CPU:  # less sensitive to other load
             row["kernel_cpu_s"] = _KERNEL_CPU.pop("s")
@@ -331,8 +341,13 @@ def main(argv=None):
              kernel_s=row.pop("kernel_s"), end_to_end_s=row.pop("end_to_end_s"), **row,
              small=args.small, bench_s=round(time.perf_counter() - t0, 1))
     if not args.no_p2p:
-        emit(workload="p2p", device=args.device, date=date, **p2p(args.device, args.small))
-    return 0
+        try:
+            emit(workload="p2p", device=args.device, date=date, **p2p(args.device, args.small))
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            emit(workload="p2p", device=args.device, date=date,
+                 error=f"{type(exc).__name__}: {exc}"[:500])
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -200,6 +200,8 @@ def _content_hash(xp, x) -> np.ndarray:
     of the two sums (16 bytes) to the host. NumPy arrays give the same values.
     """
     flat = xp.ascontiguousarray(x).reshape(-1)
+    if _is_cupy_type(flat) and flat.data.ptr % 8:  # a view at an odd offset: 8-byte words
+        flat = flat.copy()                         # must be aligned on the device
     raw = flat.view(xp.uint8)
     n_words = raw.size // 8
     u64 = xp.uint64

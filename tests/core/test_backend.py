@@ -153,6 +153,9 @@ def test_cupy_rows_are_named_by_their_contents_on_the_device(cupy, rng):
     assert a.name == as_dask_rows(cupy.asarray(x)).name
     d[5, 1] += 1.0
     assert as_dask_rows(d).name != a.name
+    odd = np.arange(11, dtype=np.float32)[1:]  # a view 4 bytes into its buffer
+    assert [int(v) for v in backend._content_hash(cupy, cupy.arange(11, dtype=np.float32)[1:])] \
+        == [int(v) for v in backend._content_hash(np, odd)]
     np.testing.assert_array_equal(cupy.asnumpy(as_dask_rows(d).compute()), cupy.asnumpy(d))
 
 
