@@ -67,6 +67,7 @@ WORKLOADS = {
     "compile": "benchmarks.runtime.compile",
     "scaling": "benchmarks.runtime.scaling",
     "task-stream": "benchmarks.runtime.task_stream",
+    "one-gpu": "benchmarks.runtime.one_gpu",
 }
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -181,12 +181,76 @@ def to_device(arr: Any, device: Device) -> Any:
     return host(arr)
 
 
+#: 64-bit odd constants of the content hash (the golden ratio and splitmix64's multipliers)
+_HASH_STEP, _HASH_MUL1, _HASH_MUL2 = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                      0x94D049BB133111EB)
+#: two independent 64-bit lanes (seeds) of the content hash
+_HASH_SEEDS = (0x243F6A8885A308D3, 0x13198A2E03707344)
+#: words hashed per step (bounds the temporaries to a few times 64 MiB)
+_HASH_BLOCK = 1 << 23
+
+
+def _content_hash(xp, x) -> np.ndarray:
+    """Two 64-bit hashes of the bytes of ``x`` (C order), computed where ``x`` lives.
+
+    Each 8-byte little-endian word ``w_i`` (the last one zero-padded) is mixed with its
+    index by the splitmix64 finaliser, ``h = sum_i mix(w_i XOR (seed + i * step))``
+    mod 2^64, once per seed. For a CuPy array the words never leave the device: a few
+    elementwise kernels and one sum per block of :data:`_HASH_BLOCK` words, then one copy
+    of the two sums (16 bytes) to the host. NumPy arrays give the same values.
+    """
+    flat = xp.ascontiguousarray(x).reshape(-1)
+    if _is_cupy_type(flat) and flat.data.ptr % 8:  # a view at an odd offset: 8-byte words
+        flat = flat.copy()                         # must be aligned on the device
+    raw = flat.view(xp.uint8)
+    n_words = raw.size // 8
+    u64 = xp.uint64
+    parts = [raw[: n_words * 8].view(u64)] if n_words else []
+    if raw.size % 8:
+        tail = xp.zeros(8, dtype=xp.uint8)
+        tail[: raw.size % 8] = raw[n_words * 8:]
+        parts.append(tail.view(u64))
+    sums = xp.zeros(len(_HASH_SEEDS), dtype=u64)
+    start = 0
+    for words in parts:
+        for lo in range(0, words.size, _HASH_BLOCK):
+            w = words[lo:lo + _HASH_BLOCK]
+            idx = xp.arange(start + lo, start + lo + w.size, dtype=u64) * u64(_HASH_STEP)
+            for k, seed in enumerate(_HASH_SEEDS):
+                z = w ^ (idx + u64(seed))
+                z = (z ^ (z >> u64(30))) * u64(_HASH_MUL1)
+                z = (z ^ (z >> u64(27))) * u64(_HASH_MUL2)
+                z ^= z >> u64(31)
+                sums[k:k + 1] += z.sum(dtype=u64, keepdims=True)  # wraps mod 2^64
+        start += words.size
+    return host(sums)
+
+
+def array_token(x: Any) -> str:
+    """A token of an array's contents, shape and dtype for dask key names.
+
+    NumPy and other arrays: dask's ``tokenize`` (a hash of the buffer). CuPy arrays:
+    :func:`_content_hash` on the device, since dask would pickle the array (a copy to
+    the host, and back, at least twice) to tokenise it. Equal contents, shape and dtype
+    give equal tokens; a change of any byte changes the token (up to 128-bit hash
+    collisions), so keys stay deterministic and unique per input.
+    """
+    from dask.base import tokenize
+
+    if _is_cupy_type(x):
+        xp = array_module(x)
+        return tokenize("content-hash", x.shape, x.dtype.str,
+                        [int(v) for v in _content_hash(xp, x)])
+    return tokenize(x)
+
+
 def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Array:
     """Any NumPy/CuPy/dask/array-like input -> dask array chunked along axis 0 only.
 
     Non-dask input is wrapped in chunks of ``rows`` (default
-    :func:`default_chunk_size`) rows, keeping its array type; a dask array is
-    returned as is unless ``rows`` is given or it is chunked along other axes.
+    :func:`default_chunk_size`) rows, keeping its array type, under a key named by
+    :func:`array_token` of its contents (no copy of a CuPy array to the host); a dask
+    array is returned as is unless ``rows`` is given or it is chunked along other axes.
     """
     from dask.base import tokenize
 
@@ -195,7 +259,7 @@ def as_dask_rows(x: Any, rows: int | None = None, name: str = "array") -> da.Arr
             x = np.asarray(x)
         chunk = rows or default_chunk_size()
         x = da.from_array(x, chunks=(chunk,) + tuple(x.shape[1:]), asarray=False,
-                          name=f"from-array-{name}-{tokenize(x, chunk)}")
+                          name=f"from-array-{name}-{tokenize(array_token(x), chunk)}")
     elif rows is not None or any(len(c) > 1 for c in x.chunks[1:]):
         x = x.rechunk((rows or x.chunks[0][0],) + tuple(-1 for _ in x.shape[1:]))
     return x
@@ -226,6 +290,43 @@ def particle_rows(pos: Any, mass: Any, what: str):
     if m.chunks[0] != pos.chunks[0]:
         m = m.rechunk((pos.chunks[0],))
     return pos, m, n
+
+
+def _block_ranges(*blocks):
+    """``(1, 2k)`` float64 of k blocks' (smallest, largest) values, where the blocks live;
+    ``(+inf, -inf)`` for an empty block. NaN propagates (as ``min``/``max`` do)."""
+    xp = array_module(blocks[0])
+    vals = []
+    for b in blocks:
+        vals += [b.min(), b.max()] if b.size else [np.inf, -np.inf]
+    return xp.stack([xp.asarray(v, dtype=np.float64) for v in vals]).reshape(1, -1)
+
+
+def chunk_ranges(*arrays: da.Array) -> da.Array:
+    """The smallest and largest value of each of ``arrays`` (dask, chunked alike along
+    axis 0) in every row chunk, lazily: ``(n_chunks, 2 k)`` float64, one task per chunk.
+
+    One task layer where ``a.min()``, ``a.max()`` per array would build and run ``2 k``
+    tree reductions; :func:`value_ranges` reduces the computed table on the host (one
+    copy from the device for all the values). Finite smallest and largest values mean
+    every value is finite (NaN and infinities propagate to them).
+    """
+    letters = iter("abcdefghjlmnopqrstuvwxyz")  # every index but i (rows) and k (out)
+    args = []
+    for a in arrays:
+        args += [a, "i" + "".join(next(letters) for _ in range(a.ndim - 1))]
+    return da.blockwise(_block_ranges, "ik", *args, new_axes={"k": 2 * len(arrays)},
+                        adjust_chunks={"i": 1}, concatenate=True, dtype=np.float64,
+                        meta=array_module(arrays[0]).empty((0, 0), dtype=np.float64))
+
+
+def value_ranges(table) -> list[tuple[float, float]]:
+    """``[(smallest, largest), ...]`` per array from a computed :func:`chunk_ranges`
+    table (NumPy or CuPy)."""
+    t = np.asarray(host(table), dtype=np.float64)
+    t = t.reshape(-1, t.shape[-1])
+    return [(float(t[:, 2 * k].min()), float(t[:, 2 * k + 1].max()))
+            for k in range(t.shape[1] // 2)]
 
 
 def empty_meta(like: Any, ndim: int, dtype) -> Any:

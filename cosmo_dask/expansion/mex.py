@@ -334,7 +334,8 @@ class MEX:
         Notes
         -----
         Three small host computations (centre of mass and input checks; radii
-        samples; bucket sizes), then one persisted pass: split, sort, scan.
+        samples; bucket sizes, skipped with one bucket), then one persisted pass: split,
+        sort, scan.
         """
         from ..store.snapshot import Snapshot
 
@@ -382,12 +383,15 @@ class MEX:
         self._acc_scale = inp.G * mscale / (a * a)
         self._phi_scale = inp.G * mscale / a
 
-        # 2. bucket sizes
-        counts = pos.map_blocks(_histogram, bounds, dtype=np.int64,
-                                chunks=((1,) * nchunks, (n_buckets,)),
-                                meta=np.empty((0, 0), dtype=np.int64))
-        (counts,) = compute(counts.sum(axis=0), label=None)
-        counts = np.asarray(host(counts), dtype=np.int64)
+        # 2. bucket sizes (one bucket holds every particle: no pass over the data)
+        if n_buckets == 1:
+            counts = np.array([n], dtype=np.int64)
+        else:
+            counts = pos.map_blocks(_histogram, bounds, dtype=np.int64,
+                                    chunks=((1,) * nchunks, (n_buckets,)),
+                                    meta=np.empty((0, 0), dtype=np.int64))
+            (counts,) = compute(counts.sum(axis=0), label=None)
+            counts = np.asarray(host(counts), dtype=np.int64)
 
         # 3. split / gather-sort as one graph, persisted: the sorted particles
         starts = np.concatenate([[0], np.cumsum(pos.chunks[0])])[:-1]

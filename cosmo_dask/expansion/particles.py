@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
-from ..core.backend import array_module, host, particle_rows, resolve_precision
+from ..core.backend import (
+    array_module,
+    chunk_ranges,
+    host,
+    particle_rows,
+    resolve_precision,
+    value_ranges,
+)
 from ..core.errors import ParameterError
 from ..core.progress import compute
 
@@ -34,9 +41,10 @@ class ExpansionInput:
     center: np.ndarray
     G: float
     source: str | None
-    #: lazy (smallest mass, largest mass, all positions finite) when the checks were
-    #: deferred (``defer_checks=True``): compute them with the first pass over the
-    #: data and hand the values to :meth:`verify`; empty when already checked
+    #: ``(table,)``, the lazy per-chunk ranges of the positions and the masses
+    #: (:func:`~cosmo_dask.core.backend.chunk_ranges`), when the checks were deferred
+    #: (``defer_checks=True``): compute it with the first pass over the data and hand
+    #: the value to :meth:`verify`; empty when already checked
     checks: tuple = ()
     what: str = "expansion"
 
@@ -49,12 +57,14 @@ class ExpansionInput:
         _verify(self.what, *values)
 
 
-def _verify(what, m_min, m_max, finite) -> None:
-    m_min, m_max = float(host(m_min)), float(host(m_max))
+def _verify(what, table) -> None:
+    """Raise ``ParameterError`` unless the computed ranges table of positions and masses
+    (:func:`~cosmo_dask.core.backend.chunk_ranges`) passes; one copy to the host."""
+    (p_min, p_max), (m_min, m_max) = value_ranges(table)
     if not (np.isfinite(m_min) and np.isfinite(m_max) and m_min > 0):
         raise ParameterError(f"{what}: masses must be positive and finite (smallest "
                              f"{m_min:g}, largest {m_max:g})")
-    if not bool(host(finite)):
+    if not (np.isfinite(p_min) and np.isfinite(p_max)):  # NaN, inf reach the min or max
         raise ParameterError(f"{what}: positions contain non-finite values")
 
 
@@ -119,14 +129,14 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
             "point with positions unwrapped to the nearest periodic image")
     pos = pos.astype(np.float64)
     m64 = m.astype(np.float64)
-    lazy = (m64.min(), m64.max(), da.isfinite(pos).all())
+    lazy = chunk_ranges(pos, m64)  # the checks: one task per chunk, not three reductions
     checks = ()
     if explicit and defer_checks:
-        checks = lazy
+        checks = (lazy,)
     else:
-        *values, m_tot, mx = compute(*lazy, m64.sum(), (pos * m64[:, None]).sum(axis=0),
-                                     label=None)
-        _verify(what, *values)
+        table, m_tot, mx = compute(lazy, m64.sum(), (pos * m64[:, None]).sum(axis=0),
+                                   label=None)
+        _verify(what, table)
 
     if isinstance(center, str):
         if center != "com":

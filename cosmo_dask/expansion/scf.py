@@ -38,6 +38,7 @@ reduction) converges on the density peak at the bottom of the well.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -240,16 +241,14 @@ class SCF:
         return self
 
     def _set(self, coef, var, attrs):
-        import xarray as xr
-
-        dims = ("n", "l", "m", "part")
-        coords = {"n": np.arange(self.nmax + 1), "l": np.arange(self.lmax + 1),
-                  "m": np.arange(self.lmax + 1), "part": ["cos", "sin"]}
-        attrs = {k: v for k, v in attrs.items() if k != "units"}
-        self.coefficients = xr.DataArray(coef, dims=dims, coords=coords,
-                                         attrs=dict(attrs, units="1"), name="coefficients")
-        self.variance = xr.DataArray(var, dims=dims, coords=coords,
-                                     attrs=dict(attrs, units="1"), name="variance")
+        attrs = dict({k: v for k, v in attrs.items() if k != "units"}, units="1")
+        # copies of one empty DataArray per orders: its coordinates and their indexes are
+        # built once (building them is most of the cost of a DataArray), attrs are own
+        coefficients = _coefficient_template(self.nmax, self.lmax).copy(data=coef, deep=False)
+        coefficients.attrs, coefficients.name = attrs, "coefficients"
+        variance = coefficients.copy(data=var, deep=False)
+        variance.attrs, variance.name = dict(attrs), "variance"
+        self.coefficients, self.variance = coefficients, variance
 
     def _zero_noise(self, k: float):
         keep = np.abs(self.coefficients.values) >= k * np.sqrt(self.variance.values)
@@ -399,6 +398,18 @@ class SCF:
         state = "fitted" if self.coefficients is not None else "not fitted"
         return (f"SCF(nmax={self.nmax}, lmax={self.lmax}, scale_radius={self.scale_radius:g}, "
                 f"center={self.center!r}, precision={self.dtype.name!r}; {state})")
+
+
+@functools.lru_cache(maxsize=32)
+def _coefficient_template(nmax: int, lmax: int):
+    """A zero DataArray with the coefficients' dims and coordinates (never modified: copied
+    with the data by :meth:`SCF._set`)."""
+    import xarray as xr
+
+    dims = ("n", "l", "m", "part")
+    coords = {"n": np.arange(nmax + 1), "l": np.arange(lmax + 1), "m": np.arange(lmax + 1),
+              "part": ["cos", "sin"]}
+    return xr.DataArray(np.zeros((nmax + 1, lmax + 1, lmax + 1, 2)), dims=dims, coords=coords)
 
 
 # ---------------------------------------------------------------------- chunk functions

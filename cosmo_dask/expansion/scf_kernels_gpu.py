@@ -63,8 +63,10 @@ def _kernel(kind: str, nmax: int, lmax: int, real: str, flag: int, device_id: in
     return cuda.module("scf", defines).get_function("scf_eval")
 
 
+@functools.lru_cache(maxsize=64)
 def _tri_index(nmax: int, lmax: int):
-    """(n, l, m) of the compact terms, in kernel order t = n * NL2 + l (l+1)/2 + m."""
+    """(n, l, m) of the compact terms, in kernel order t = n * NL2 + l (l+1)/2 + m
+    (host arrays, read-only: built once per order pair)."""
     n_i, l_i, m_i = [], [], []
     for n in range(nmax + 1):
         for ell in range(lmax + 1):
@@ -72,13 +74,36 @@ def _tri_index(nmax: int, lmax: int):
                 n_i.append(n)
                 l_i.append(ell)
                 m_i.append(m)
-    return np.array(n_i), np.array(l_i), np.array(m_i)
+    out = np.array(n_i), np.array(l_i), np.array(m_i)
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _coeff_constants(nmax: int, lmax: int, dtype: str, device_id: int):
+    """``A~_nl`` (raveled, ``dtype``) and the compact-term indexes (n, l, m) on device
+    ``device_id``: uploaded once per (orders, dtype, device), not at every call (never
+    written to)."""
+    import cupy
+
+    anl = cupy.asarray(anl_tilde(nmax, lmax), dtype=np.dtype(dtype)).ravel()
+    return (anl, *(cupy.asarray(a) for a in _tri_index(nmax, lmax)))
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device_id: int) -> int:
+    """Streaming multiprocessors of device ``device_id`` (queried once: reading
+    ``Device.attributes`` asks the driver for every attribute)."""
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"])
 
 
 def _grid(n: int) -> int:
     import cupy
 
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sms = _sm_count(cupy.cuda.runtime.getDevice())
     return int(max(1, min(-(-n // 256), 8 * sms)))
 
 
@@ -99,7 +124,7 @@ def scf_coefficient_sums_gpu(pos, mass, nmax: int, lmax: int, r_s: float):
     nterm = (nmax + 1) * nl2
     acc_bytes = 4 * nterm * 8
     use_shared = int(acc_bytes <= _SHARED_LIMIT)
-    anl = cupy.asarray(anl_tilde(nmax, lmax), dtype=dtype).ravel()
+    anl, ni, li, mi = _coeff_constants(nmax, lmax, dtype.str, cupy.cuda.runtime.getDevice())
     blocks = _grid(max(n, 1))
     anl_bytes = anl.size * dtype.itemsize
     if use_shared:
@@ -117,7 +142,6 @@ def scf_coefficient_sums_gpu(pos, mass, nmax: int, lmax: int, r_s: float):
     else:
         compact = cupy.zeros((4 * nterm,), dtype=np.float64)
     full = cupy.zeros((4, nmax + 1, lmax + 1, lmax + 1), dtype=np.float64)
-    ni, li, mi = (cupy.asarray(a) for a in _tri_index(nmax, lmax))
     full[:, ni, li, mi] = compact.reshape(4, nterm)
     tail = cupy.empty(2, dtype=np.float64)
     tail[0] = mass.sum(dtype=np.float64)

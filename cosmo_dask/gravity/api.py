@@ -29,7 +29,14 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ..core.backend import device_of, particle_rows, resolve_precision, to_device
+from ..core.backend import (
+    chunk_ranges,
+    device_of,
+    particle_rows,
+    resolve_precision,
+    to_device,
+    value_ranges,
+)
 from ..core.checks import check_positive
 from ..core.errors import ParameterError
 from ..core.progress import compute
@@ -225,11 +232,11 @@ def _resolve_particles(snap_or_pos, mass, G, box_size):  # noqa: N803
 
 
 def _check_values(pos: da.Array, mass, box: float | None) -> None:
-    """One reduction over the data: finite positions (inside the box) and masses > 0."""
-    items = [pos.min(), pos.max()]
-    if isinstance(mass, da.Array):
-        items += [mass.min(), mass.max()]
-    values = [float(v) for v in compute(*items, label=None, show=False)]
+    """One pass over the data, one task per chunk (:func:`chunk_ranges`): finite
+    positions (inside the box) and masses > 0."""
+    arrays = (pos, mass) if isinstance(mass, da.Array) else (pos,)
+    (table,) = compute(chunk_ranges(*arrays), label=None, show=False)
+    values = [v for pair in value_ranges(table) for v in pair]
     lo, hi = values[0], values[1]
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ParameterError("pos: positions must be finite (found NaN or infinity)")

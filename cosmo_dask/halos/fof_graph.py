@@ -103,16 +103,25 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
                                        ("mass", part.extra.get("mass"))) if v is not None}
     if with_members:
         extra["pos"] = part.pos[:n_own]
+    # the boundary tables in one copy to the host (on a GPU: one read of the exported
+    # count and one copy, not two masked selections and four copies)
+    xp = array_module(part.index)
+    exported = xp.flatnonzero(part.exported)
+    n_ghost, n_exp = int(part.index.shape[0]) - n_own, int(exported.shape[0])
+    boundary = host(xp.concatenate([part.index[n_own:], rep[n_own:], part.index[exported],
+                                    rep[exported]]))
+    ghost_index, ghost_rep, export_index, export_rep = np.split(
+        boundary, np.cumsum([n_ghost, n_ghost, n_exp]))
     return {
         **extra,
         "index": part.index[:n_own],
         "rep": rep[:n_own],
         "ids": ids[:n_own].astype(np.int64, copy=False),
         "friends": None if friends is None else friends[:n_own],
-        "ghost_index": host(part.index[n_own:]),
-        "ghost_rep": host(rep[n_own:]),
-        "export_index": host(part.index[part.exported]),
-        "export_rep": host(rep[part.exported]),
+        "ghost_index": ghost_index,
+        "ghost_rep": ghost_rep,
+        "export_index": export_index,
+        "export_rep": export_rep,
         # the owned rows' local groups, so that fof-count needs no sort (group_rows)
         "root": root[:n_own],
     }

@@ -382,3 +382,22 @@ def test_lmax0_shell_theorem_on_device_chunks(device, rng):
     ref, _ = shell_reference(x - mex.center_, m)
     keep = np.linalg.norm(ref, axis=1) > 0
     assert rel_err(acc[keep], ref[keep]).max() < 1e-12
+
+
+def test_one_bucket_fit_needs_no_bucket_count_pass(rng):
+    """With one bucket every particle is in it: the fit runs 4 scheduler rounds (checks
+    and centre of mass, radius sample, the persisted sort, the bucket totals), not a
+    fifth to count the bucket; the forces equal those of the same fit in two buckets to
+    the float64 reference tolerance."""
+    from dask.callbacks import Callback
+
+    x = rng.normal(size=(600, 3))
+    m = np.full(600, 1.0 / 600)
+    rounds = []
+    with Callback(start=lambda dsk: rounds.append(len(dsk))):
+        one = MEX(lmax=4, buckets=1).fit(x, m)
+    assert len(rounds) == 4 and list(one.counts_) == [600]
+    two = MEX(lmax=4, buckets=2).fit(x, m)
+    assert sum(two.counts_) == 600
+    np.testing.assert_allclose(one.accelerations().compute(), two.accelerations().compute(),
+                               rtol=1e-10, atol=1e-12)

@@ -370,3 +370,22 @@ def test_prepared_input_is_used_as_is():
     r2 = (d * d).sum(axis=1) + 0.01**2
     ref = (d[1:] / r2[1:, None] ** 1.5).sum(axis=0) / 300
     np.testing.assert_allclose(acc.compute()[0], ref, rtol=1e-12)
+
+
+def test_value_check_is_one_task_per_chunk(rng):
+    """check=True reads the input once: one round whose tasks are the input chunks and one
+    min/max task per chunk (not a tree reduction per quantity), and still refuses a NaN."""
+    from dask.callbacks import Callback
+
+    from cosmo_dask.gravity.api import prepare
+
+    x = rng.random((400, 3))
+    pos = da.from_array(x, chunks=(100, 3))
+    mass = da.from_array(rng.random(400) + 1.0, chunks=100)
+    rounds = []
+    with Callback(start=lambda dsk: rounds.append(len(dsk))):
+        prepare(pos, mass, method="direct")
+    assert len(rounds) == 1 and rounds[0] <= 3 * 4 + 1  # pos, mass and ranges per chunk
+    x[237, 2] = np.nan
+    with pytest.raises(ParameterError, match="finite"):
+        prepare(da.from_array(x, chunks=(100, 3)), mass, method="direct")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -56,3 +58,17 @@ def test_tiny_io_workload_writes_json_lines_with_the_common_fields(tmp_path):
                                                 "read_npy"}
     assert all(r["n_particles"] == 256 for r in rows)
     assert "workload" in out.stderr  # the table
+
+
+def test_one_gpu_rows_have_the_issue_format_on_the_cpu(tmp_path):
+    """``one-gpu --device cpu --small``: a row ``{workload, n, device, date, kernel_s,
+    end_to_end_s}`` per workload with its stage split (here SCF only, to stay cheap)."""
+    out = _run("one-gpu", "--device", "cpu", "--small", "--only", "scf", "--no-p2p",
+               "--repeat", "1", "--warmup", "1", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = [json.loads(ln) for ln in (tmp_path / "one_gpu.jsonl").read_text().splitlines()]
+    assert row["workload"] == "scf" and row["n"] == 1024 and row["device"] == "cpu"
+    assert row["kernel_s"] > 0 and row["end_to_end_s"] > 0 and row["date"]
+    assert row["rounds"] == 2  # the fit's one pass, then the forces
+    assert row["scheduler_s"] + row["outside_scheduler_s"] == pytest.approx(
+        row["end_to_end_s"])
