@@ -3,6 +3,7 @@ reproducibility, bad input, and wp(rp) against halotools' mock on the same halos
 
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import pytest
 
@@ -119,6 +120,31 @@ def test_particle_satellites_are_members_and_chunking_free(blobs, device):
                 and np.array_equal(other.pos.compute(), gpos))
     assert gal.provenance["mass_definition"] == "mass"
     assert gal.scale_factor == snap.scale_factor and gal.cosmology == snap.cosmology
+
+
+def test_particle_satellites_with_members_spread_over_chunks(blobs):
+    """The particles (and labels) shuffled, so every halo's members lie in many chunks:
+    each satellite is still a particle of its own halo, and the halos' occupations are
+    those of the unshuffled snapshot (the same per-block draws)."""
+    from cosmo_dask.halos import HaloResult
+
+    snap, res = blobs
+    perm = np.random.default_rng(0).permutation(snap.n_particles)
+    pos, vel = snap.pos.compute()[perm], snap.vel.compute()[perm]
+    labels = res.labels.compute()[perm]
+    shuffled = Snapshot.from_arrays(pos, vel, box_size=snap.box_size, chunks=1000,
+                                    particle_mass=snap.particle_mass,
+                                    scale_factor=snap.scale_factor, cosmology=snap.cosmology,
+                                    units=snap.units)
+    p = dict(PARAMS, logMmin=13.0, logM0=12.5, logM1=13.5)
+    gal = populate_hod(HaloResult(da.from_array(labels, chunks=1000), res.catalog),
+                       params=p, seed=5, snapshot=shuffled)
+    ref = populate_hod(res, params=p, seed=5, snapshot=snap)
+    host = gal.field("host_id").compute()
+    np.testing.assert_array_equal(host, ref.field("host_id").compute())
+    gpos = gal.pos.compute()
+    for i in np.flatnonzero(~gal.field("is_central").compute()):
+        assert np.any(np.all(pos[labels == host[i]] == gpos[i], axis=1))
 
 
 def test_fof_mass_nfw_needs_and_uses_the_snapshot(blobs):
