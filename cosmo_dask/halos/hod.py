@@ -134,8 +134,8 @@ def _catalog_of(catalog):
                          f"open_catalog) or its catalog Dataset, got {type(catalog).__name__}")
 
 
-def _snapshot_of(snapshot, parameters, need: bool):
-    """The snapshot given, else the one the halo store names (when ``need``-ed or present)."""
+def _snapshot_of(snapshot, parameters):
+    """The snapshot given, else the one the halo store names when it exists here."""
     if snapshot is not None:
         return snapshot
     path = parameters.get("snapshot")
@@ -170,7 +170,7 @@ def hod_masses(catalog, mass: str | None = None, snapshot=None) -> tuple[np.ndar
     ds, _, parameters = _catalog_of(catalog)
     name = _mass_name(ds, mass)
     unit = ds[name].attrs.get("units") or ds.attrs.get("mass_unit")
-    snap = _snapshot_of(snapshot, parameters, need=False) if unit and "h" in unit else snapshot
+    snap = _snapshot_of(snapshot, parameters)  # its h, for units without /h
     if not unit:
         raise ParameterError(f"populate_hod: the catalog's {name!r} has no unit; HOD masses "
                              "are in Msun/h")
@@ -188,7 +188,7 @@ def nfw_halo_parameters(catalog, mass: str | None = None, snapshot=None) -> dict
     ``sigma`` (1D velocity dispersion, the catalog's velocity unit; None without
     velocities), and ``definition`` (the mass variable) and ``concentration_source``."""
     ds, _, parameters = _catalog_of(catalog)
-    snap = _snapshot_of(snapshot, parameters, need=False)
+    snap = _snapshot_of(snapshot, parameters)
     m_sun, name = hod_masses(ds, mass, snap)
     centre = next((c for c in CENTRES if c in ds), None)
     length_unit = ds.attrs.get("length_unit") or (ds[centre].attrs.get("units") if centre
@@ -284,7 +284,7 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
     model, p, satellites, seed = check_hod(model, params, satellites, seed, mass)
     ds, labels, parameters = _catalog_of(catalog)
     nfw = satellites == "nfw"
-    snap = _snapshot_of(snapshot, parameters, need=not nfw)
+    snap = _snapshot_of(snapshot, parameters)
     if not nfw:
         if labels is None or snap is None:
             what = ("a catalog Dataset has no member labels" if labels is None else
