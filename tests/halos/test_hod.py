@@ -211,3 +211,19 @@ def test_wp_against_halotools_on_the_same_halos():
     z = (ours.mean(0) - theirs.mean(0)) / err
     assert np.all(np.abs(z) < 4), z
     assert np.all(ours.mean(0)[:4] > 10)  # the one-halo term is measured, not noise
+
+
+def test_mock_is_a_snapshot_the_statistics_take(tmp_path):
+    """The mock is a Snapshot: power_spectrum takes it (galaxies counted, shot noise
+    V / N) and its store round-trips with the fields and provenance."""
+    from cosmo_dask.analysis import power_spectrum
+    from cosmo_dask.store.snapshot import open_snapshot
+
+    ds = synthetic_catalog(2000, 200.0, seed=1, log_m=(11.5, 14.5), clusters=200)
+    gal = populate_hod(ds, params=PARAMS, satellites="nfw", seed=2)
+    pk = power_spectrum(gal, n_mesh=16)
+    assert float(pk["shot_noise"]) == pytest.approx(200.0**3 / gal.n_particles, rel=1e-12)
+    back = open_snapshot(gal.to_zarr(tmp_path / "gal.zarr"))
+    np.testing.assert_array_equal(back.field("host_id").compute(),
+                                  gal.field("host_id").compute())
+    assert back.provenance["params"] == PARAMS and back.provenance["seed"] == 2
