@@ -134,8 +134,8 @@ def _catalog_of(catalog):
                          f"open_catalog) or its catalog Dataset, got {type(catalog).__name__}")
 
 
-def _snapshot_of(snapshot, parameters, need: bool):
-    """The snapshot given, else the one the halo store names (when ``need``-ed or present)."""
+def _snapshot_of(snapshot, parameters):
+    """The snapshot given, else the one the halo store names when it exists here."""
     if snapshot is not None:
         return snapshot
     path = parameters.get("snapshot")
@@ -170,7 +170,7 @@ def hod_masses(catalog, mass: str | None = None, snapshot=None) -> tuple[np.ndar
     ds, _, parameters = _catalog_of(catalog)
     name = _mass_name(ds, mass)
     unit = ds[name].attrs.get("units") or ds.attrs.get("mass_unit")
-    snap = _snapshot_of(snapshot, parameters, need=False) if unit and "h" in unit else snapshot
+    snap = _snapshot_of(snapshot, parameters)  # its h, for units without /h
     if not unit:
         raise ParameterError(f"populate_hod: the catalog's {name!r} has no unit; HOD masses "
                              "are in Msun/h")
@@ -188,7 +188,7 @@ def nfw_halo_parameters(catalog, mass: str | None = None, snapshot=None) -> dict
     ``sigma`` (1D velocity dispersion, the catalog's velocity unit; None without
     velocities), and ``definition`` (the mass variable) and ``concentration_source``."""
     ds, _, parameters = _catalog_of(catalog)
-    snap = _snapshot_of(snapshot, parameters, need=False)
+    snap = _snapshot_of(snapshot, parameters)
     m_sun, name = hod_masses(ds, mass, snap)
     centre = next((c for c in CENTRES if c in ds), None)
     length_unit = ds.attrs.get("length_unit") or (ds[centre].attrs.get("units") if centre
@@ -223,9 +223,11 @@ def _occupy(seed, block, log_mass, params, n_members, nfw):
     return central, nsat, ranks, draws
 
 
-def _member_counts(labels, n_halos):
+def _member_counts(labels):
+    """(halos, their member counts) in one chunk of labels (sparse: the halos present)."""
     lab = np.asarray(host(labels))
-    return np.bincount(lab[lab >= 0], minlength=n_halos).astype(np.int64)
+    halos, counts = np.unique(lab[lab >= 0], return_counts=True)
+    return halos.astype(np.int64), counts.astype(np.int64)
 
 
 def _pick_members(labels, pos, vel, hosts, local_ranks, rows):
@@ -282,7 +284,7 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
     model, p, satellites, seed = check_hod(model, params, satellites, seed, mass)
     ds, labels, parameters = _catalog_of(catalog)
     nfw = satellites == "nfw"
-    snap = _snapshot_of(snapshot, parameters, need=not nfw)
+    snap = _snapshot_of(snapshot, parameters)
     if not nfw:
         if labels is None or snap is None:
             what = ("a catalog Dataset has no member labels" if labels is None else
@@ -321,7 +323,8 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
     log_mass[pos_mass] = np.log10(m_sun[pos_mass])
     n_members = np.asarray(ds["n_members"].values, np.int64) if not nfw else None
     n_blocks = -(-n_halos // HOD_BLOCK)
-    token = tokenize(seed, p, satellites, log_mass, n_members)
+    token = tokenize(seed, p, satellites, log_mass, n_members,
+                     None if nfw else (labels.name, snap.pos.name))
     inputs = [] if nfw else [labels]
     g = TaskGraph(inputs)
     occ = [g.add((f"hod-occupy-{token}", b), _occupy, seed, b,
@@ -330,8 +333,8 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
                  nfw) for b in range(n_blocks)]
     keys = [o.key for o in occ]
     if not nfw:
-        keys += [g.add((f"hod-members-{token}", i), _member_counts, g.chunk(labels, i),
-                       n_halos).key for i in range(labels.numblocks[0])]
+        keys += [g.add((f"hod-members-{token}", i), _member_counts, g.chunk(labels, i)).key
+                 for i in range(labels.numblocks[0])]
     values = g.compute(keys, label="HOD occupation") if keys else []
     blocks, counts = values[:n_blocks], values[n_blocks:]
     central = np.concatenate([b[0] for b in blocks]) if blocks else np.zeros(0, bool)
@@ -362,7 +365,7 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
             vel[sat_rows] = bulk[sat_host] + sigma[sat_host, None] * gauss
     elif sat_host.size:
         ranks = np.concatenate([b[2] for b in blocks])
-        _members_into(g, labels, snap, counts, n_members, sat_host, ranks, sat_rows, pos, vel,
+        _members_into(labels, snap, counts, n_members, sat_host, ranks, sat_rows, pos, vel,
                       token)
     pos = np.mod(pos, box)
     pos[pos >= box] = 0.0
@@ -373,25 +376,37 @@ def populate_hod(catalog, model: str = "zheng07", params=None, *, seed: int = 0,
                      concentration=conc_source))
 
 
-def _members_into(g, labels, snap, counts, n_members, sat_host, ranks, sat_rows, pos, vel,
+def _members_into(labels, snap, counts, n_members, sat_host, ranks, sat_rows, pos, vel,
                   token):
     """Fill the satellites' rows of ``pos``/``vel`` with the chosen members' (one task per
-    particle chunk, each given only its own picks)."""
-    counts = np.stack(counts)  # (chunks, halos)
-    total = counts.sum(axis=0)
+    particle chunk, each given only its own picks). ``counts``: per chunk, (halos, member
+    counts) of the halos present; a pick is the ``rank``-th member of its halo in particle
+    order, i.e. global member position ``sum(n_members[:h]) + rank`` of the (halo, chunk)
+    entries sorted by halo then chunk."""
+    halo = np.concatenate([h for h, _ in counts]) if counts else np.zeros(0, np.int64)
+    count = np.concatenate([c for _, c in counts]) if counts else np.zeros(0, np.int64)
+    chunk_of = np.concatenate([np.full(len(h), i, np.int64) for i, (h, _) in enumerate(counts)]
+                              ) if counts else np.zeros(0, np.int64)
+    total = np.bincount(halo, weights=count, minlength=n_members.size).astype(np.int64)
     if np.any(total != n_members):
         bad = int(np.flatnonzero(total != n_members)[0])
         raise ParameterError(f"populate_hod: halo {bad} has {n_members[bad]} members in the "
                              f"catalog but {total[bad]} labelled particles in the snapshot: "
                              "the catalog is not of this snapshot")
-    cum = np.concatenate([np.zeros((1, counts.shape[1]), np.int64), np.cumsum(counts, 0)])
-    # the chunk holding each pick: ranks below the cumulative count up to it
-    chunk = (cum[1:, sat_host] <= ranks[None, :]).sum(axis=0)
-    local = ranks - cum[chunk, sat_host]
+    order = np.lexsort((chunk_of, halo))
+    count, chunk_of = count[order], chunk_of[order]
+    end = np.cumsum(count)  # global member position after each (halo, chunk) entry
+    first = np.concatenate([[0], np.cumsum(n_members)[:-1]])
+    where = first[sat_host] + ranks
+    entry = np.searchsorted(end, where, side="right")
+    chunk = chunk_of[entry]
+    local = where - (end[entry] - count[entry])
     g2 = TaskGraph([labels, snap.pos] + ([snap.vel] if snap.vel is not None else []))
     keys = []
+    by_chunk = np.argsort(chunk, kind="stable")
+    bounds = np.searchsorted(chunk[by_chunk], np.arange(labels.numblocks[0] + 1))
     for i in range(labels.numblocks[0]):
-        sel = np.flatnonzero(chunk == i)
+        sel = by_chunk[bounds[i]:bounds[i + 1]]
         if sel.size:
             keys.append(g2.add((f"hod-pick-{token}", i), _pick_members, g2.chunk(labels, i),
                                g2.chunk(snap.pos, i, 0),
@@ -461,8 +476,10 @@ def _galaxies(pos, vel, host_id, is_central, m_sun, snap, ds, box, length_unit, 
         units = {k: v for k, v in (("length", length_unit), ("velocity", vel_unit),
                                    ("mass", ds.attrs.get("mass_unit"))) if v}
     dtype = snap.pos.dtype if snap is not None else np.float64
+    pos = pos.astype(dtype)
+    pos[pos >= box] = 0.0  # float32 rounding up to the box side
     gal = Snapshot.from_arrays(
-        pos.astype(dtype), None if vel is None else vel.astype(dtype),
+        pos, None if vel is None else vel.astype(dtype),
         np.arange(pos.shape[0], dtype=np.int64), box_size=box,
         scale_factor=None if snap is None else snap.scale_factor,
         cosmology=None if snap is None else snap.cosmology, units=units or None,

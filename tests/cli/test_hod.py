@@ -26,7 +26,13 @@ def stores(tmp_path_factory):
 
 
 @pytest.mark.parametrize("satellites", ["particles", "nfw"])
-def test_hod_store_equals_the_api(stores, tmp_path, satellites):
+def test_hod_store_equals_the_api(stores, tmp_path, satellites, monkeypatch):
+    """(On dask's local scheduler: the command's cluster is replaced by none.)"""
+    import contextlib
+
+    from cosmo_dask.cli import common
+
+    monkeypatch.setattr(common, "_cluster", lambda args, needed=True: contextlib.nullcontext())
     out, png = tmp_path / "gal.zarr", tmp_path / "occ.png"
     argv = ["--cpu", "--workers", "1", "hod", str(stores / "halos.zarr"), str(out),
             "--logMmin", "13.3", "--logM1", "13.8", "--satellites", satellites, "--seed", "4",

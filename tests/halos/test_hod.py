@@ -3,6 +3,7 @@ reproducibility, bad input, and wp(rp) against halotools' mock on the same halos
 
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import pytest
 
@@ -121,6 +122,31 @@ def test_particle_satellites_are_members_and_chunking_free(blobs, device):
     assert gal.scale_factor == snap.scale_factor and gal.cosmology == snap.cosmology
 
 
+def test_particle_satellites_with_members_spread_over_chunks(blobs):
+    """The particles (and labels) shuffled, so every halo's members lie in many chunks:
+    each satellite is still a particle of its own halo, and the halos' occupations are
+    those of the unshuffled snapshot (the same per-block draws)."""
+    from cosmo_dask.halos import HaloResult
+
+    snap, res = blobs
+    perm = np.random.default_rng(0).permutation(snap.n_particles)
+    pos, vel = snap.pos.compute()[perm], snap.vel.compute()[perm]
+    labels = res.labels.compute()[perm]
+    shuffled = Snapshot.from_arrays(pos, vel, box_size=snap.box_size, chunks=1000,
+                                    particle_mass=snap.particle_mass,
+                                    scale_factor=snap.scale_factor, cosmology=snap.cosmology,
+                                    units=snap.units)
+    p = dict(PARAMS, logMmin=13.0, logM0=12.5, logM1=13.5)
+    gal = populate_hod(HaloResult(da.from_array(labels, chunks=1000), res.catalog),
+                       params=p, seed=5, snapshot=shuffled)
+    ref = populate_hod(res, params=p, seed=5, snapshot=snap)
+    host = gal.field("host_id").compute()
+    np.testing.assert_array_equal(host, ref.field("host_id").compute())
+    gpos = gal.pos.compute()
+    for i in np.flatnonzero(~gal.field("is_central").compute()):
+        assert np.any(np.all(pos[labels == host[i]] == gpos[i], axis=1))
+
+
 def test_fof_mass_nfw_needs_and_uses_the_snapshot(blobs):
     """With the FOF mass, NFW radii are R_200m of that mass (Omega_m from the snapshot):
     every satellite lies within it of its centre."""
@@ -185,3 +211,19 @@ def test_wp_against_halotools_on_the_same_halos():
     z = (ours.mean(0) - theirs.mean(0)) / err
     assert np.all(np.abs(z) < 4), z
     assert np.all(ours.mean(0)[:4] > 10)  # the one-halo term is measured, not noise
+
+
+def test_mock_is_a_snapshot_the_statistics_take(tmp_path):
+    """The mock is a Snapshot: power_spectrum takes it (galaxies counted, shot noise
+    V / N) and its store round-trips with the fields and provenance."""
+    from cosmo_dask.analysis import power_spectrum
+    from cosmo_dask.store.snapshot import open_snapshot
+
+    ds = synthetic_catalog(2000, 200.0, seed=1, log_m=(11.5, 14.5), clusters=200)
+    gal = populate_hod(ds, params=PARAMS, satellites="nfw", seed=2)
+    pk = power_spectrum(gal, n_mesh=16)
+    assert float(pk["shot_noise"]) == pytest.approx(200.0**3 / gal.n_particles, rel=1e-12)
+    back = open_snapshot(gal.to_zarr(tmp_path / "gal.zarr"))
+    np.testing.assert_array_equal(back.field("host_id").compute(),
+                                  gal.field("host_id").compute())
+    assert back.provenance["params"] == PARAMS and back.provenance["seed"] == 2

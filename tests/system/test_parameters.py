@@ -58,6 +58,14 @@ def test_cli_choices_and_defaults_are_the_parameters_modules():
     assert set(hp.CLI_CENTERS_DEFAULT) <= set(hp.CENTERS)
     assert h["so"].metavar == ",".join(hp.DELTAS)
 
+    hd = _options("hod")
+    assert tuple(hd["model"].choices) == hp.HOD_MODELS and hd["model"].default == "zheng07"
+    assert tuple(hd["satellites"].choices) == hp.HOD_SATELLITES
+    assert hd["satellites"].default == hp.HOD_SATELLITES[0]
+    assert tuple(hd["mass"].choices) == hp.HOD_MASSES
+    assert {k: hd[k].default for k in hp.HOD_DEFAULTS["zheng07"]} == dict.fromkeys(
+        hp.HOD_DEFAULTS["zheng07"])  # unset: the model's defaults, named in the help
+
     d = _options("density")
     assert tuple(d["method"].choices) == (*dp.SCHEMES, "pse")
     assert d["method"].default == dp.SCHEME_DEFAULT
@@ -99,7 +107,7 @@ def test_python_defaults_are_the_parameters_modules():
     from cosmo_dask.density import paint, pse_density
     from cosmo_dask.expansion import MEX, SCF
     from cosmo_dask.gravity import accelerations, check_parameters
-    from cosmo_dask.halos import fof, fof_labels, spherical_overdensity
+    from cosmo_dask.halos import fof, fof_labels, populate_hod, spherical_overdensity
     from cosmo_dask.simulation import run
 
     for func in (accelerations, check_parameters):
@@ -116,6 +124,9 @@ def test_python_defaults_are_the_parameters_modules():
     d = _defaults(spherical_overdensity)
     assert (d["deltas"], d["n_bins"], d["r_min_factor"]) == (
         hp.DELTAS, hp.SO_N_BINS_DEFAULT, hp.SO_R_MIN_FACTOR_DEFAULT)
+    d = _defaults(populate_hod)
+    assert (d["model"], d["satellites"], d["params"]) == (
+        hp.HOD_MODELS[0], hp.HOD_SATELLITES[0], None)  # None: HOD_DEFAULTS
     assert _defaults(paint)["scheme"] == dp.SCHEME_DEFAULT
     d = _defaults(pse_density)
     assert (d["patch_size"], d["strategy"], d["block"]) == (
@@ -196,6 +207,10 @@ def _api_error(call) -> str:
      lambda s: __import__("cosmo_dask.density").density.pse_density(s, max_level=21)),
     ("density", ["--n-mesh", "11"],
      lambda s: __import__("cosmo_dask.density").density.paint(s, n_mesh=11)),
+    ("hod", ["--sigma-logM", "0"], lambda s: __import__("cosmo_dask.halos").halos.populate_hod(
+        s, params={"sigma_logM": 0})),
+    ("hod", ["--logMmin", "25"], lambda s: __import__("cosmo_dask.halos").halos.populate_hod(
+        s, params={"logMmin": 25})),
     ("expand", ["--lmax", "33", "--center", "1,1,1"],
      lambda s: __import__("cosmo_dask.expansion").expansion.SCF(lmax=33, center=(1, 1, 1))),
 ])
