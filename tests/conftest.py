@@ -14,6 +14,11 @@ import pytest
 # checked in tests/system/test_dashboard.py. The variable reaches CLI subprocesses too.
 os.environ["DASK_COSMO_DASK__DASHBOARD_ADDRESS"] = "127.0.0.1:0"
 dask.config.set({"cosmo_dask.dashboard_address": "127.0.0.1:0"})
+# no statistical profiler in the workers of the tests' in-process clusters: its thread walks
+# the other threads' frames, and it crashed the test process once (a segmentation fault in
+# distributed/profile.py during tests/cli/test_cli.py's demo, Python 3.11, 2026-11-28)
+os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"
+dask.config.set({"distributed.worker.profile.enabled": False})
 
 
 def _has_gpu() -> bool:
