@@ -31,7 +31,7 @@ the second with them, on the same grid.
 Cost: about ``7.8 N n r_max^3`` squared separations for an auto count (``n`` the number
 density; half of the 125 neighbour cells of side ``r_max / 2``, 3.7 times the distinct
 pairs within ``r_max``), and one comparison per edge for each pair within ``r_max``. Memory:
-a domain with its ghosts, about 60 bytes per particle in the kernel.
+a domain with its ghosts, about 70 bytes per particle in the kernel.
 """
 
 from __future__ import annotations
