@@ -15,7 +15,7 @@ import numpy as np
 from ..core.errors import ParameterError
 
 __all__ = ["POLES", "POLES_DEFAULT", "LOS_AXES", "INTERLACE_DEFAULT", "check_los_poles",
-           "check_r_bins", "check_mu_bins"]
+           "check_r_bins", "check_mu_bins", "XI_BINS_DEFAULT", "XI_LOS_DEFAULT"]
 
 #: the Legendre multipoles ``power_spectrum`` computes (l > 0 needs a line of sight)
 POLES = (0, 2, 4)
@@ -26,6 +26,11 @@ LOS_AXES = {"x": 0, "y": 1, "z": 2}
 #: particles: paint a second mesh shifted by half a cell (``cosmo-dask power
 #: --no-interlace`` turns it off)
 INTERLACE_DEFAULT = True
+#: ``cosmo-dask xi``: equal separation bins from ``--r-min`` to ``--r-max``
+XI_BINS_DEFAULT = 20
+#: ``cosmo-dask xi --mu-bins``: the line of sight when ``--los`` is not given (the
+#: multipoles default to all of :data:`POLES`)
+XI_LOS_DEFAULT = "z"
 
 
 def check_los_poles(los: Any, poles: Any, what: str = "power_spectrum"
