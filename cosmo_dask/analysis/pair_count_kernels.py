@@ -14,24 +14,35 @@ binned in ``r`` (and in ``mu``, the cosine of the pair's angle to a line of sigh
 * **cross** (two sets): every pair ``(i, j)`` with ``i`` an owned particle of the first
   set and ``j`` any particle of the second set's domain (owned or ghost), once.
 
-Method: a cell list (cells of side at least ``r_max / k``, ``k`` = 1..3) over the
-domain's region plus its ghost shell, or over the whole period along an axis cut into
-fewer than three domains (:func:`cell_geometry`); particles are sorted by cell with a
+Method: a cell list (cells of side at least ``r_max / k``, ``k`` = :data:`CELL_REFINE`)
+over the domain's region plus its ghost shell, or over the whole period along an axis cut
+into fewer than three domains (:func:`cell_geometry`); particles are sorted by cell with a
 counting sort (owned particles first in each cell) into float64 coordinate arrays, so
-that a cell is one contiguous range. Only cells holding owned particles are walked; for
-auto counts each unordered pair of cells is visited once (the larger cell id from the
-smaller, a cell with itself for ``j > i``; a cell of ghosts only is visited from its
-owned neighbours). Threads (``numba.prange``) take blocks of cells, each block with
-its own histogram, summed at the end: the counts do not depend on the threads.
+that a cell is one contiguous range, and so is a run of consecutive cells along z. Each
+cell visits the runs of its neighbour cells, a raw cell index outside ``[0, n)`` of a
+wrapped axis standing for the image one period away (the run's shift). For auto counts
+only the lexicographically positive half of the offsets is visited (a cell with itself
+for ``j > i``), every pair's weight being ``own_i + own_j`` (1 for an owned particle, 0
+for a ghost: ghost-ghost pairs count 0).
 
-Exactness: separations are ``x_j - x_i`` in float64 (float32 positions are widened
-exactly), shifted by one period where longer than half of it (the minimum image),
-squared and summed in float64 without fused multiply-adds (no ``fastmath``), and
-compared with the float64 squares of the bin edges: a pair is in bin ``b`` when
-``r_b^2 <= d^2 < r_{b+1}^2``, as in Corrfunc. A table over ``[0, r_max^2)`` gives a
-first guess of the bin, which two comparisons correct, so the guess never decides a
-count. ``mu = |d . los| / |d|`` (0 for ``d = 0``); bin ``m`` holds
-``mu_m <= mu < mu_{m+1}``, the last bin closed at ``mu = 1``.
+Counting without ``mu``: a (cell, run) block's squared separations are written to a
+buffer row after row by a vectorised loop, those below ``r_max^2`` kept by a branch-free
+compaction, and once the buffer holds :data:`FLUSH` values each squared edge ``e_t``
+counts the values below it with a vectorised comparison: cumulative counts, whose
+differences are the bins. No histogram scatter and no branch depends on a pair. With
+``mu``: a scalar loop bins each pair (a table over ``[0, r_max^2)`` guesses the ``r`` bin,
+two comparisons with the squared edges correct it; a binary search over the squared
+``mu`` edges). Threads (``numba.prange``) take blocks of cells, each block with its own
+histogram, summed at the end: the counts do not depend on the threads.
+
+Exactness: separations are ``x_j - (x_i - shift)`` in float64 (float32 positions are
+widened exactly), squared and summed in float64 without fused multiply-adds (no
+``fastmath``), and compared with the float64 squares of the bin edges: a pair is in bin
+``b`` when ``r_b^2 <= d^2 < r_{b+1}^2``, as in Corrfunc. ``mu = |d . los| / |d|`` (0 for
+``d = 0``); bin ``m`` holds ``mu_m <= mu < mu_{m+1}``, the last bin closed.
+
+Speed (2-core VM, 1e6 uniform particles in a 500 Mpc/h box, r_max = 20 Mpc/h, 20 bins):
+``benchmarks/RESULTS.md``, "Correlation functions: ``xi``".
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from ..core.checks import LOS_AXES, check_los
 from ..core.errors import ParameterError
 
 __all__ = ["BISPECTRUM_FORMAT", "CLI_K_BINS_DEFAULT", "POLES", "POLES_DEFAULT", "LOS_AXES",
-           "INTERLACE_DEFAULT", "check_bispectrum_bins", "check_configurations",
-           "check_los_poles", "check_mu_bins", "check_r_bins", "closed_triangles",
-           "symmetry_factor"]
+           "INTERLACE_DEFAULT", "XI_BINS_DEFAULT", "XI_LOS_DEFAULT", "check_bispectrum_bins",
+           "check_configurations", "check_los_poles", "check_mu_bins", "check_r_bins",
+           "closed_triangles", "symmetry_factor"]
 
 #: the Legendre multipoles ``power_spectrum`` computes (l > 0 needs a line of sight)
 POLES = (0, 2, 4)
@@ -28,6 +28,11 @@ POLES_DEFAULT = (0,)
 #: particles: paint a second mesh shifted by half a cell (``cosmo-dask power
 #: --no-interlace`` turns it off)
 INTERLACE_DEFAULT = True
+#: ``cosmo-dask xi``: equal separation bins from ``--r-min`` to ``--r-max``
+XI_BINS_DEFAULT = 20
+#: ``cosmo-dask xi --mu-bins``: the line of sight when ``--los`` is not given (the
+#: multipoles default to all of :data:`POLES`)
+XI_LOS_DEFAULT = "z"
 
 
 def check_los_poles(los: Any, poles: Any, what: str = "power_spectrum"

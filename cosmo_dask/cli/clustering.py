@@ -25,6 +25,7 @@ def _los(text):
 
 
 def cmd_xi(args) -> int:
+    from ..analysis import parameters as ap
     from ..analysis.correlation import (
         check_correlation,
         correlation_function,
@@ -41,8 +42,8 @@ def cmd_xi(args) -> int:
             raise CosmoDaskError("--los and --poles need --mu-bins (the mu bins of xi(s, mu))")
         los, poles = None, (0,)
     else:
-        los = _los(args.los if args.los is not None else "z")
-        poles = poles or (0, 2, 4)
+        los = _los(args.los if args.los is not None else ap.XI_LOS_DEFAULT)
+        poles = poles or ap.POLES
     kwargs = {"mu_bins": args.mu_bins, "los": los, "poles": poles, "n_domains": args.domains}
     check_correlation(snap, edges, **kwargs)  # before a cluster starts
     _check_out(args)

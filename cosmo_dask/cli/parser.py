@@ -516,12 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("out", metavar="OUT.zarr")
     x.add_argument("--r-max", type=_positive_float, required=True,
                    help="largest separation (snapshot length units, at most half the box)")
-    x.add_argument("--bins", type=_positive_int, default=20, help="equal separation bins")
+    x.add_argument("--bins", type=_positive_int, default=ap.XI_BINS_DEFAULT,
+                   help="equal separation bins")
     x.add_argument("--r-min", type=_finite_float, default=0.0, help="smallest separation")
     x.add_argument("--mu-bins", type=_positive_int, default=None,
                    help="equal mu bins on [0, 1]: xi(s, mu) and multipoles")
     x.add_argument("--los", choices=tuple(ap.LOS_AXES) + tuple(map(str, ap.LOS_AXES.values())),
-                   default=None, help="line of sight with --mu-bins (default z)")
+                   default=None, help=f"line of sight with --mu-bins (default {ap.XI_LOS_DEFAULT})")
     x.add_argument("--poles", type=_int_list, nargs="+", default=None,
                    help=f"Legendre multipoles out of {', '.join(map(str, ap.POLES))} with "
                    "--mu-bins, e.g. 0 2 4 or 0,2,4 (default all)")
