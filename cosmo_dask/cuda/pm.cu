@@ -15,9 +15,18 @@ extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restri
     const long long total = n0 * n1 * nk;
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= total) return;
-    const long long lz = t % nk;
-    const long long j = (t / nk) % n1;
-    const long long i = t / (nk * n1);
+    long long i, j, lz;
+    if (total <= 0xffffffffLL) {  // 32-bit division: several times cheaper than 64-bit
+        const unsigned int u = (unsigned int)t, unk = (unsigned int)nk;
+        const unsigned int row = u / unk;
+        lz = u - row * unk;
+        j = row % (unsigned int)n1;
+        i = row / (unsigned int)n1;
+    } else {
+        lz = t % nk;
+        j = (t / nk) % n1;
+        i = t / (nk * n1);
+    }
     const double k2 = (k2x[i] + k2y[j]) + k2z[lz];
     double f = 0.0;
     if (k2 != 0.0) f = scale * (gx[i] * gy[j]) * gz[lz] / k2;

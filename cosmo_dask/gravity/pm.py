@@ -183,7 +183,8 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
     slabs and dtype (accelerations in ``G M / L^2``, the potential in ``G M / L``)."""
     n = int(mass_mesh.shape[0])
     fk = density_kmesh(mass_mesh)
-    return [irfftn(force_kmesh(fk, a, G=G, box_size=box_size, r_split=r_split), (n, n, n))
+    return [irfftn(force_kmesh(fk, a, G=G, box_size=box_size, r_split=r_split), (n, n, n),
+                   overwrite_input=True)  # each component's k-space mesh: a temporary
             for a in range(4 if potential else 3)]
 
 
@@ -291,7 +292,7 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
         # stay one task)
         gated = slab_after(fk, columns[-1]) if columns and passes == "component" else fk
         forces = [irfftn(force_kmesh(gated, a, G=G, box_size=box_size, r_split=r_split),
-                         (n, n, n)) for a in comps]
+                         (n, n, n), overwrite_input=True) for a in comps]
         group = [(functools.partial(_interp_piece, box=float(box_size), shift=shift), forces,
                   len(comps))]
         if i < len(plan) - 1:

@@ -302,11 +302,14 @@ def _r2c_whole(block):
     return _on_fft_thread(array_module(block).fft.rfftn, block)
 
 
-def _c2r_whole(block, n2: int):
+def _c2r_whole(block, n2: int, overwrite: bool = False):
     """A one-slab CuPy k-space mesh's whole inverse 3-d real FFT as one cuFFT plan
-    (``fft-c2r3``)."""
-    return _on_fft_thread(array_module(block).fft.irfftn, block,
-                          s=(block.shape[0], block.shape[1], n2))
+    (``fft-c2r3``); ``overwrite``: cuFFT may use the block as its work space (no copy of
+    it first: cuFFT's complex-to-real transforms overwrite their input)."""
+    import cupyx.scipy.fft
+
+    return _on_fft_thread(cupyx.scipy.fft.irfftn, block,
+                          s=(block.shape[0], block.shape[1], n2), overwrite_x=overwrite)
 
 
 def _one_gpu_plan(x: da.Array, slab_axis: int, slabs: int | None) -> bool:
@@ -422,7 +425,8 @@ def rfftn(mesh, slabs: int | None = None) -> da.Array:
                          meta=meta, name=f"fft-c2c-{tokenize(pencils)}")
 
 
-def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
+def irfftn(kmesh, shape, slabs: int | None = None, *, overwrite_input: bool = False
+           ) -> da.Array:
     """3-d inverse real FFT, k-space slabs -> real slabs: ``numpy.fft.irfftn(kmesh, s=shape)``.
 
     Parameters
@@ -440,6 +444,12 @@ def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
     slabs : int, optional
         Number of real slabs of the result (along axis 0), at most ``n0``;
         default: as many as the input's k-slabs, or :func:`default_slab_count`.
+    overwrite_input : bool
+        The caller's promise that ``kmesh``'s blocks are temporaries whose only consumer
+        is this transform (e.g. a Green's function's output): a one-slab CuPy mesh is
+        then transformed in its own memory (cuFFT's inverse real transforms overwrite
+        their input; without the promise the block is copied first, a pass over the
+        mesh). Ignored elsewhere.
 
     Returns
     -------
@@ -482,9 +492,10 @@ def irfftn(kmesh, shape, slabs: int | None = None) -> da.Array:
         kmesh = kmesh.rechunk((-1, kmesh.chunks[1], -1))
     rtype = _REAL_OF[dtype]
     if _one_gpu_plan(kmesh, 1, slabs):
-        return da.map_blocks(_c2r_whole, kmesh, n2, chunks=((n0,), (n1,), (n2,)), dtype=rtype,
+        return da.map_blocks(_c2r_whole, kmesh, n2, bool(overwrite_input),
+                             chunks=((n0,), (n1,), (n2,)), dtype=rtype,
                              meta=empty_meta(kmesh, 3, rtype),
-                             name=f"fft-c2r3-{tokenize(kmesh, n2)}")
+                             name=f"fft-c2r3-{tokenize(kmesh, n2, bool(overwrite_input))}")
 
     lines = da.map_blocks(_c2c_block, kmesh, True, _threads(len(kmesh.chunks[1])), dtype=dtype,
                           meta=empty_meta(kmesh, 3, dtype), name=f"fft-ic2c-{tokenize(kmesh)}")
