@@ -116,7 +116,8 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
                                  "of N masses or one mass for every particle)")
     pos, m, n = particle_rows(pos, m, what)
     if not isinstance(m, da.Array):  # one mass for all, in chunks of the positions' kind
-        m = pos[:, 0].map_blocks(_filled, m, dtype=np.float64)
+        m = pos[:, 0].map_blocks(_filled, m, dtype=np.float64,
+                                 meta=array_module(pos).empty((0,), dtype=np.float64))
     G = 1.0 if G is None else float(G)
     if not (np.isfinite(G) and G > 0):
         raise ParameterError(f"{what}: G must be a positive number, got {G!r}")
@@ -150,7 +151,8 @@ def expansion_input(snap_or_pos, mass=None, *, center="com", G=None, precision="
     if c.shape != (3,) or not np.all(np.isfinite(c)):
         raise ParameterError(f"{what}: center must be 3 finite numbers, got {center!r}")
 
-    rel = pos.map_blocks(_shift, c, dtype=pos.dtype)  # c to the chunks' module
+    rel = pos.map_blocks(_shift, c, dtype=pos.dtype, meta=pos._meta)  # c to the chunks'
+    # module; meta given: no trial call of _shift on an empty chunk
     if box is not None:  # explicit centre in a periodic box: minimum image about it
         rel = rel - box * da.round(rel / box)
     return ExpansionInput(rel.astype(dtype), m64.astype(dtype), c, G, source, checks, what)

@@ -217,11 +217,16 @@ class SCF:
             _fit_block, "ik", pos, "ij", inp.mass, "i", new_axes={"k": k},
             adjust_chunks={"i": 1}, concatenate=True, dtype=np.float64,
             meta=xp.empty((0, 0), dtype=np.float64), nmax=nmax, lmax=lmax, r_s=rs)
-        total = parts.sum(axis=0, split_every=self.split_every)
+        # one chunk: its sums are the total (no reduction to build and run)
+        one = parts.numblocks[0] == 1
+        total = parts if one else parts.sum(axis=0, split_every=self.split_every)
         vec, *checks = compute(total, *inp.checks, label="SCF coefficients")  # one pass
         if checks:
             inp.verify(checks)
-        sums, msum, count = unpack_sums(np.asarray(host(vec), dtype=np.float64), nmax, lmax)
+        vec = np.asarray(host(vec), dtype=np.float64).reshape(k)
+        if one:
+            vec = vec + 0.0  # -0.0 to +0.0, as the sum over one row gives
+        sums, msum, count = unpack_sums(vec, nmax, lmax)
         coef = np.stack([sums[0], sums[1]], axis=-1) / msum
         sq = np.stack([sums[2], sums[3]], axis=-1) / msum**2
         var = np.maximum(sq - coef**2 / count, 0.0)
@@ -309,7 +314,8 @@ class SCF:
             raise ParameterError(f"SCF.{what}: positions must have shape (N, 3), got {pos.shape}")
         pos = pos.rechunk({1: 3})
         a = self.coefficients.attrs
-        rel = pos.astype(np.float64).map_blocks(_shift, self.center_, dtype=np.float64)
+        pos64 = pos.astype(np.float64)
+        rel = pos64.map_blocks(_shift, self.center_, dtype=np.float64, meta=pos64._meta)
         rel = rel.astype(self.dtype)
         gm = a["G"] * a["mass"] if what != "density" else a["mass"]
         vector = what == "acceleration"

@@ -242,6 +242,10 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
     xp = array_module(pos)
     extra = [_like(xp, e) for e in extra]
     m = pos.shape[0]
+    if grid.n_domains == 1:  # one domain owns every row in chunk order and has no ghosts
+        # (what the general path gives, without its cell indexes and sort of all rows)
+        return [(pos.copy(), xp.arange(m, dtype=np.int64) + start, int(m),
+                 xp.zeros(m, dtype=bool), *[e.copy() for e in extra])]
     (cx, cy, cz), options = _axis_offsets(grid, pos, ghost_width, xp)
     nx, ny, nz = grid.shape
     owner = (cx * ny + cy) * nz + cz

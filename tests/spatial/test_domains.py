@@ -84,3 +84,22 @@ def test_kernel_periods_and_ghost_width_limit():
         grid.check_ghost_width(2.5)
     with pytest.raises(ParameterError, match="n_domains must be a positive integer"):
         domain_grid(0, box_size=1.0)
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+def test_one_domain_split_is_the_chunk_in_order(rng, periodic):
+    """One domain owns every row of a chunk in chunk order, with no ghosts and nothing
+    exported (what the per-axis split gives, read straight off), as copies of the chunk."""
+    from cosmo_dask.spatial.domains import split_chunk
+
+    pos = (rng.random((300, 3)) * 10).astype(np.float32)
+    ids = np.arange(300) * 5
+    grid = (domain_grid(1, box_size=10.0) if periodic
+            else domain_grid(1, bounds=(np.zeros(3), np.full(3, 10.0))))
+    ((p, index, n_owned, exported, i),) = split_chunk(pos, 1000, grid, 0.5, ids)
+    np.testing.assert_array_equal(p, pos)
+    np.testing.assert_array_equal(i, ids)
+    np.testing.assert_array_equal(index, np.arange(1000, 1300))
+    assert index.dtype == np.int64 and n_owned == 300 and not exported.any()
+    p[0] = -1.0
+    assert pos[0, 0] != -1.0  # the part is a copy: the chunk is never written through it

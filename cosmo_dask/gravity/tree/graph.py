@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 from dask.base import tokenize
 
-from ...core.backend import array_module, host
+from ...core.backend import array_module, chunk_ranges, host, value_ranges
 from ...core.progress import compute, worker_count
 from ...core.task_graph import TaskGraph
 from ...spatial import decompose, domain_grid, rows_by_chunk
@@ -369,8 +369,11 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     if box_size is not None:
         grid = domain_grid(nd, box_size=float(box_size))
     else:
-        lo, hi = compute(pos.min(axis=0), pos.max(axis=0), label=None, show=False)
-        grid = domain_grid(nd, bounds=(host(lo), host(hi)))
+        # the bounding box: one task per chunk (per-axis min and max), one host read
+        (table,) = compute(chunk_ranges(pos[:, 0], pos[:, 1], pos[:, 2]), label=None,
+                           show=False)
+        lo, hi = zip(*value_ranges(table), strict=True)
+        grid = domain_grid(nd, bounds=(np.array(lo), np.array(hi)))
     extra = {} if scalar is not None else {"mass": mass}
     token = tokenize(pos, mass if scalar is None else scalar, opts, grid)[:12]
     layout = decompose(pos, grid, name="gravity")
