@@ -80,8 +80,8 @@ from ..density.painting import (
     centred,
     interlace_kslab,
     mesh_slabs,
+    mesh_statistic_input,
     paint_meshes,
-    particles_input,
 )
 from ..plot.bispectrum import plot_reduced_bispectrum  # noqa: F401  (public here)
 from ..spatial.fft import irfftn, map_kslabs, reduce_kslabs, rfftn, slab_chunks
@@ -277,38 +277,18 @@ def bispectrum(snap_or_mesh, k_bins, *, n_mesh=None, box_size=None, scheme=dp.SC
         (unsorted, past Nyquist, an empty bin), configurations, or shells that do not
         fit the workers' memory.
     """
-    from ..store.snapshot import Snapshot
-
     what = "bispectrum"
-    if length_unit is None and isinstance(snap_or_mesh, Snapshot):
-        length_unit = (snap_or_mesh.units or {}).get("length")
-    pu = product_units({"length": length_unit} if length_unit else None)
     if scheme is not None:
         scheme = dp.check_scheme(scheme, what)
     split_every = dp.check_split_every(split_every, what)
     dtype = resolve_precision(precision)
-    is_mesh = not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3
+    given = mesh_statistic_input(snap_or_mesh, n_mesh=n_mesh, box_size=box_size, scheme=scheme,
+                                 mass=mass, length_unit=length_unit, what=what)
+    pu = product_units({"length": given.length_unit} if given.length_unit else None)
+    n, box, is_mesh, gpu = given.n, given.box_size, given.is_mesh, given.gpu
+    n_part, pos, m, mesh = given.n_particles, given.pos, given.mass, given.mesh
     if is_mesh:
-        mesh = snap_or_mesh
-        shp = tuple(int(s) for s in mesh.shape)
-        if len(set(shp)) != 1 or shp[0] < 1:
-            raise ParameterError(f"{what}: a mesh must be cubic (n, n, n), got {shp}")
-        n = dp.check_n_mesh(shp[0], what)
-        if n_mesh is not None and dp.check_n_mesh(n_mesh, what) != n:
-            raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
-        if box_size is None:
-            raise ParameterError(f"{what}: a mesh input needs box_size=")
-        box = dp.check_box_size(box_size, what)
-        gpu = array_module(getattr(mesh, "_meta", mesh)) is not np
-        n_part, pos, m = None, None, None
-    else:
-        if n_mesh is None:
-            raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
-        n = dp.check_n_mesh(n_mesh, what)
-        if scheme is None:
-            raise ParameterError(f"{what}: particles need a scheme ({', '.join(dp.SCHEMES)})")
-        pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
-        gpu = array_module(pos) is not np
+        n = dp.check_n_mesh(n, what)
     if n < 4:
         raise ParameterError(f"{what}: n_mesh must be at least 4 for a bispectrum, got {n}")
     edges = check_bispectrum_bins(k_bins, n, box, what)

@@ -53,7 +53,13 @@ from ..core.backend import array_module, host, resolve_precision
 from ..core.errors import ParameterError
 from ..core.progress import compute
 from ..density import parameters as dp
-from ..density.painting import centred, interlace_kslab, mesh_slabs, paint_meshes, particles_input
+from ..density.painting import (
+    centred,
+    interlace_kslab,
+    mesh_slabs,
+    mesh_statistic_input,
+    paint_meshes,
+)
 from ..plot.power import plot_power_spectrum  # noqa: F401  (public here)
 from ..spatial.fft import reduce_kslabs, rfftn, slab_chunks
 from ..units import factor
@@ -220,10 +226,6 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
     from ..store.snapshot import Snapshot
 
     what = "power_spectrum"
-    if length_unit is None and isinstance(snap_or_mesh, Snapshot):
-        length_unit = (snap_or_mesh.units or {}).get("length")
-    pu = product_units({"length": length_unit} if length_unit else None)
-    length_unit = pu["length"]
     if los is None and isinstance(snap_or_mesh, Snapshot) and snap_or_mesh.los is not None \
             and poles is not None and any(p != 0 for p in np.atleast_1d(poles)):
         los = snap_or_mesh.los  # a redshift-space snapshot: its own line of sight
@@ -232,36 +234,26 @@ def power_spectrum(snap_or_mesh, *, n_mesh=None, box_size=None, scheme=dp.SCHEME
         scheme = dp.check_scheme(scheme, what)
     split_every = dp.check_split_every(split_every, what)
     dtype = resolve_precision(precision)
-    is_mesh = not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3
+    given = mesh_statistic_input(snap_or_mesh, n_mesh=n_mesh, box_size=box_size, scheme=scheme,
+                                 mass=mass, length_unit=length_unit, what=what)
+    pu = product_units({"length": given.length_unit} if given.length_unit else None)
+    length_unit = pu["length"]
+    n, box, is_mesh, n_part = given.n, given.box_size, given.is_mesh, given.n_particles
     if is_mesh:
-        mesh = snap_or_mesh
-        shp = tuple(int(s) for s in mesh.shape)
-        if len(set(shp)) != 1 or shp[0] < 1:
-            raise ParameterError(f"{what}: a mesh must be cubic (n, n, n), got {shp}")
-        n = shp[0]
-        if n_mesh is not None and dp.check_n_mesh(n_mesh, what) != n:
-            raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
-        if box_size is None:
-            raise ParameterError(f"{what}: a mesh input needs box_size=")
-        box = dp.check_box_size(box_size, what)
-        count = mesh_slabs(n, dtype, slabs, gpu=array_module(mesh) is not np, what=what)
+        mesh = given.mesh
+        count = mesh_slabs(n, dtype, slabs, gpu=given.gpu, what=what)
         if not isinstance(mesh, da.Array):
             mesh = da.from_array(mesh, chunks=(slab_chunks(n, count), n, n), asarray=False)
         elif len(mesh.chunks[1]) > 1 or len(mesh.chunks[2]) > 1:
             mesh = mesh.rechunk((slab_chunks(n, count), n, n))
         mesh0, mesh1 = mesh.astype(dtype), None
-        n_part, shot = None, float("nan")
+        shot = float("nan")
         sums = None
     else:
-        if n_mesh is None:
-            raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
-        n = dp.check_n_mesh(n_mesh, what)
         if n < 2:
             raise ParameterError(f"{what}: n_mesh must be at least 2 for a power spectrum, "
                                  f"got {n}")
-        if scheme is None:
-            raise ParameterError(f"{what}: particles need a scheme ({', '.join(dp.SCHEMES)})")
-        pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
+        pos, m = given.pos, given.mass
         shifts = (0.0, 0.5) if interlace else (0.0,)
         meshes, _ = paint_meshes(pos, m, n_mesh=n, box_size=box, scheme=scheme, shifts=shifts,
                                  dtype=dtype, slabs=slabs, split_every=split_every, what=what)

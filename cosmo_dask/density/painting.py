@@ -33,6 +33,8 @@ prime factors 2, 3, 5, 7 (:func:`~cosmo_dask.spatial.fft.check_mesh_size`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import dask
 import dask.array as da
@@ -61,7 +63,8 @@ from .parameters import (
 
 __all__ = ["paint", "density_contrast", "SCHEMES", "check_n_mesh", "check_scheme",
            "centred", "half_cell_phase", "interlace_kslab", "memory_per_worker", "meshes_fit",
-           "mesh_slabs", "paint_meshes", "particles_input", "worker_count"]
+           "mesh_slabs", "mesh_statistic_input", "MeshStatisticInput", "paint_meshes",
+           "particles_input", "worker_count"]
 
 
 def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
@@ -95,6 +98,57 @@ def particles_input(snap_or_pos, mass=None, box_size=None, *, what="paint"):
     if not bool(ok):
         raise ParameterError(f"{what}: masses must be positive and finite")
     return pos, m, box, n
+
+
+@dataclass(frozen=True)
+class MeshStatisticInput:
+    """What a statistic of the mesh path (P(k), the bispectrum) was given, checked:
+    a painted mesh (``mesh``, ``is_mesh``) or particles (``pos``, ``mass``, ``n_particles``),
+    the mesh side ``n``, the box, the device (``gpu``) and the length unit."""
+
+    is_mesh: bool
+    n: int
+    box_size: float
+    gpu: bool
+    length_unit: str | None
+    mesh: Any = None
+    pos: Any = None
+    mass: Any = None
+    n_particles: int | None = None
+
+
+def mesh_statistic_input(snap_or_mesh, *, n_mesh, box_size, scheme, mass, length_unit,
+                         what: str) -> MeshStatisticInput:
+    """The one reading of a mesh statistic's first argument: a Snapshot, particle
+    positions or an ``(n, n, n)`` painted mesh. A mesh must be cubic, match ``n_mesh``
+    when given and come with ``box_size``; particles need ``n_mesh`` and a ``scheme``
+    (:func:`particles_input` checks them). ``length_unit`` defaults to a snapshot's.
+    ``ParameterError`` naming ``what`` otherwise, before any work."""
+    from ..store.snapshot import Snapshot
+
+    if length_unit is None and isinstance(snap_or_mesh, Snapshot):
+        length_unit = (snap_or_mesh.units or {}).get("length")
+    if not isinstance(snap_or_mesh, Snapshot) and getattr(snap_or_mesh, "ndim", 0) == 3:
+        mesh = snap_or_mesh
+        shp = tuple(int(s) for s in mesh.shape)
+        if len(set(shp)) != 1 or shp[0] < 1:
+            raise ParameterError(f"{what}: a mesh must be cubic (n, n, n), got {shp}")
+        n = shp[0]
+        if n_mesh is not None and check_n_mesh(n_mesh, what) != n:
+            raise ParameterError(f"{what}: n_mesh={n_mesh} does not match the mesh ({n}^3)")
+        if box_size is None:
+            raise ParameterError(f"{what}: a mesh input needs box_size=")
+        return MeshStatisticInput(True, n, check_box_size(box_size, what),
+                                  array_module(getattr(mesh, "_meta", mesh)) is not np,
+                                  length_unit, mesh=mesh)
+    if n_mesh is None:
+        raise ParameterError(f"{what}: particles need n_mesh= (cells per side)")
+    n = check_n_mesh(n_mesh, what)
+    if scheme is None:
+        raise ParameterError(f"{what}: particles need a scheme ({', '.join(SCHEMES)})")
+    pos, m, box, n_part = particles_input(snap_or_mesh, mass, box_size, what=what)
+    return MeshStatisticInput(False, n, box, array_module(pos) is not np, length_unit,
+                              pos=pos, mass=m, n_particles=n_part)
 
 
 # ----------------------------------------------------------------------------- memory
