@@ -13,9 +13,10 @@ Prints one JSON object per measurement:
   erfc vs the 512-node table at Taylor levels 0..4 (speed gain = exact time /
   table time), with every pair inside the table (x <= 1.8), force only.
 * ``truncated_table_error``: the table's max relative error per level on [0, 3].
-* ``p2p_issue_bound``: instructions per pair of the float32 tile loop (NVRTC's PTX, its
-  largest basic block) and the pairs/s one instruction per scheduler and clock allows;
-  the ``p2p_gpu`` float32 rows at 2^20 also carry the SM clock sampled under load.
+* ``p2p_issue_bound`` (``--issue-bound``, no GPU needed): instructions per pair of the
+  float32 tile loop (NVRTC's PTX, its largest basic block) and the pairs/s one
+  instruction per scheduler and clock allows; the ``p2p_gpu`` float32 rows at 2^20 carry
+  the SM clock sampled under load.
 
     python -m benchmarks gravity-direct [--sweep] [--repeat 5] [--no-cpu]
 """
@@ -65,14 +66,40 @@ def hot_loop_mix(ptx: str) -> dict:
     return dict(collections.Counter(max(blocks, key=len)))
 
 
-def issue_bound(env, potential: bool) -> dict:
-    """Instructions per pair of the float32 Plummer tile loop (NVRTC's PTX of ``p2p.cu``
-    for this GPU, ``-ftz=true``) and the pairs/s they allow: each of an SM's four
-    schedulers issues one warp instruction (32 lanes) per clock, so pairs/s <= SMs x 4 x
-    32 x clock / (instructions per pair). The clock is the GPU's maximum SM clock; the
-    sampled clock under load is in the ``p2p_gpu`` rows."""
-    import cupy
+def nvrtc_ptx(source: str, options) -> str:
+    """PTX of a CUDA source by NVRTC through ctypes: no GPU needed, only the
+    ``nvidia-cuda-nvrtc-cu12`` wheel (the ``bench`` extra)."""
+    import ctypes
+    import os
 
+    import nvidia.cuda_nvrtc
+
+    lib = ctypes.CDLL(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib",
+                                   "libnvrtc.so.12"))
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"p2p.cu", 0, None, None):
+        raise RuntimeError("nvrtcCreateProgram failed")
+    opts = [o.encode() for o in options]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    if rc:
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError(f"NVRTC: {log.value.decode()[:500]}")
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    return ptx.value.decode()
+
+
+def issue_bound(env, potential: bool, *, arch: int = 90, sms: int = 132,
+                clock_hz: float = 1.98e9) -> dict:
+    """Instructions per pair of the float32 Plummer tile loop (NVRTC's PTX of ``p2p.cu`` for
+    ``compute_<arch>``, ``-ftz=true``, the default launch shape) and the pairs/s they
+    allow: each of an SM's four schedulers issues one warp instruction (32 lanes) per
+    clock, so pairs/s <= SMs x 4 x 32 x clock / (instructions per pair). Defaults: an H200
+    (132 SMs; 1.98 GHz, the SM clock ``nvidia-smi`` reported under the P2P load)."""
     from cosmo_dask import cuda
     from cosmo_dask.gravity.p2p_kernels_gpu import (
         DEFAULT_PER_THREAD,
@@ -86,20 +113,14 @@ def issue_bound(env, potential: bool) -> dict:
     defines = kernel_defines(np.float32, threads=threads, per_thread=per, unroll=unroll,
                              kernel=0, trunc=0, level=-1, periodic=False,
                              potential=potential, check=False, excl=1)
-    dev = cupy.cuda.Device()
-    arch = "compute_" + dev.compute_capability
-    ptx = cupy.cuda.compiler.compile_using_nvrtc(
-        cuda.source("p2p", defines), options=cuda.OPTIONS + ("-ftz=true",)
-        + cuda.include_options(), arch=arch)
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    ptx = nvrtc_ptx(cuda.source("p2p", defines), (f"-arch=compute_{arch}", *cuda.OPTIONS,
+                                                  "-ftz=true", *cuda.include_options()))
     mix = hot_loop_mix(ptx)
     pairs = per * unroll
-    slots = sum(v for k, v in mix.items() if k not in ("ld",)) / pairs  # LDS: 1 per 4 pairs
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-    sms, clock_hz = props["multiProcessorCount"], props["clockRate"] * 1e3
-    return dict(env, workload="p2p_issue_bound", potential=potential,
+    slots = sum(v for k, v in mix.items() if k != "ld") / pairs  # + 1 shared load per 4 pairs
+    return dict(env, workload="p2p_issue_bound", potential=potential, arch=arch,
                 hot_loop_mix=mix, pairs_per_iteration=pairs,
-                instructions_per_pair=round(slots, 3), sms=sms, max_sm_clock_hz=clock_hz,
+                instructions_per_pair=round(slots, 3), sms=sms, sm_clock_hz=clock_hz,
                 issue_bound_pairs_per_s=sms * 4 * 32 * clock_hz / slots)
 
 
@@ -132,11 +153,6 @@ def bench_gpu(env, args):
     from cosmo_dask.gravity.dispatch import p2p_block  # p2p_block_gpu on CuPy arrays
 
     env = dict(env, device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
-    for pot in (True, False):
-        try:
-            emit(**issue_bound(env, pot))
-        except Exception as exc:  # noqa: BLE001 - a missing NVRTC feature only drops the row
-            emit(env, workload="p2p_issue_bound", potential=pot, skipped=repr(exc))
     for logn in (18, 20):
         n = 2 ** logn
         x, m = plummer_sphere(n)
@@ -249,9 +265,16 @@ def main(argv=None):
     ap.add_argument("--shapes", default="", help="float32 launch shapes to time, e.g. 256x4,128x4")
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--no-gpu", action="store_true")
+    ap.add_argument("--issue-bound", action="store_true",
+                    help="only the P2P loop's instructions per pair and the pairs/s they allow "
+                    "(NVRTC through the nvidia-cuda-nvrtc-cu12 wheel; no GPU needed)")
     args = ap.parse_args(argv)
     start(args, "gravity-direct")
     env = dict(bench="gravity_direct", date=datetime.date.today().isoformat())
+    if args.issue_bound:
+        for pot in (True, False):
+            emit(**issue_bound(env, pot))
+        return
 
     from cosmo_dask.gravity.truncated import table_relative_errors
 
