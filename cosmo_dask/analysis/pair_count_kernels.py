@@ -52,7 +52,7 @@ import math
 import numba as nb
 import numpy as np
 
-__all__ = ["CELL_REFINE", "bin_table", "cell_geometry", "pair_count"]
+__all__ = ["CELL_REFINE", "bin_table", "cell_geometry", "count_bins", "pair_count"]
 
 #: cells per ``r_max`` along an axis (cells of side ``>= r_max / CELL_REFINE``): 2 tests
 #: about 125/8 ~ 16 cell volumes of r_max^3 / 8 per particle instead of 27 (k = 1)
@@ -101,6 +101,18 @@ def cell_geometry(box: float, r_max: float, lo, width, shape, n_particles: int,
             s = max(side, (width[a] + 2 * r_max) / max(n[a] - 1, 1))
             geo[:, a] = (lo[a], 0.5 * (width[a] + box), -r_max * (1 + 1e-12), s, n[a], 0.0)
     return geo
+
+
+def count_bins(r_edges, mu_edges, los):
+    """The bins as the kernels (numba and CUDA) take them: ``(squared separation edges,
+    r bins, mu bins, squared mu edges, line of sight)``, float64; one mu bin over
+    ``[0, 0]`` and a zero line of sight without ``mu_edges``."""
+    r_edges = np.asarray(r_edges, dtype=np.float64)
+    if mu_edges is None:
+        return r_edges * r_edges, len(r_edges) - 1, 1, np.zeros(2), np.zeros(3)
+    mu = np.asarray(mu_edges, dtype=np.float64)
+    return (r_edges * r_edges, len(r_edges) - 1, len(mu) - 1, mu * mu,
+            np.asarray(los, dtype=np.float64))
 
 
 def bin_table(edges2: np.ndarray, slots: int = TABLE_SLOTS) -> tuple[np.ndarray, float]:
@@ -416,16 +428,9 @@ def pair_count(pos, n_owned: int, geometry: np.ndarray, r_edges: np.ndarray,
         int64 ``(nr, nmu)`` (``nmu = 1`` without ``mu``): ordered pairs whose first
         member is owned (auto), or owned-any pairs (cross).
     """
-    r_edges = np.asarray(r_edges, dtype=np.float64)
-    e2 = r_edges * r_edges
+    e2, nr, nmu, mu2e, los = count_bins(r_edges, mu_edges, los)
     table, scale = bin_table(e2)
     e2x = np.append(e2, np.inf)
-    nr = len(r_edges) - 1
-    if mu_edges is None:
-        nmu, mu2e, los = 1, np.zeros(2), np.zeros(3)
-    else:
-        mu = np.asarray(mu_edges, dtype=np.float64)
-        nmu, mu2e, los = len(mu) - 1, mu * mu, np.asarray(los, dtype=np.float64)
     geometry = np.ascontiguousarray(geometry, dtype=np.float64)
     box = float(box_size)
     auto = pos2 is None

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from .. import cuda
-from .pair_count_kernels import CELL_REFINE
+from .pair_count_kernels import CELL_REFINE, count_bins
 
 __all__ = ["pair_count_gpu", "pair_count_prepared", "sorted_cells", "BLOCK"]
 
@@ -85,14 +85,8 @@ def pair_count_prepared(xp, kernel, pos, n_owned: int, geometry, r_edges, mu_edg
                         box_size: float, pos2=None, shared: bool = True) -> np.ndarray:
     """:func:`pair_count_gpu` with the array module ``xp`` and ``kernel(grid, block,
     args, shared_bytes)`` (the launcher of ``pair_count.cu``'s kernel) given."""
-    r_edges = np.asarray(r_edges, dtype=np.float64)
-    e2 = xp.asarray(r_edges * r_edges)
-    nr = len(r_edges) - 1
-    if mu_edges is None:
-        nmu, mu2e, lv = 1, np.zeros(2), np.zeros(3)
-    else:
-        mu = np.asarray(mu_edges, dtype=np.float64)
-        nmu, mu2e, lv = len(mu) - 1, mu * mu, np.asarray(los, dtype=np.float64)
+    e2, nr, nmu, mu2e, lv = count_bins(r_edges, mu_edges, los)
+    e2 = xp.asarray(e2)
     geo = np.ascontiguousarray(geometry, dtype=np.float64)
     box = float(box_size)
     n_owned = int(n_owned)
