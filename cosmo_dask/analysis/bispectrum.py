@@ -510,27 +510,17 @@ def tree_level_bispectrum(ds: xr.Dataset, power, *, max_modes: int | None = 4000
 def write_bispectrum(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False,
                      inputs=()) -> str:
     """Write a :func:`bispectrum` Dataset as a Zarr v3 product store, atomically and
-    with every chunk's checksum in the manifest (as halo catalogs are written)."""
-    import zarr
+    with every chunk's checksum in the manifest (group ``bispectrum``)."""
+    from ..store.zarr_write import write_dataset_store
 
-    from ..store.atomic import atomic_directory, local_path
-    from ..store.zarr_write import plain_attrs, store_dataset
-
-    with atomic_directory(path, overwrite=overwrite, what="bispectrum store", fmt=FORMAT,
-                          inputs=tuple(inputs)) as tmp:
-        attrs = {"format": FORMAT, "format_version": FORMAT_VERSION}
-        zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=attrs)
-        out = ds.copy()
-        out.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
-        store_dataset(out, tmp / "bispectrum", label=f"writing {path}")
-    return str(local_path(path))
+    return write_dataset_store(ds, path, group="bispectrum", fmt=FORMAT,
+                               version=FORMAT_VERSION, what="bispectrum store",
+                               overwrite=overwrite, inputs=inputs)
 
 
 def open_bispectrum(path: str | os.PathLike) -> xr.Dataset:
     """The Dataset of a store written by :func:`write_bispectrum` (chunks verified)."""
-    from ..store.atomic import local_path
-    from ..store.zarr_read import open_product_group, product_store
+    from ..store.zarr_read import open_dataset_store
 
-    p = local_path(path)
-    open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION, what="bispectrum store")
-    return xr.open_zarr(product_store(p / "bispectrum"), consolidated=False).load()
+    return open_dataset_store(path, group="bispectrum", fmt=FORMAT, version=FORMAT_VERSION,
+                              what="bispectrum store")

@@ -49,9 +49,8 @@ from ..core.task_graph import TaskGraph
 from ..density.parameters import check_box_size
 from ..plot.correlation import plot_correlation_function  # noqa: F401  (public here)
 from ..spatial import decompose, domain_grid
-from ..store.atomic import atomic_directory, local_path
-from ..store.zarr_read import open_product_group, product_store
-from ..store.zarr_write import plain_attrs, store_dataset
+from ..store.zarr_read import open_dataset_store
+from ..store.zarr_write import write_dataset_store
 from ..units.products import product_units
 from . import dispatch as kernels
 from .pair_count_kernels import cell_geometry
@@ -320,21 +319,12 @@ def write_correlation(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: boo
                       inputs=()) -> str:
     """Write a :func:`correlation_function` Dataset to a Zarr v3 store, atomically (group
     ``xi``, every chunk checksummed in the chunk manifest); returns the path."""
-    with atomic_directory(path, overwrite=overwrite, what="correlation store", fmt=FORMAT,
-                          inputs=tuple(inputs)) as tmp:
-        import zarr
-
-        zarr.open_group(str(tmp), mode="w", zarr_format=3,
-                        attributes={"format": FORMAT, "format_version": FORMAT_VERSION})
-        out = ds.copy()
-        out.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
-        store_dataset(out, tmp / "xi", label=f"writing {path}")
-    return str(local_path(path))
+    return write_dataset_store(ds, path, group="xi", fmt=FORMAT, version=FORMAT_VERSION,
+                               what="correlation store", overwrite=overwrite, inputs=inputs)
 
 
 def open_correlation(path: str | os.PathLike) -> xr.Dataset:
     """The Dataset of a correlation store written by :func:`write_correlation` (loaded;
     chunks checked against their checksums)."""
-    p = local_path(path)
-    open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION, what="correlation store")
-    return xr.open_zarr(product_store(p / "xi"), consolidated=False).load()
+    return open_dataset_store(path, group="xi", fmt=FORMAT, version=FORMAT_VERSION,
+                              what="correlation store")

@@ -444,6 +444,20 @@ def product_store(path: str | os.PathLike, verify: bool | None = None):
     return verified_store(path) if verify_default(verify) else str(path)
 
 
+def open_dataset_store(path: str | os.PathLike, *, group: str, fmt: str, version: int,
+                       what: str):
+    """The loaded ``xarray.Dataset`` of a store written by
+    :func:`cosmo_dask.store.zarr_write.write_dataset_store` (format and version checked,
+    chunks verified against their checksums)."""
+    import xarray as xr
+
+    from .atomic import local_path
+
+    p = local_path(path)
+    open_product_group(p, fmt=fmt, version=version, what=what)
+    return xr.open_zarr(product_store(p / group), consolidated=False).load()
+
+
 def open_product_group(path: str | os.PathLike, *, fmt: str, what: str,
                        version: int | None = None, verify: bool | None = None):
     """``(group, attrs)`` of a product store cosmo_dask wrote (halos, meshes, octrees, ...).

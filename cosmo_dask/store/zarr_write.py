@@ -96,6 +96,27 @@ def store_dataset(ds, where: str | os.PathLike, *, label: str) -> None:
     write_manifests([a for _, a in written.arrays()], label, show=False)
 
 
+def write_dataset_store(ds, path: str | os.PathLike, *, group: str, fmt: str, version: int,
+                        what: str, overwrite: bool = False, inputs=()) -> str:
+    """A small in-memory ``xarray.Dataset`` (a product: correlation function, bispectrum)
+    as a Zarr v3 store of its own, written atomically: a root group carrying ``format``
+    and ``format_version``, the Dataset in ``group`` (:func:`store_dataset`, every chunk
+    in the manifest, attributes made JSON values by :func:`plain_attrs`). Returns the
+    path; :func:`cosmo_dask.store.zarr_read.open_dataset_store` reads it back."""
+    import zarr
+
+    from .atomic import atomic_directory, local_path
+
+    with atomic_directory(path, overwrite=overwrite, what=what, fmt=fmt,
+                          inputs=tuple(inputs)) as tmp:
+        zarr.open_group(str(tmp), mode="w", zarr_format=3,
+                        attributes={"format": fmt, "format_version": version})
+        out = ds.copy()
+        out.attrs = {k: plain_attrs(v) for k, v in ds.attrs.items()}
+        store_dataset(out, tmp / group, label=f"writing {path}")
+    return str(local_path(path))
+
+
 def store_arrays(group, arrays: Mapping[str, da.Array], *, root: str | os.PathLike,
                  label: str, chunks: Mapping[str, tuple] | None = None,
                  dims: Mapping[str, tuple] | None = None, compressors=None,
