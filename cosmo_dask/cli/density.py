@@ -83,6 +83,21 @@ def _density_pse(args) -> int:
     return 0
 
 
+def _linear_power(args, snap, ds):
+    """A plot's theory: the linear P(k) at the snapshot's scale factor in the product's
+    length unit (``--cosmology``/``--sigma8`` or the snapshot's cosmology), or None (with a
+    line saying why when a cosmology is known but the scale factor is not)."""
+    cosmo = _theory_cosmology(args, snap)
+    if cosmo is None:
+        return None
+    if not snap.scale_factor:
+        _say("--plot: the snapshot has no scale factor: the plot shows the measurement only")
+        return None
+    from ..analysis import linear_power
+
+    return linear_power(cosmo, snap.scale_factor, ds.attrs["length_unit"])
+
+
 def cmd_power(args) -> int:
     from ..analysis import plot_power_spectrum, power_spectrum
     from ..analysis.parameters import check_los_poles
@@ -115,16 +130,7 @@ def cmd_power(args) -> int:
          f"{float(ds['shot_noise']):.4g} (not subtracted), {dt:.2f} s"
          + (f" -> {args.out}" if args.out else ""))
     if args.plot:
-        reference = None
-        cosmo = _theory_cosmology(args, snap)
-        if cosmo is not None and snap.scale_factor:
-            from ..analysis import linear_power
-
-            reference = linear_power(cosmo, snap.scale_factor, ds.attrs["length_unit"])
-        elif cosmo is not None:
-            _say("--plot: the snapshot has no scale factor: the plot shows the measurement "
-                 "only")
-        plot_power_spectrum(ds, args.plot, reference=reference)
+        plot_power_spectrum(ds, args.plot, reference=_linear_power(args, snap, ds))
         _say(f"P(k) plot -> {args.plot}")
     return 0
 
@@ -165,16 +171,8 @@ def cmd_bispectrum(args) -> int:
          f"{'interlaced ' if not args.no_interlace else ''}mesh: {ds.sizes['triangle']} "
          f"triangle bins of {ds.sizes['k']} k bins, {dt:.2f} s -> {path}")
     if args.plot:
-        reference = None
-        cosmo = _theory_cosmology(args, snap)
-        if cosmo is not None and snap.scale_factor:
-            from ..analysis import linear_power
-
-            reference = tree_level_bispectrum(
-                ds, linear_power(cosmo, snap.scale_factor, ds.attrs["length_unit"]))
-        elif cosmo is not None:
-            _say("--plot: the snapshot has no scale factor: the plot shows the measurement "
-                 "only")
+        power = _linear_power(args, snap, ds)
+        reference = None if power is None else tree_level_bispectrum(ds, power)
         plot_reduced_bispectrum(ds, args.plot, reference=reference)
         _say(f"Q plot -> {args.plot}")
     return 0
