@@ -53,7 +53,7 @@ def large_store_rows(store_rows: int, n_particles: int) -> int:
     them that there are at most :data:`MAX_READ_CHUNKS` chunks (the store's own chunks for
     stores below ``MAX_READ_CHUNKS * store_rows`` particles, 2^29 with 2^20-row chunks).
     The generators' default chunks follow the same rule with ``default_chunk_size()``
-    rows (``models._blocks.chunk_lengths``)."""
+    rows (``models.blocks.chunk_lengths``)."""
     store_rows = max(1, int(store_rows))
     per_chunk = -(-int(n_particles) // MAX_READ_CHUNKS)
     return store_rows * max(1, -(-per_chunk // store_rows))

@@ -37,8 +37,8 @@ else ``center_of_mass``) with the halo's bulk ``velocity``. Satellites
 Reproducibility and distribution. Halos are cut into fixed blocks of :data:`HOD_BLOCK`
 rows; block ``b`` draws every random number of its halos (centrals, satellite counts,
 member ranks or NFW radii, directions and velocities) from
-``SeedSequence([seed, b, HOD_STREAM_TAG])`` (the seeding idiom of the models'
-generation blocks), one dask task per block. With ``satellites="particles"`` one task
+``block_rng(seed, b, HOD_STREAM_TAG)`` (the models' generation blocks,
+:mod:`cosmo_dask.models.blocks`), one dask task per block. With ``satellites="particles"`` one task
 per particle chunk counts each halo's members there, and one per chunk picks the chosen
 members (the k-th member of a halo in particle order), so the mock depends on the seed
 only, not on the chunking of the snapshot.
@@ -60,6 +60,7 @@ from dask.base import tokenize
 from ..core.backend import host
 from ..core.errors import ParameterError
 from ..core.task_graph import TaskGraph
+from ..models.blocks import block_rng, isotropic_directions
 from ..units import factor, gravitational_constant
 from .parameters import HOD_MASSES, check_hod
 
@@ -205,8 +206,7 @@ def nfw_halo_parameters(catalog, mass: str | None = None, snapshot=None) -> dict
 def _occupy(seed, block, log_mass, params, n_members, nfw):
     """Every random number of one block of halos: (central flags, satellite counts,
     satellite member ranks or None, NFW unit draws or None)."""
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(block),
-                                                        HOD_STREAM_TAG]))
+    rng = block_rng(seed, block, HOD_STREAM_TAG)
     ncen_mean, nsat_mean = zheng07_mean_occupation(log_mass, params)
     central = rng.random(log_mass.size) < ncen_mean
     nsat = rng.poisson(nsat_mean).astype(np.int64)
@@ -215,10 +215,7 @@ def _occupy(seed, block, log_mass, params, n_members, nfw):
     if n_members is not None:
         ranks = rng.integers(0, np.maximum(n_members[hosts], 1))
     if nfw:
-        cos_t = rng.uniform(-1.0, 1.0, hosts.size)
-        phi = rng.uniform(0.0, 2.0 * np.pi, hosts.size)
-        sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
-        directions = np.stack([sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t], axis=1)
+        directions = isotropic_directions(rng, hosts.size)
         draws = (rng.random(hosts.size), directions, rng.standard_normal((hosts.size, 3)))
     return central, nsat, ranks, draws
 

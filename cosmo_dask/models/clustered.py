@@ -21,7 +21,7 @@ from ..core.backend import resolve_precision
 from ..core.checks import check_positive, check_positive_int, check_seed
 from ..core.errors import ParameterError
 from ..store.validation import wrap_into_box
-from ._blocks import (
+from .blocks import (
     TAGS,
     block_rng,
     generate,

@@ -5,7 +5,7 @@ and scale length), with equal-mass particles (``particle_mass = mass / n``, no
 ``mass`` array) and ``ids = arange(n)``. Radii come from the inverse of the
 cumulative mass profile; velocities (Plummer, Hernquist) from the isotropic
 distribution function by rejection sampling. Generation is lazy and chunk by
-chunk (see :mod:`cosmo_dask.models._blocks`).
+chunk (see :mod:`cosmo_dask.models.blocks`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dask.base import tokenize
 from ..core.backend import resolve_precision
 from ..core.checks import check_positive, check_positive_int, check_seed
 from ..core.errors import ParameterError
-from ._blocks import (
+from .blocks import (
     generate,
     isotropic_directions,
     uniform_open,

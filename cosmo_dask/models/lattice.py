@@ -9,7 +9,7 @@ from dask.base import tokenize
 from ..core.backend import resolve_precision
 from ..core.checks import check_positive, check_positive_int, check_seed
 from ..store.validation import wrap_into_box
-from ._blocks import generate
+from .blocks import generate
 from .parameters import LATTICE_AMPLITUDE_DEFAULT, SEED_DEFAULT
 
 LATTICE_UNITS = {"length": "box units", "velocity": "box units", "mass": "total mass 1"}

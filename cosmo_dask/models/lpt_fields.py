@@ -76,7 +76,7 @@ from ..spatial.fft import (
     slab_chunks,
 )
 from ..store.validation import wrap_into_box
-from ._blocks import TAGS, block_rng
+from .blocks import TAGS, block_rng
 from .cosmology import Cosmology
 
 __all__ = ["MAX_N_SIDE", "GPU_SLAB_BYTES", "check_ics_mesh", "ics_slab_count", "noise_plane",

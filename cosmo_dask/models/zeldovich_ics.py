@@ -14,7 +14,7 @@ from ..core.backend import check_device, require_gpu, resolve_precision, to_devi
 from ..core.checks import check_cube_side, check_seed
 from ..core.errors import ParameterError
 from ..units import gravitational_constant
-from ._blocks import chunk_lengths
+from .blocks import chunk_lengths
 from .cosmology import Cosmology
 from .lpt_fields import (
     check_ics_mesh,

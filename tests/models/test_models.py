@@ -11,7 +11,7 @@ from scipy import integrate, interpolate, stats
 
 from cosmo_dask.core.errors import ParameterError
 from cosmo_dask.models import ferrers, hernquist, perturbed_lattice, plummer
-from cosmo_dask.models._blocks import GEN_BLOCK
+from cosmo_dask.models.blocks import GEN_BLOCK
 from cosmo_dask.store.validation import wrap_into_box
 
 N_DYN = 200_000  # particles for the dynamical tests

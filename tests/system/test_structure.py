@@ -44,7 +44,7 @@ def _private(name: str) -> bool:
 
 
 def test_no_private_names_across_packages():
-    """``from ..density.paint import _helper`` or ``from ..models._blocks import x`` in
+    """``from ..density.paint import _helper`` or ``from ..models._lpt import x`` in
     another package couples it to internals; such a helper becomes public (or moves to
     the shared module that owns it)."""
     found = []
