@@ -29,6 +29,7 @@ from ..store.atomic import Replacement
 from ..units import factor
 from . import store as st
 from .integrator import Factors, drift, kick, to_momentum, to_velocity
+from .lightcone import check_lightcone, lightcone_recorder, rows
 from .parameters import (
     DEFAULT_STEPS,
     METHOD_DEFAULT,
@@ -71,6 +72,8 @@ class SimulationResult:
         The resolved parameters (as stored).
     path : str or None
         The simulation store, when ``out`` was given.
+    lightcone : Lightcone or None
+        The recorded light cone (``run(lightcone=...)``; read from the store with ``out``).
     """
 
     snapshot: Any
@@ -79,6 +82,7 @@ class SimulationResult:
     log: list = field(default_factory=list)
     parameters: dict = field(default_factory=dict)
     path: str | None = None
+    lightcone: Any = None
 
     @property
     def redshifts(self) -> list[float]:
@@ -234,8 +238,8 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         steps=None, outputs=(), out=None, checkpoint_every: int | None = None,
         resume: bool = False, analyses=(), precision=None, overwrite: bool = False,
         write_particles: bool = True, analysis_options: dict | None = None,
-        factors: str | None = None, show: bool | None = None,
-        _stop_after: int | None = None, _check_only: bool = False) -> SimulationResult:
+        factors: str | None = None, lightcone: dict | None = None,
+        show: bool | None = None, _stop_after: int | None = None, _check_only: bool = False) -> SimulationResult:
     """Evolve periodic cosmological initial conditions to ``z_final`` (PM or TreePM).
 
     Kick-drift-kick leapfrog in the scale factor on comoving positions ``x`` and
@@ -312,6 +316,14 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         ``{"power": kwargs of power_spectrum, "halos": kwargs of fof}``.
     factors : {"fastpm", "standard"}, optional
         Kick/drift factors (default ``"fastpm"``, see above).
+    lightcone : dict, optional
+        ``{"z_max": Z, "observer": (x, y, z)}``: record every particle (and periodic
+        image) where it crosses the past light cone of ``observer`` (length units, in
+        ``[0, box)^3``; default the box centre) up to redshift ``z_max`` (at most the
+        ICs', above ``z_final``), the crossing interpolated within each step's drift
+        (:mod:`~cosmo_dask.simulation.lightcone`). Kept in memory without ``out``,
+        written one piece per step under ``out/lightcone/`` with it; returned as
+        ``SimulationResult.lightcone``.
     show : bool, optional
         One line per step on stderr (default dask config ``cosmo_dask.progress``).
 
@@ -322,7 +334,8 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         ICs' redshift, ``n_steps <= 0``, outputs outside ``[z_final, z_ics]``, ICs
         not periodic or without scale_factor/cosmology/G, softening >= one mesh
         cell, ``out`` existing without ``overwrite``/``resume``, a checkpoint
-        whose parameters differ, bad method/steps/analyses.
+        whose parameters differ, bad method/steps/analyses, a lightcone reaching past
+        the ICs' redshift or with its observer outside the box.
     """
     snap = _ics_snapshot(ics)
     cosmo, h0 = _check_ics(snap)
@@ -358,6 +371,7 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         raise ParameterError("softening does not apply to method='pm'; use method='treepm'")
     kind = check_factors(factors)
     fac = Factors(cosmo, h0, kind)
+    cone = check_lightcone(lightcone, box_size=snap.box_size, z_ics=z_ics, z_final=z_final)
     if checkpoint_every is not None:
         checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
         if out is None:
@@ -380,7 +394,7 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         "cosmology": cosmo.as_dict(), "G": float(snap.G), "h0": h0, "chunks": chunks,
         "analyses": list(names), "write_particles": bool(write_particles),
         "checkpoint_every": checkpoint_every, "ics": snap.source,
-        "momentum": "p = a^2 dx/dt = a v_peculiar",
+        "momentum": "p = a^2 dx/dt = a v_peculiar", "lightcone": cone,
     }
     path = None
     if out is not None:
@@ -412,6 +426,7 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
             names, dtype, n_mesh, method, theta, softening, fac, checkpoint_every,
             write_particles, analysis_options, show, _stop_after) -> SimulationResult:
     """The run itself (:func:`run` after its checks)."""
+    cone = None if params.get("lightcone") is None else lightcone_recorder(snap, params, fac)
     # ------------------------------------------------------------------ initial state
     start = 0
     log: list[dict] = []
@@ -449,6 +464,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
             (ids,) = _persist(*_gpu_rows(arrays["ids"]))
         doc["log"] = log
         doc["parameters"] = params
+        if cone is not None:
+            cone.resume(doc.get("lightcone"), start)
     else:
         pos = snap.pos.astype(dtype)
         a_ics = float(snap.scale_factor)
@@ -515,8 +532,12 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         a0, a1 = float(sched[i]), float(sched[i + 1])
         ah = midpoint(a0, a1, steps)
         p_half = kick(mom, acc, fac.kick(a0, ah, a0))
-        pos = drift(pos, p_half, fac.drift(a0, a1, ah), snap.box_size)
-        pos, p_half = _persist(pos, p_half)
+        pos_next = drift(pos, p_half, fac.drift(a0, a1, ah), snap.box_size)
+        pos_next, p_half = _persist(pos_next, p_half)
+        if cone is not None:  # crossings within this drift, from the unwrapped path
+            cone.step(i + 1, a0, a1, ah, pos, p_half, ids if ids is not None else rows(pos),
+                      root=None if path is None else root)
+        pos = pos_next
         t1 = time.perf_counter()
         (acc,) = _persist(force(pos))
         t_force = time.perf_counter() - t1
@@ -534,6 +555,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
             emit(i + 1, a1, pos, mom)
         if doc is not None:
             doc["log"] = log
+            if cone is not None:
+                doc["lightcone"] = cone.manifest()
             st.write_json(root / st.MANIFEST, doc)
         if checkpoint_every is not None and (i + 1) % checkpoint_every == 0 and i + 1 < n_total:
             st.write_checkpoint(root, {"pos": pos, "mom": mom, "acc": acc, "ids": ids},
@@ -547,5 +570,7 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
     if path is not None:
         sim = st.open_simulation(path)
         outs = sim.series()
-        return SimulationResult(final, outs, tables, log, params, str(path))
-    return SimulationResult(final, results, tables, log, params, None)
+        return SimulationResult(final, outs, tables, log, params, str(path),
+                                sim.lightcone() if cone is not None else None)
+    return SimulationResult(final, results, tables, log, params, None,
+                            cone.result() if cone is not None else None)

@@ -61,7 +61,7 @@ CHECKPOINT = "checkpoint"
 #: parameters that must agree between a checkpoint and the run resuming it
 RESUME_KEYS = ("method", "factors", "n_mesh", "softening", "theta", "precision", "schedule",
                "outputs", "z_final", "a_initial", "n_particles", "box_size", "cosmology", "G",
-               "h0", "chunks")
+               "h0", "chunks", "lightcone")
 
 
 def output_name(index: int, z: float) -> str:
@@ -345,6 +345,14 @@ class SimulationStore:
         if not e.get("halos"):
             raise ParameterError(f"{self.path}: no halo catalog at z = {z:g}")
         return read_table(self.path / "outputs" / e["name"] / "halos", verify)
+
+    def lightcone(self, verify: bool | None = None):
+        """The recorded light cone (:class:`~cosmo_dask.simulation.lightcone.Lightcone`, lazy
+        arrays; each chunk checked against its CRC-32 as read when ``verify``, default
+        dask config ``cosmo_dask.verify``); ParameterError if the run recorded none."""
+        from .lightcone import open_lightcone
+
+        return open_lightcone(self.path, read_manifest(self.path), verify)
 
     def series(self) -> list:
         """``[(z, Snapshot), ...]`` of the outputs with particles, decreasing z."""
