@@ -7,7 +7,7 @@ import json
 import time
 
 from ..core.checks import check_disk_space
-from ..core.errors import CosmoDaskError
+from ..core.errors import CosmoDaskError, ParameterError
 from . import common
 from .common import _check_out
 from .messages import _human_bytes, _say
@@ -98,6 +98,11 @@ def cmd_simulate(args) -> int:
                   checkpoint_every=args.checkpoint_every, resume=args.resume,
                   analyses=analyses, precision=args.precision, overwrite=args.overwrite,
                   write_particles=not args.no_particles, show=True)
+    if args.lightcone is not None:
+        params["lightcone"] = {"z_max": args.lightcone, **(
+            {"observer": args.observer} if args.observer is not None else {})}
+    elif args.observer is not None:
+        raise ParameterError("--observer needs --lightcone Z_MAX")
     check_run(ics, **params)  # every parameter, the ICs and OUT, before a cluster starts
     with common._cluster(args):
         t0 = time.perf_counter()
@@ -115,6 +120,9 @@ def cmd_simulate(args) -> int:
         cat = res.analyses[z_last]["halos"]
         n = int(cat.sizes.get("halo", 0))
         halos = f"; {n} FOF halos at z = {z_last:g}"
+    if res.lightcone is not None:
+        halos += (f"; lightcone: {res.lightcone.n_particles} crossings up to z = "
+                  f"{res.lightcone.z_max:g}")
     _say(f"simulated {ics.n_particles} particles from z = {1 / ics.scale_factor - 1:.4g} to "
          f"{args.z_final:g} in {len(res.log)} steps ({what}); outputs z = {outs}{halos}; "
          f"{dt:.2f} s -> {args.out}")

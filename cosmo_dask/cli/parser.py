@@ -163,6 +163,18 @@ def _redshift_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected redshifts like 3,1,0, got {text!r}") from None
 
 
+def _observer(text: str) -> tuple[float, float, float]:
+    """``25,25,25`` -> (25.0, 25.0, 25.0) (the lightcone's observer, in the box's units)."""
+    try:
+        values = tuple(float(t) for t in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected X,Y,Z (three numbers in the box's length "
+                                         f"units), got {text!r}")
+    return values
+
+
 def _unit_triple(text: str) -> dict[str, str]:
     """``Mpc/h,km/s,1e10 Msun/h`` -> {length, velocity, mass} (empty entries: unchanged)."""
     parts = [t.strip() for t in text.split(",")]
@@ -359,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in OUT from its last checkpoint")
     sm.add_argument("--precision", choices=PRECISIONS, default=None)
     sm.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    sm.add_argument("--lightcone", type=float, default=None, metavar="Z_MAX",
+                    help="record the observer's past light cone up to redshift Z_MAX "
+                    "(at most the ICs'), under OUT/lightcone")
+    sm.add_argument("--observer", type=_observer, default=None, metavar="X,Y,Z",
+                    help="the lightcone's observer in the box, in its length units "
+                    "(default: the box centre)")
     sm.set_defaults(func=data.cmd_simulate)
 
     i = subparser("info", help="describe and validate a snapshot")

@@ -278,3 +278,30 @@ def test_crossing_on_cupy_chunks_matches_numpy(sim):
     assert cpu[0].shape[0] > 100
     for c, g in zip(cpu, gpu, strict=True):
         np.testing.assert_allclose(cupy.asnumpy(g), c, rtol=1e-10, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_lightcone(tmp_path, capsys):
+    """``simulate --lightcone Z --observer X,Y,Z``: bad values are one line, exit 2, before
+    a cluster starts, nothing written; a good run reports its crossings and stores them."""
+    from cosmo_dask.cli import main
+
+    ics = tmp_path / "ics.zarr"
+    _ics(8, 100.0).to_zarr(ics)
+    sim = tmp_path / "sim"
+    base = ["--cpu", "--workers", "1", "simulate", str(ics), str(sim), "--steps", "3"]
+    for extra, text in ((["--lightcone", "20"], "beyond the ICs' redshift"),
+                        (["--lightcone", "0.5", "--observer", "1,2,300"], "outside the box"),
+                        (["--observer", "1,2,3"], "--observer needs --lightcone"),
+                        (["--lightcone", "0.5", "--observer", "1,2"], "expected X,Y,Z")):
+        try:
+            rc = main(base + extra)
+        except SystemExit as exc:  # argparse
+            rc = exc.code
+        err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln]
+        assert rc == 2 and len(err) == 1 and text in err[0], (extra, err)
+        assert not sim.exists()
+    assert main(base + ["--lightcone", "0.3", "--observer", "10,20,30"]) == 0
+    assert "lightcone:" in capsys.readouterr().out
+    lc = open_simulation(sim).lightcone()
+    assert lc.observer == (10.0, 20.0, 30.0) and lc.n_particles > 0
