@@ -51,6 +51,7 @@ WORKLOADS = {
     "simulation-boost": "benchmarks.simulation.boost",
     "simulation-halos": "benchmarks.simulation.halos",
     "simulation-treepm": "benchmarks.simulation.treepm",
+    "lightcone": "benchmarks.simulation.lightcone",
     "ics": "benchmarks.simulation.ics",
     # io
     "io": "benchmarks.io.store",

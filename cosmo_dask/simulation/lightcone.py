@@ -17,7 +17,8 @@ Geometry (comoving, the run's length units, Mpc/h):
   is counted in exactly one step). ``chi(a(u))`` is tabulated per step on
   :data:`STEP_POINTS` points uniform in ``a``; the root is found by regula falsi from the
   linear interpolation between the ends (:data:`ROOT_ITERATIONS` more steps; ``f`` is
-  nearly linear in ``u``, the residual is far below a millimetre).
+  nearly linear in ``u``: one step already brings the residual down to the table's own
+  interpolation error, below 1e-3 Mpc/h for a step from z = 0.16 to 0).
 * Images: per step the replicas ``n`` whose cube ``[n L, (n + 1) L)^3`` widened by the
   step's largest drift can meet the shell ``[chi(a1), min(chi(a0), chi_max)]``
   (:func:`replica_shifts`); per chunk those that the chunk's bounding box (start and end
@@ -50,9 +51,9 @@ SPEED_OF_LIGHT_KMS = 299792.458
 #: keys of ``run(..., lightcone={...})``
 LIGHTCONE_KEYS = ("z_max", "observer")
 #: points per step of the (u, a, chi) table
-STEP_POINTS = 65
+STEP_POINTS = 129
 #: regula falsi steps after the first linear interpolation
-ROOT_ITERATIONS = 4
+ROOT_ITERATIONS = 2
 #: store format of one step's piece under ``sim/lightcone/``
 PIECE_FORMAT = "cosmo_dask.lightcone_piece"
 PIECE_VERSION = 1
@@ -276,17 +277,18 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     if shifts.shape[0] == 0:
         return _empty(xp, dtype, ids.dtype)
     u_tab, a_tab, chi_tab = (xp.asarray(t) for t in (geo.u, geo.a, geo.chi))
+    x -= xp.asarray(obs)  # relative to the observer, in the box's own image
     out = []
     for s in shifts:
-        rel0 = x + xp.asarray(s * box - obs)
-        r0 = xp.sqrt((rel0 * rel0).sum(axis=1))
+        rel0 = x + xp.asarray(s * box)
+        r0 = (rel0 * rel0).sum(axis=1)  # squared: the sign change first, roots for the hits
         rel1 = rel0 + d
-        r1 = xp.sqrt((rel1 * rel1).sum(axis=1))
-        hit = xp.nonzero((r0 < chi0) & (r1 >= chi1))[0]
+        r1 = (rel1 * rel1).sum(axis=1)
+        hit = xp.nonzero((r0 < chi0 * chi0) & (r1 >= max(chi1, 0.0) ** 2))[0]
         if hit.size == 0:
             continue
         rel, dd = rel0[hit], d[hit]
-        g_lo, g_hi = r0[hit] - chi0, r1[hit] - chi1
+        g_lo, g_hi = xp.sqrt(r0[hit]) - chi0, xp.sqrt(r1[hit]) - chi1
         u_lo, u_hi = xp.zeros_like(g_lo), xp.ones_like(g_hi)
         u = g_lo / (g_lo - g_hi)
         for _ in range(ROOT_ITERATIONS):

@@ -239,7 +239,8 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         resume: bool = False, analyses=(), precision=None, overwrite: bool = False,
         write_particles: bool = True, analysis_options: dict | None = None,
         factors: str | None = None, lightcone: dict | None = None,
-        show: bool | None = None, _stop_after: int | None = None, _check_only: bool = False) -> SimulationResult:
+        show: bool | None = None, _stop_after: int | None = None,
+        _check_only: bool = False) -> SimulationResult:
     """Evolve periodic cosmological initial conditions to ``z_final`` (PM or TreePM).
 
     Kick-drift-kick leapfrog in the scale factor on comoving positions ``x`` and

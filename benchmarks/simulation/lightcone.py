@@ -1,0 +1,80 @@
+"""The cost of recording a lightcone on the fly: a PM run with and without it.
+
+2LPT ICs (``--n-side``^3 in ``--box`` Mpc/h at ``--z-init``, float32), ``--steps`` PM steps
+to z = 0 (FastPM factors, mesh twice the particles per side), in memory, once without and
+once with ``lightcone={"z_max": --z-max}`` (observer at the box centre); the difference of
+the two run times per step that records crossings is the lightcone's cost. Also reports
+the crossings recorded, their count inside chi(z_max) against nbar 4/3 pi chi^3, and the
+worst |pos| - chi(z) over the crossings.
+
+    python -m benchmarks lightcone --n-side 64 --box 128 --steps 20 --z-max 0.1
+    python -m benchmarks lightcone --device gpu --n-side 256 --box 512 --z-max 0.3
+
+Prints one JSON line per run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+
+if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common import box_parser, emit, env_of, start  # noqa: E402
+
+
+def main(argv=None):
+    ap = box_parser(__doc__, n_side=64, box=128.0, steps=20, method=False)
+    ap.add_argument("--z-max", type=float, default=0.1)
+    args = ap.parse_args(argv)
+    start(args, "lightcone")
+
+    from cosmo_dask.models import lpt_ics
+    from cosmo_dask.simulation import run
+
+    env = {**env_of("lightcone", args), "device": args.device, "z_max": args.z_max}
+    scheduler = "threads" if args.device == "cpu" else "sync"
+    with dask.config.set(scheduler=scheduler):
+        ics = lpt_ics(args.n_side, box_size=args.box, redshift=args.z_init, seed=3,
+                      precision="float32")
+        if args.device == "gpu":
+            ics = ics.to_device("gpu")
+        times = {}
+        for cone in (None, {"z_max": args.z_max}):
+            t0 = time.perf_counter()
+            res = run(ics, z_final=0.0, n_steps=args.steps, lightcone=cone)
+            times["with" if cone else "without"] = time.perf_counter() - t0
+            if cone is None:
+                continue
+            lc = res.lightcone
+            pieces = [p for p in lc.attrs["pieces"]]
+            t0 = time.perf_counter()
+            chi = lc.chi.compute()
+            z = lc.redshift.compute()
+            t_read = time.perf_counter() - t0
+    chi, z = np.asarray(chi), np.asarray(z)
+    r_max = float(lc.chi_max)
+    nbar = args.n_side**3 / args.box**3
+    ratio = float((chi <= r_max).sum() / (nbar * 4 / 3 * np.pi * r_max**3))
+    from cosmo_dask.models.cosmology import Cosmology
+    from cosmo_dask.simulation.lightcone import Distances
+
+    dist = Distances(Cosmology.coerce(res.parameters["cosmology"]), 100.0, 299792.458,
+                     1 / (1 + args.z_max))
+    worst = float(np.abs(chi - dist.chi_of_z(z)).max()) if chi.size else None
+    steps_with = sum(1 for p in pieces)
+    extra = times["with"] - times["without"]
+    emit(env, run_without_s=round(times["without"], 2), run_with_s=round(times["with"], 2),
+         lightcone_s=round(extra, 2), steps_recording=steps_with,
+         lightcone_s_per_recording_step=round(extra / max(steps_with, 1), 3),
+         crossings=int(lc.n_particles), count_over_nbar_volume=round(ratio, 5),
+         max_abs_r_minus_chi=worst, read_s=round(t_read, 2))
+
+
+if __name__ == "__main__":
+    main()
