@@ -37,7 +37,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import dask
 import dask.array as da
 import numpy as np
 from scipy import integrate, interpolate
@@ -313,40 +312,39 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     return tuple(xp.concatenate([o[k] for o in out]) for k in range(4))
 
 
-def _part(block, k):
-    return block[k]
+def _count(block) -> int:
+    return int(block[0].shape[0])
 
 
 def step_crossings(pos: da.Array, p_half: da.Array, ids: da.Array, geo: StepGeometry):
-    """One step's crossings as four dask arrays (known lengths, chunked like the state's
-    chunks: each chunk's crossings stay where they were computed; only their counts are
-    brought to the client). Computes (persists) them."""
-    from ..core.progress import compute, persist
+    """One step's crossings: ``({"pos", "vel", "ids", "redshift"}: dask arrays, count)``.
 
-    blocks = [dask.delayed(cross_block, pure=True)(x, p, i, geo) for x, p, i in zip(
-        pos.to_delayed().ravel(), p_half.to_delayed().ravel(), ids.to_delayed().ravel(),
-        strict=True)]
-    blocks = persist(*blocks, label=None, show=False)
-    counts = compute(*[dask.delayed(lambda b: int(b[0].shape[0]))(b) for b in blocks],
-                     label=None, show=False)
-    names = ("pos", "vel", "ids", "redshift")
-    dtypes = (pos.dtype, pos.dtype, ids.dtype, np.dtype(np.float64))
-    metas = (pos._meta, pos._meta, ids._meta, empty_meta(pos._meta, 1, np.float64))
-    out = {}
-    for k, (name, dt, meta) in enumerate(zip(names, dtypes, metas, strict=True)):
-        parts = []
-        for b, n in zip(blocks, counts, strict=True):
-            if n == 0:
-                continue
-            shape = (n, 3) if name in ("pos", "vel") else (n,)
-            parts.append(da.from_delayed(dask.delayed(_part)(b, k), shape=shape, dtype=dt,
-                                         meta=meta))
-        if parts:
-            out[name] = da.concatenate(parts) if len(parts) > 1 else parts[0]
-        else:
-            shape = (0, 3) if name in ("pos", "vel") else (0,)
-            out[name] = da.zeros(shape, dtype=dt, chunks=shape)
-    return out, int(sum(counts))
+    One task per state chunk (:func:`cross_block`) is run and persisted: each chunk's
+    crossings stay where they were computed (a worker, a GPU) and only their counts come
+    to the client; the arrays have one chunk per state chunk (empty ones included)."""
+    from dask.base import tokenize
+
+    from ..core.task_graph import TaskGraph
+
+    ids = ids.rechunk((pos.chunks[0],))
+    p_half = p_half.rechunk(pos.chunks)
+    token = tokenize(pos.name, p_half.name, ids.name, geo.dr, geo.u, geo.a, geo.chi,
+                     geo.chi_max, geo.shifts, geo.margin, geo.observer, geo.box_size)
+    g = TaskGraph([pos, p_half, ids])
+    keys = [(f"lightcone-cross-{token}", i) for i in range(pos.numblocks[0])]
+    for i, key in enumerate(keys):
+        g.add(key, cross_block, g.chunk(pos, i, 0), g.chunk(p_half, i, 0), g.chunk(ids, i),
+              geo)
+    done = g.persist(keys)
+    h = TaskGraph(done)
+    counts = h.compute([h.add((f"lightcone-count-{token}", i), _count, h.ref(d)).key
+                        for i, d in enumerate(done)])
+    metas = [(f"lightcone-pos-{token}", 0, (3,), pos._meta),
+             (f"lightcone-vel-{token}", 1, (3,), pos._meta),
+             (f"lightcone-ids-{token}", 2, (), ids._meta),
+             (f"lightcone-redshift-{token}", 3, (), empty_meta(pos._meta, 1, np.float64))]
+    arrays = h.item_arrays([d.key for d in done], [int(c) for c in counts], metas)
+    return dict(zip(ARRAYS, arrays, strict=True)), int(sum(counts))
 
 
 # ----------------------------------------------------------------------------- recorder
@@ -548,29 +546,29 @@ class Lightcone:
                                  f"{z_min!r}, {z_max!r}")
         npix = healpy.nside2npix(int(nside))
 
-        def block(pos, z):
-            pos, z = host(pos), host(z)
-            sel = (z >= z_min) & (z < z_max)
-            p = pos[sel].astype(np.float64)
+        def block(rows):
+            rows = host(rows)
+            sel = (rows[:, 3] >= z_min) & (rows[:, 3] < z_max)
+            p = rows[sel]
             pix = healpy.vec2pix(int(nside), p[:, 0], p[:, 1], p[:, 2]) if len(p) else \
                 np.zeros(0, dtype=np.int64)
             return np.bincount(pix, minlength=npix)[None, :]
 
         if self.n_particles == 0:
             return np.zeros(npix)
-        pos = self.pos.rechunk({1: -1})
-        z = self.redshift.rechunk((pos.chunks[0],))
-        parts = [dask.delayed(block)(p, r) for p, r in zip(pos.to_delayed().ravel(),
-                                                            z.to_delayed().ravel(), strict=True)]
-        counts = dask.delayed(sum)(parts)
-        return counts.compute()[0].astype(np.float64)
+        rows = da.concatenate([self.pos.astype(np.float64), self.redshift[:, None]],
+                              axis=1).rechunk({1: -1})
+        counts = da.map_blocks(block, rows, dtype=np.int64,
+                               chunks=((1,) * rows.numblocks[0], (npix,)),
+                               meta=np.empty((0, 0), np.int64))
+        return counts.sum(axis=0).compute().astype(np.float64)
 
 
-def open_lightcone(path, doc: dict, verify: bool | None = None) -> Lightcone:
-    """The lightcone of the simulation store at ``path`` (manifest ``doc``)."""
-    from .store import check_member_name
-
-    entry = doc.get("lightcone")
+def open_lightcone(path, entry: dict | None, precision: str, verify: bool | None = None
+                   ) -> Lightcone:
+    """The lightcone of the simulation store at ``path`` from its manifest's ``lightcone``
+    entry (``entry``; the pieces' names already checked to be directory names inside the
+    store), ``precision`` the run's."""
     if not entry:
         raise ParameterError(f"{path}: the run recorded no lightcone (run it with "
                              "lightcone={'z_max': ...})")
@@ -578,14 +576,13 @@ def open_lightcone(path, doc: dict, verify: bool | None = None) -> Lightcone:
     for piece in entry.get("pieces") or []:
         if not piece.get("n"):
             continue
-        name = check_member_name(piece.get("name"), path)
-        arrays = read_piece(path / "lightcone" / name, piece, verify)
+        arrays = read_piece(path / "lightcone" / piece["name"], piece, verify)
         for k in ARRAYS:
             parts[k].append(arrays[k])
     if parts["pos"]:
         arrays = {k: da.concatenate(v) for k, v in parts.items()}
     else:
-        dt = np.dtype(doc.get("parameters", {}).get("precision", "float64"))
+        dt = np.dtype(precision)
         arrays = {"pos": da.zeros((0, 3), dtype=dt), "vel": da.zeros((0, 3), dtype=dt),
                   "ids": da.zeros((0,), dtype=np.int64),
                   "redshift": da.zeros((0,), dtype=np.float64)}

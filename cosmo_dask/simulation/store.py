@@ -18,6 +18,10 @@ atomically by the project's writers)::
       checkpoint/              Zarr v3 group, format "cosmo_dask.simulation_checkpoint":
                                pos, mom (p = a^2 dx/dt), acc (the force at a), ids;
                                attrs step, scale_factor, parameters, chunks, log
+      lightcone/step_<NNNNN>/  with run(lightcone=...): the light-cone crossings of one step,
+                               a Zarr v3 group of format "cosmo_dask.lightcone_piece"
+                               (pos, vel, ids, redshift), listed in the manifest's
+                               "lightcone" entry (see cosmo_dask.simulation.lightcone)
 
 ``outputs`` entries: ``{"name", "index", "redshift", "scale_factor", "step",
 "snapshot", "power", "halos"}`` (the last three: whether written); ``name`` is
@@ -352,7 +356,13 @@ class SimulationStore:
         dask config ``cosmo_dask.verify``); ParameterError if the run recorded none."""
         from .lightcone import open_lightcone
 
-        return open_lightcone(self.path, read_manifest(self.path), verify)
+        doc = read_manifest(self.path)
+        entry = doc.get("lightcone")
+        for piece in (entry or {}).get("pieces") or []:
+            if piece.get("n"):
+                check_member_name(piece.get("name"), self.path / MANIFEST)
+        return open_lightcone(self.path, entry, doc["parameters"].get("precision", "float64"),
+                              verify)
 
     def series(self) -> list:
         """``[(z, Snapshot), ...]`` of the outputs with particles, decreasing z."""
