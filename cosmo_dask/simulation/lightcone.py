@@ -517,13 +517,18 @@ class Lightcone:
             HEALPix resolution (a power of 2).
         z_min, z_max : float
             The redshift shell.
-        kind : {"counts"}
-            Number of crossings per pixel.
+        kind : {"counts", "kappa"}
+            ``"counts"``: number of crossings per pixel. ``"kappa"``: the Born
+            convergence of sources at ``z_max`` from the matter in the shell (equal
+            particle masses), ``kappa = (3/2) Omega_m (H0/c)^2 int dchi chi (chi_s - chi) /
+            chi_s (1 + z) delta``, each particle standing for ``1 / nbar`` of volume:
+            ``(3/2) Omega_m (H0/c)^2 [sum_i (chi_s - chi_i) (1 + z_i) / (chi_s chi_i nbar
+            Omega_pix) - int dchi chi (chi_s - chi) (1 + z) / chi_s]`` (dimensionless).
 
         Returns
         -------
         numpy.ndarray
-            ``12 nside^2`` counts (float64).
+            ``12 nside^2`` values (float64).
 
         Raises
         ------
@@ -535,8 +540,8 @@ class Lightcone:
         except ImportError:
             raise ParameterError("Lightcone.healpix_map needs healpy (pip install "
                                  "healpy)") from None
-        if kind != "counts":
-            raise ParameterError(f"healpix_map: kind must be 'counts', got {kind!r}")
+        if kind not in ("counts", "kappa"):
+            raise ParameterError(f"healpix_map: kind must be 'counts' or 'kappa', got {kind!r}")
         if isinstance(nside, bool) or not isinstance(nside, (int, np.integer)) \
                 or not healpy.isnsideok(int(nside)):
             raise ParameterError(f"healpix_map: nside must be a power of 2, got {nside!r}")
@@ -545,6 +550,7 @@ class Lightcone:
             raise ParameterError(f"healpix_map: need finite z_min < z_max, got "
                                  f"{z_min!r}, {z_max!r}")
         npix = healpy.nside2npix(int(nside))
+        born = self._born(z_min, z_max, npix) if kind == "kappa" else None
 
         def block(rows):
             rows = host(rows)
@@ -552,16 +558,42 @@ class Lightcone:
             p = rows[sel]
             pix = healpy.vec2pix(int(nside), p[:, 0], p[:, 1], p[:, 2]) if len(p) else \
                 np.zeros(0, dtype=np.int64)
-            return np.bincount(pix, minlength=npix)[None, :]
+            weights = None
+            if born is not None:
+                chi = np.sqrt((p[:, :3] ** 2).sum(axis=1))
+                weights = born["scale"] * (born["chi_s"] - chi) * (1 + p[:, 3]) / chi
+            return np.bincount(pix, weights, minlength=npix).astype(np.float64)[None, :]
 
         if self.n_particles == 0:
-            return np.zeros(npix)
-        rows = da.concatenate([self.pos.astype(np.float64), self.redshift[:, None]],
-                              axis=1).rechunk({1: -1})
-        counts = da.map_blocks(block, rows, dtype=np.int64,
-                               chunks=((1,) * rows.numblocks[0], (npix,)),
-                               meta=np.empty((0, 0), np.int64))
-        return counts.sum(axis=0).compute().astype(np.float64)
+            out = np.zeros(npix)
+        else:
+            rows = da.concatenate([self.pos.astype(np.float64), self.redshift[:, None]],
+                                  axis=1).rechunk({1: -1})
+            maps = da.map_blocks(block, rows, dtype=np.float64,
+                                 chunks=((1,) * rows.numblocks[0], (npix,)),
+                                 meta=np.empty((0, 0), np.float64))
+            out = maps.sum(axis=0).compute()
+        return out if born is None else out - born["mean"]
+
+    def _born(self, z_min: float, z_s: float, npix: int) -> dict:
+        """The constants of the Born convergence map (see :meth:`healpix_map`)."""
+        from ..models.cosmology import Cosmology
+
+        n_box = self.attrs.get("n_particles_box")
+        if not n_box or self.particle_mass is None:
+            raise ParameterError("healpix_map(kind='kappa'): needs equal particle masses and "
+                                 "the box's particle count (a run's lightcone)")
+        cosmo = Cosmology.coerce(self.cosmology)
+        h0 = float(self.attrs.get("h0", 100.0))
+        dist = Distances(cosmo, h0, speed_of_light(self.units),
+                         1 / (1 + max(z_s, self.z_max)), n=513)
+        chi_min, chi_s = float(dist.chi_of_z(z_min)), float(dist.chi_of_z(z_s))
+        amp = 1.5 * cosmo.Omega_m * (h0 / speed_of_light(self.units)) ** 2
+        nbar = n_box / self.box_size**3
+        mean = integrate.quad(lambda c: c * (chi_s - c) / chi_s / float(dist.a_of_chi(c)),
+                              chi_min, chi_s, epsrel=1e-10)[0]
+        return {"chi_s": chi_s, "scale": amp / (chi_s * nbar * 4 * math.pi / npix),
+                "mean": amp * mean}
 
 
 def open_lightcone(path, entry: dict | None, precision: str, verify: bool | None = None

@@ -117,7 +117,6 @@ def test_angular_power_against_limber(sim):
     healpy = pytest.importorskip("healpy")
     res, lc, data, out = sim
     params = res.parameters
-    cosmo = Cosmology.coerce(params["cosmology"])
     z1, z2, nside = 0.01, 0.05, 256
     counts = lc.healpix_map(nside, z1, z2)
     sel = (data["redshift"] >= z1) & (data["redshift"] < z2)
@@ -130,22 +129,62 @@ def test_angular_power_against_limber(sim):
 
     x = np.arange(1, cl.size) * 2 / math.sqrt(12 * nside**2)
     cl[1:] /= (2 * j1(x) / x) ** 2
+    r1, r2 = (float(x) for x in _chi_reference(params["cosmology"], np.array([z1, z2])))
+    ells = np.arange(20, 80)
+    limber = _limber(params, out, r1, r2, lambda c, a: 3 * c**2 / (r2**3 - r1**3), ells)
+    ratio = cl[20:80].reshape(-1, 30).mean(axis=1) / limber.reshape(-1, 30).mean(axis=1)
+    print("C_l / Limber in l = 20-49, 50-79:", np.round(ratio, 3))
+    assert np.all(np.abs(ratio - 1) < 0.10), ratio
+
+
+def _limber(params, out, chi_lo, chi_hi, kernel, ells):
+    """Limber C_l = int dchi kernel^2 / chi^2 P((l + 1/2) / chi) with the P(k) the run
+    measured at Z_POWER (shot noise subtracted), scaled by D(z)^2 / D(Z_POWER)^2."""
+    cosmo = Cosmology.coerce(params["cosmology"])
     pk = open_simulation(out).power(Z_POWER)
     k, p = pk.k.values, pk.power.values - float(pk.shot_noise)
     good = np.isfinite(p) & (p > 0)
     k, p = k[good], p[good]
-    r1, r2 = (float(x) for x in _chi_reference(params["cosmology"], np.array([z1, z2])))
-    chis = np.linspace(r1, r2, 400)
-    dist = Distances(cosmo, 100.0, C_KMS, 0.5)
-    growth = (cosmo.growth_factor(dist.a_of_chi(chis))
-              / cosmo.growth_factor(1 / (1 + Z_POWER))) ** 2
-    w = 3 * chis**2 / (r2**3 - r1**3)
+    chis = np.linspace(chi_lo, chi_hi, 400)
+    a = Distances(cosmo, 100.0, C_KMS, 0.5).a_of_chi(chis)
+    growth = (cosmo.growth_factor(a) / cosmo.growth_factor(1 / (1 + Z_POWER))) ** 2
+    w = kernel(chis, a)
+    return np.array([np.trapezoid(w**2 / chis**2 * growth * np.exp(np.interp(
+        np.log((ell + 0.5) / chis), np.log(k), np.log(p))), chis) for ell in ells])
+
+
+def test_born_convergence_map(sim):
+    """healpix_map(kind="kappa"), sources at z = 0.05, lenses 0 <= z < 0.05: the full-sky
+    mean vanishes (the analytic mean removed; measured 2e-7 against an rms of 3.3e-4)
+    and C_l^kappa (shot noise sum w_i^2 / 4 pi, 4 % of it, subtracted; pixel window
+    divided out) against the Limber projection with the lensing kernel
+    (3/2) Omega_m (H0/c)^2 chi (chi_s - chi) / chi_s (1 + z) over 20 <= l < 80: within
+    10 % (measured 1.048; 1.08 and 0.96 in the bands 20-49 and 50-79)."""
+    healpy = pytest.importorskip("healpy")
+    from scipy.special import j1
+
+    res, lc, data, out = sim
+    params = res.parameters
+    nside, z_s = 256, Z_MAX
+    kappa = lc.healpix_map(nside, 0.0, z_s, kind="kappa")
+    assert abs(kappa.mean()) < 0.01 * kappa.std()
+    chi_s = float(_chi_reference(params["cosmology"], z_s))
+    amp = 1.5 * params["cosmology"]["Omega_m"] * (100.0 / C_KMS) ** 2
+    chi = np.sqrt((data["pos"] ** 2).sum(axis=1))
+    sel = data["redshift"] < z_s
+    w = amp * (chi_s - chi[sel]) * (1 + data["redshift"][sel]) / (
+        chi_s * chi[sel] * N_SIDE**3 / BOX**3)
+    cl = healpy.anafast(kappa, lmax=100) - (w**2).sum() / (4 * math.pi)
+    x = np.arange(1, cl.size) * 2 / math.sqrt(12 * nside**2)
+    cl[1:] /= (2 * j1(x) / x) ** 2
     ells = np.arange(20, 80)
-    limber = np.array([np.trapezoid(w**2 / chis**2 * growth * np.exp(
-        np.interp(np.log((ell + 0.5) / chis), np.log(k), np.log(p))), chis) for ell in ells])
-    ratio = cl[20:80].reshape(-1, 30).mean(axis=1) / limber.reshape(-1, 30).mean(axis=1)
-    print("C_l / Limber in l = 20-49, 50-79:", np.round(ratio, 3))
-    assert np.all(np.abs(ratio - 1) < 0.10), ratio
+    limber = _limber(params, out, 1e-3, chi_s,
+                     lambda c, a: amp * c * (chi_s - c) / chi_s / a, ells)
+    ratio = cl[20:80].mean() / limber.mean()
+    print(f"C_l^kappa / Limber over l = 20-79: {ratio:.3f}")
+    assert abs(ratio - 1) < 0.10
+    with pytest.raises(ParameterError, match="kind must be"):
+        lc.healpix_map(nside, 0.0, z_s, kind="shear")
 
 
 # ----------------------------------------------------------------------------- the pieces
