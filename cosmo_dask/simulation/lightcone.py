@@ -14,11 +14,13 @@ Geometry (comoving, the run's length units, Mpc/h):
   not on a path linear in ``a``.
 * A particle (or one of its periodic images ``x + n L``) crosses the light cone when
   ``f(u) = |x(u) + n L - o| - chi(a(u))`` changes sign: ``f(0) < 0 <= f(1)`` (each crossing
-  is counted in exactly one step). ``chi(a(u))`` is tabulated per step on
-  :data:`STEP_POINTS` points uniform in ``a``; the root is found by regula falsi from the
-  linear interpolation between the ends (:data:`ROOT_ITERATIONS` more steps; ``f`` is
-  nearly linear in ``u``: one step already brings the residual down to the table's own
-  interpolation error, below 1e-3 Mpc/h for a step from z = 0.16 to 0).
+  is counted in exactly one step; in the step where ``chi`` passes ``chi(z_max)`` the
+  bracket starts there instead of at ``u = 0``, so no crossing beyond it is computed).
+  ``chi(a(u))`` is tabulated per step on :data:`STEP_POINTS` points uniform in ``a``; the
+  root is found by regula falsi from the linear interpolation between the bracket's ends
+  (:data:`ROOT_ITERATIONS` more steps; ``f`` is nearly linear in ``u``: one step already
+  brings the residual down to the table's own interpolation error, below 1e-3 Mpc/h for
+  a step from z = 0.16 to 0).
 * Images: per step the replicas ``n`` whose cube ``[n L, (n + 1) L)^3`` widened by the
   step's largest drift can meet the shell ``[chi(a1), min(chi(a0), chi_max)]``
   (:func:`replica_shifts`); per chunk those that the chunk's bounding box (start and end
@@ -276,20 +278,25 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     if shifts.shape[0] == 0:
         return _empty(xp, dtype, ids.dtype)
     u_tab, a_tab, chi_tab = (xp.asarray(t) for t in (geo.u, geo.a, geo.chi))
+    # crossings beyond chi_max are not wanted: where the step starts beyond it, the search
+    # starts at u_top, where chi(u_top) = chi_max (the table's own inverse), so that only
+    # crossings with u >= u_top (chi <= chi_max) are found
+    u_top = float(np.interp(chi_top, geo.chi[::-1], geo.u[::-1])) if chi0 > chi_top else 0.0
     x -= xp.asarray(obs)  # relative to the observer, in the box's own image
     out = []
     for s in shifts:
         rel0 = x + xp.asarray(s * box)
-        r0 = (rel0 * rel0).sum(axis=1)  # squared: the sign change first, roots for the hits
+        start = rel0 + u_top * d if u_top > 0 else rel0
+        r0 = (start * start).sum(axis=1)  # squared: the sign change first, roots for hits
         rel1 = rel0 + d
         r1 = (rel1 * rel1).sum(axis=1)
-        hit = xp.nonzero((r0 < chi0 * chi0) & (r1 >= max(chi1, 0.0) ** 2))[0]
+        hit = xp.nonzero((r0 < chi_top * chi_top) & (r1 >= max(chi1, 0.0) ** 2))[0]
         if hit.size == 0:
             continue
         rel, dd = rel0[hit], d[hit]
-        g_lo, g_hi = xp.sqrt(r0[hit]) - chi0, xp.sqrt(r1[hit]) - chi1
-        u_lo, u_hi = xp.zeros_like(g_lo), xp.ones_like(g_hi)
-        u = g_lo / (g_lo - g_hi)
+        g_lo, g_hi = xp.sqrt(r0[hit]) - chi_top, xp.sqrt(r1[hit]) - chi1
+        u_lo, u_hi = xp.full_like(g_lo, u_top), xp.ones_like(g_hi)
+        u = u_lo - g_lo * (1.0 - u_top) / (g_hi - g_lo)
         for _ in range(ROOT_ITERATIONS):
             p = rel + u[:, None] * dd
             g = xp.sqrt((p * p).sum(axis=1)) - xp.interp(u, u_tab, chi_tab)
@@ -299,10 +306,7 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
             span = g_hi - g_lo
             u = xp.where(span > 0, u_lo - g_lo * (u_hi - u_lo) / xp.where(span > 0, span, 1),
                          u)
-        keep = xp.interp(u, u_tab, chi_tab) <= geo.chi_max
-        if not bool(keep.any()):
-            continue
-        u, rel, dd, hit = u[keep], rel[keep], dd[keep], hit[keep]
+        u = xp.clip(u, u_top, 1.0)  # rounding: chi(u) <= chi_max stays exact
         a_cross = xp.interp(u, u_tab, a_tab)
         pos = rel + u[:, None] * dd
         vel = p_half[hit].astype(np.float64) / a_cross[:, None]

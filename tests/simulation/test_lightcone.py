@@ -302,7 +302,7 @@ def test_repr_and_snapshot(sim):
 
 
 @pytest.mark.gpu
-def test_crossing_on_cupy_chunks_matches_numpy(sim):
+def test_crossing_on_cupy_chunks_matches_numpy():
     """The crossing of a 16^3 step on CuPy chunks against the same NumPy chunks."""
     import cupy
 
