@@ -423,8 +423,8 @@ def write_piece(path, arrays: dict, entry: dict) -> None:
     from ..store.zarr_write import plain_attrs, store_arrays
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(path, overwrite=True, what="lightcone piece", fmt=PIECE_FORMAT,
-                          replaceable=lambda p: True) as tmp:
+    with atomic_directory(path, overwrite=True, what="lightcone piece",
+                          fmt=PIECE_FORMAT) as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=plain_attrs(
             {"format": PIECE_FORMAT, "format_version": PIECE_VERSION, **entry}))
         store_arrays(group, arrays, root=tmp, label=f"writing {path}", show=False)

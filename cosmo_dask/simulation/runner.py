@@ -478,6 +478,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         (acc,) = _persist(force(pos))
         if write is not None:
             doc = st.create_store(write.start(), params)
+            if cone is not None:
+                doc["lightcone"] = cone.manifest()
     if show is None:
         show = bool(dask.config.get("cosmo_dask.progress", False))
 
