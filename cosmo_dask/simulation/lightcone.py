@@ -14,7 +14,8 @@ Geometry (comoving, the run's length units, Mpc/h):
   not on a path linear in ``a``.
 * A particle (or one of its periodic images ``x + n L``) crosses the light cone when
   ``f(u) = |x(u) + n L - o| - chi(a(u))`` changes sign: ``f(0) < 0 <= f(1)`` (each crossing
-  is counted in exactly one step; in the step where ``chi`` passes ``chi(z_max)`` the
+  is counted in exactly one step: ``f(1)`` is computed from the drift's own wrapped, cast
+  end positions, exactly as the next step computes its ``f(0)``; in the step where ``chi`` passes ``chi(z_max)`` the
   bracket starts there instead of at ``u = 0``, so no crossing beyond it is computed).
   ``chi(a(u))`` is tabulated per step on :data:`STEP_POINTS` points uniform in ``a``; the
   root is found by regula falsi from the linear interpolation between the bracket's ends
@@ -46,6 +47,7 @@ from scipy import integrate, interpolate
 from ..core.backend import array_module, empty_meta, host
 from ..core.errors import ParameterError, SnapshotError
 from ..units import factor
+from .integrator import _drift_block
 
 #: speed of light in km/s
 SPEED_OF_LIGHT_KMS = 299792.458
@@ -260,16 +262,25 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     dtype = x0.dtype
     if x0.shape[0] == 0:
         return _empty(xp, dtype, ids.dtype)
+    box, obs = geo.box_size, geo.observer
     x = x0.astype(np.float64)
     d = p_half.astype(np.float64) * geo.dr  # x1 - x0, unwrapped
     x1 = x + d
-    box, obs = geo.box_size, geo.observer
-    lo = host(xp.minimum(x.min(axis=0), x1.min(axis=0)))
-    hi = host(xp.maximum(x.max(axis=0), x1.max(axis=0)))
+    # the end of the drift exactly as the next step starts from it (the drift's own
+    # wrapped, cast positions) and the image it lies in: the sign test at the step's end
+    # and at the next step's start then compute the same numbers, so that a crossing at a
+    # step boundary is counted once, neither twice nor never
+    xn = _drift_block(x0, p_half, geo.dr, box, dtype).astype(np.float64)
+    k = xp.rint((x1 - xn) / box)
+    slack = 1e-9 * box  # the bounding box holds both ends, whatever their rounding
+    lo = host(xp.minimum(x.min(axis=0), x1.min(axis=0))) - slack
+    hi = host(xp.maximum(x.max(axis=0), x1.max(axis=0))) + slack
     shifts = geo.shifts
     reach = float(host(xp.sqrt((d * d).sum(axis=1)).max()))
     chi0, chi1 = float(geo.chi[0]), float(geo.chi[-1])
     chi_top = min(chi0, geo.chi_max)
+    if chi_top <= 0:  # the whole step after a = 1: nothing to cross
+        return _empty(xp, dtype, ids.dtype)
     if reach > geo.margin:  # a drift beyond the per-step allowance: this chunk's own list
         shifts = replica_shifts(obs, box, chi1, chi_top, reach)
     if shifts.shape[0]:  # images the chunk's bounding box (start and end of drift) can meet
@@ -283,12 +294,13 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     # crossings with u >= u_top (chi <= chi_max) are found
     u_top = float(np.interp(chi_top, geo.chi[::-1], geo.u[::-1])) if chi0 > chi_top else 0.0
     x -= xp.asarray(obs)  # relative to the observer, in the box's own image
+    xn -= xp.asarray(obs)
     out = []
     for s in shifts:
         rel0 = x + xp.asarray(s * box)
         start = rel0 + u_top * d if u_top > 0 else rel0
         r0 = (start * start).sum(axis=1)  # squared: the sign change first, roots for hits
-        rel1 = rel0 + d
+        rel1 = xn + (k + xp.asarray(s, dtype=np.float64)) * box  # as the next step's rel0
         r1 = (rel1 * rel1).sum(axis=1)
         hit = xp.nonzero((r0 < chi_top * chi_top) & (r1 >= max(chi1, 0.0) ** 2))[0]
         if hit.size == 0:
