@@ -15,8 +15,9 @@ Geometry (comoving, the run's length units, Mpc/h):
 * A particle (or one of its periodic images ``x + n L``) crosses the light cone when
   ``f(u) = |x(u) + n L - o| - chi(a(u))`` changes sign: ``f(0) < 0 <= f(1)`` (each crossing
   is counted in exactly one step: ``f(1)`` is computed from the drift's own wrapped, cast
-  end positions, exactly as the next step computes its ``f(0)``; in the step where ``chi`` passes ``chi(z_max)`` the
-  bracket starts there instead of at ``u = 0``, so no crossing beyond it is computed).
+  end positions, exactly as the next step computes its ``f(0)``; in the step where
+  ``chi`` passes ``chi(z_max)`` the bracket starts there instead of at ``u = 0``, so no
+  crossing beyond it is computed).
   ``chi(a(u))`` is tabulated per step on :data:`STEP_POINTS` points uniform in ``a``; the
   root is found by regula falsi from the linear interpolation between the bracket's ends
   (:data:`ROOT_ITERATIONS` more steps; ``f`` is nearly linear in ``u``: one step already
