@@ -25,8 +25,9 @@ Geometry (comoving, the run's length units, Mpc/h):
   a step from z = 0.16 to 0).
 * Images: per step the replicas ``n`` whose cube ``[n L, (n + 1) L)^3`` widened by one
   box side (the drift's allowance; a chunk drifting farther makes its own list) can meet
-  the shell ``[chi(a1), min(chi(a0), chi_max)]`` (:func:`replica_shifts`); per chunk those that the chunk's bounding box (start and end
-  of its drift) meets; per particle the sign change above.
+  the shell ``[chi(a1), min(chi(a0), chi_max)]`` (:func:`replica_shifts`); per chunk
+  those that the chunk's bounding box (start and end of its drift) meets; per particle
+  the sign change above.
 * Recorded per crossing: the position relative to the observer (comoving, Mpc/h), the
   peculiar velocity ``p_half / a_cross`` (km/s), the id and the redshift of crossing;
   only crossings with ``chi(a_cross) <= chi(z_max)``.
