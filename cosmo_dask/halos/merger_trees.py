@@ -261,6 +261,45 @@ class MergerTree:
              "scale_factor": ("output", self.outputs["scale_factor"].values, {"units": "1"})},
             attrs={"by": by})
 
+    def tree_nodes(self, halo: int) -> dict:
+        """Every halo of the tree of final halo ``halo`` (descendant chains reaching it),
+        depth first with main (most massive) progenitors first: ``output``, ``halo``,
+        ``redshift``, ``mass``, ``parent`` (row of the descendant; -1 at the root) and
+        ``x`` (a layout position: leaves in depth-first order, a node above its main
+        progenitor)."""
+        self.main_branch(halo)  # checks halo
+        n_out = self.n_outputs
+        n_halos = self.outputs["n_halos"].values
+        progs = [None] + [_progenitor_lists(self.descendants(k), int(n_halos[k + 1]),
+                                            self.catalogs[k]["mass"].values)
+                          for k in range(n_out - 1)]
+        out = {"output": [], "halo": [], "parent": []}
+        kids_of: list[list[int]] = []
+        stack = [(n_out - 1, int(halo), -1)]
+        while stack:  # depth first, main progenitor first
+            k, h, parent = stack.pop()
+            row = len(out["halo"])
+            for key, v in (("output", k), ("halo", h), ("parent", parent)):
+                out[key].append(v)
+            kids_of.append([])
+            if parent >= 0:
+                kids_of[parent].append(row)
+            if k > 0:
+                stack.extend((k - 1, int(p), row) for p in reversed(progs[k][h]))
+        x = np.zeros(len(kids_of))
+        leaf = 0.0
+        for row in range(len(kids_of) - 1, -1, -1):  # children have larger rows
+            if not kids_of[row]:
+                x[row], leaf = -leaf, leaf + 1.0
+            else:
+                x[row] = x[min(kids_of[row])]  # above the main (first visited) progenitor
+        out["x"] = x.max() - x if x.size else x
+        res = {k: np.asarray(v) for k, v in out.items()}
+        res["redshift"] = self.outputs["redshift"].values[res["output"]]
+        res["mass"] = np.array([float(self.catalogs[k]["mass"].values[h])
+                                for k, h in zip(res["output"], res["halo"], strict=True)])
+        return res
+
     # ------------------------------------------------------------------ writers
     def ytree_text(self) -> tuple[str, int]:
         """The consistent-trees text (see :meth:`to_ytree`) and the number of halos left
@@ -311,12 +350,12 @@ class MergerTree:
         data = text.encode()
         with atomic_directory(path, overwrite=overwrite, what="merger tree store",
                               fmt=FORMAT) as tmp:
-            (tmp / YTREE_FILE).write_bytes(data)
             zarr.open_group(str(tmp), mode="w", zarr_format=3, attributes=plain_attrs({
                 "format": FORMAT, "format_version": FORMAT_VERSION,
                 "parameters": self.parameters, "ytree_file": YTREE_FILE,
                 "ytree_crc32": int(crc32(data)), "n_trees": int(
                     self.outputs["n_halos"].values[-1]), "n_dropped": int(dropped)}))
+            (tmp / YTREE_FILE).write_bytes(data)  # after the group (mode "w" clears tmp)
             store_dataset(_plain(self.links), tmp / "links", label=f"writing {path}: links")
             store_dataset(_plain(self.outputs), tmp / "outputs",
                           label=f"writing {path}: outputs")
@@ -368,10 +407,17 @@ def median_with_lost(mah: np.ndarray) -> np.ndarray:
 def open_merger_tree(path: str | os.PathLike) -> MergerTree:
     """A merger tree store written by :meth:`MergerTree.to_zarr` (chunks verified; the
     consistent-trees file checked against its recorded CRC-32)."""
+    import warnings
+
+    with warnings.catch_warnings():  # zarr names the consistent-trees file: not a node
+        warnings.filterwarnings("ignore", message=f"Object at {YTREE_FILE} is not")
+        return _open_merger_tree(local_path(path))
+
+
+def _open_merger_tree(p: Path) -> MergerTree:
     from ..store.chunk_manifest import crc32
     from ..store.zarr_read import open_product_group
 
-    p = local_path(path)
     _, attrs = open_product_group(p, fmt=FORMAT, version=FORMAT_VERSION,
                                   what="merger tree store")
     data = (p / YTREE_FILE).read_bytes() if (p / YTREE_FILE).is_file() else None
@@ -692,5 +738,65 @@ def correa2015_mah(mass0, redshift, cosmology=None, power_spectrum=None):
     return (1.0 + z) ** alpha * np.exp(beta * z)
 
 
-__all__ = ["merger_tree", "MergerTree", "open_merger_tree", "correa2015_mah",
+# ----------------------------------------------------------------------------- figures
+def mass_bins(tree: MergerTree, n_bins: int = 2, *, min_particles: int = 100) -> list:
+    """Final halos with at least ``min_particles`` members split into ``n_bins`` bins of
+    equal count by mass: a list of boolean masks over the final halos."""
+    from ..core.checks import check_integer
+
+    n_bins = check_integer(n_bins, "n_bins", 1)
+    cat = tree.catalogs[-1]
+    n = np.asarray(cat["n_members"].values)
+    m = np.asarray(cat["mass"].values, dtype=np.float64)
+    ok = np.flatnonzero(n >= min_particles)
+    if ok.size < n_bins:
+        return []
+    ranked = ok[np.argsort(m[ok], kind="stable")]
+    masks = []
+    for part in np.array_split(ranked, n_bins):
+        mask = np.zeros(n.size, bool)
+        mask[part] = True
+        masks.append(mask)
+    return masks
+
+
+def plot_mass_accretion(tree: MergerTree, *, n_bins: int = 2, min_particles: int = 100,
+                        fit: bool = True, ax=None, path=None):
+    """Median mass accretion histories of the final halos in ``n_bins`` mass bins (of at
+    least ``min_particles`` members), with the :func:`correa2015_mah` fit at each bin's
+    median final mass when the tree knows its cosmology; log M/M0 against z."""
+    from ..plot.figure import new_axes
+    from ..plot.merger_tree import draw_mass_accretion
+
+    mah = tree.mass_accretion_histories()
+    z = mah["redshift"].values
+    ratios = mah["mah"].values
+    m0 = mah["mass0"].values
+    unit = mah["mass0"].attrs.get("units", "")
+    medians, fits = [], []
+    cosmo = tree.parameters.get("cosmology")
+    zf = np.linspace(0.0, float(z.max()), 50)
+    for mask in mass_bins(tree, n_bins, min_particles=min_particles):
+        mm = float(np.median(m0[mask]))
+        medians.append((median_with_lost(ratios[:, mask]),
+                        f"median, {int(mask.sum())} halos, M0 ~ {mm:.3g} {unit}"))
+        if fit and cosmo:
+            fits.append((zf, correa2015_mah(mm, zf, cosmo), "Correa et al. 2015"))
+    ax = new_axes(ax, path)
+    return draw_mass_accretion(ax, z, ratios, medians, fits, path=path)
+
+
+def plot_tree(tree: MergerTree, halo: int = 0, *, ax=None, path=None):
+    """One final halo's merger tree (:meth:`MergerTree.tree_nodes`) drawn against z."""
+    from ..plot.figure import new_axes
+    from ..plot.merger_tree import draw_tree
+
+    nodes = tree.tree_nodes(halo)
+    ax = new_axes(ax, path)
+    return draw_tree(ax, nodes["redshift"], nodes["x"], nodes["mass"], nodes["parent"],
+                     mass_unit=tree.parameters.get("units", {}).get("mass", ""), path=path)
+
+
+__all__ = ["merger_tree", "MergerTree", "open_merger_tree", "correa2015_mah", "mass_bins",
+           "plot_mass_accretion", "plot_tree",
            "check_merger_tree", "median_with_lost", "FORMAT"]
