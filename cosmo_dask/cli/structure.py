@@ -39,12 +39,17 @@ def cmd_trees(args) -> int:
                           fmt=FORMAT, inputs=[str(sim.path)])
     _check_plot(args.plot)
     _check_plot(args.plot_tree)
+    if args.halo is not None:  # an index of the last halo output's catalog
+        last = [e for e in sim.outputs if e.get("halos")][-1]
+        n_final = int(sim.halos(last["redshift"]).sizes.get("halo", 0))
+        if not 0 <= args.halo < n_final:
+            raise CosmoDaskError(f"--halo {args.halo}: the last halo output (z = "
+                                 f"{float(last['redshift']):g}) has {n_final} halos; give "
+                                 f"an index in [0, {n_final})")
     with common._cluster(args, needed=False):
         t0 = time.perf_counter()
         tree = merger_tree(sim, n_tracers=args.n_tracers, n_buckets=args.buckets,
                            device="gpu" if args.gpu else "cpu")
-        if args.halo is not None:
-            tree.main_branch(args.halo)  # a bad --halo is refused before anything is written
         path = tree.to_zarr(args.out, overwrite=args.overwrite)
         dt = time.perf_counter() - t0
     linked = tree.links["desc_halo"].values >= 0

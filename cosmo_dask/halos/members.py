@@ -42,7 +42,7 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 
-from ..core.backend import array_module, empty_meta, host
+from ..core.backend import array_module, empty_meta, host, to_device
 from ..core.task_graph import TaskGraph
 from ..store.atomic import atomic_directory, local_path
 from ..store.zarr_read import open_product_group, read_array
@@ -304,8 +304,11 @@ def open_members(path: str | os.PathLike, *, device: str = "cpu",
     data = {}
     for name in ("ids", "binding_energy", "offsets"):
         arr = group[name]
-        x = read_array(arr, name, str(p), device=device if name != "offsets" else "cpu",
-                       verify=verify)
+        where = device if name != "offsets" else "cpu"
+        if arr.shape[0] == 0:  # no halos: nothing to read (one empty chunk)
+            x = to_device(da.from_array(np.empty(0, arr.dtype), chunks=1), where)
+        else:
+            x = read_array(arr, name, str(p), device=where, verify=verify)
         if name == "offsets":
             x = x.compute()
         dim = "halo_edge" if name == "offsets" else "member"

@@ -302,6 +302,11 @@ def test_cli_writes_the_store_and_plots(sim_path, tmp_path, capsys):
     assert main(["trees", str(sim_path), str(tmp_path / "t2"), "--plot",
                  str(tmp_path / "x.nosuchformat")]) == 2
     assert not (tmp_path / "t2").exists()
+    for bad, piece in ((["--halo", "100000"], "--halo 100000"), (["--n-tracers", "0"],
+                                                                 "--n-tracers")):
+        assert main(["trees", str(sim_path), str(tmp_path / "t3"), *bad]) == 2
+        assert piece in capsys.readouterr().err
+        assert not (tmp_path / "t3").exists()
     # the consistent-trees file is checked against its recorded CRC-32
     data = bytearray((out / "trees.dat").read_bytes())
     data[-3] ^= 0x01
