@@ -21,7 +21,7 @@ from cosmo_dask.halos.merger_trees import mass_bins
 from cosmo_dask.models import zeldovich
 from cosmo_dask.simulation import open_simulation, run
 from cosmo_dask.store.snapshot import Snapshot
-from tests.support.devices import DEVICES
+from tests.support.devices import DEVICES, to_host
 from tests.support.halos import brute_potentials, plummer
 
 OUTPUTS = [0.25, 0.5, 0.75, 1.0, 1.5]
@@ -42,9 +42,11 @@ def tree(sim_path):
 
 
 # ----------------------------------------------------------------------------- members
-def test_members_are_ranked_by_exact_binding_energy():
+@pytest.mark.parametrize("device", DEVICES)
+def test_members_are_ranked_by_exact_binding_energy(device):
     """Two Plummer halos (one across the periodic boundary): every member's stored energy
-    equals phi / a + |v - v_halo|^2 / 2 from a plain NumPy double sum, ids in that order."""
+    equals phi / a + |v - v_halo|^2 / 2 from a plain NumPy double sum, ids in that order
+    (on GPU chunks the potentials come from the CUDA segment_potentials)."""
     rng = np.random.default_rng(4)
     box, a, G = 50.0, 0.5, 43.0
     p1 = plummer(rng, 600, a=0.3, rmax=2.0) + 10.0
@@ -56,12 +58,14 @@ def test_members_are_ranked_by_exact_binding_energy():
     mass = rng.uniform(0.5, 1.5, pos.shape[0])
     snap = Snapshot.from_arrays(pos, vel, ids, mass, box_size=box, scale_factor=a, G=G,
                                 chunks=300)
+    if device == "gpu":
+        snap = snap.to_device("gpu")
     res = fof(snap, 0.3, absolute=True, min_members=50, centers=())
     assert res.n_halos == 2
     soft = 0.03
     ids_s, e_s, off, attrs = member_arrays(snap, res, softening=soft, n_buckets=2)
     ids_s, e_s = ids_s.compute(), e_s.compute()
-    labels = res.labels.compute()
+    labels = to_host(res.labels.compute())
     for h in range(2):
         sel = np.flatnonzero(labels == h)
         phi = brute_potentials(pos[sel], mass[sel], [0, sel.size], eps=soft, box=box, G=G)
