@@ -567,7 +567,8 @@ def check_merger_tree(sim, *, n_tracers=N_TRACERS_DEFAULT, n_buckets=None) -> li
     if missing:
         raise ParameterError(f"{sim.path}: the halo outputs at z = "
                              f"{', '.join(f'{z:g}' for z in missing)} hold no member ids "
-                             "(written by an older cosmo_dask); run the simulation again")
+                             "(its particles had no ids, or an older cosmo_dask wrote it); run the "
+                             "simulation again with particle ids")
     return entries
 
 

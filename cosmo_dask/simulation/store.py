@@ -305,7 +305,7 @@ class SimulationStore:
     Attributes: ``path``, ``parameters`` (dict), ``log`` (list of per-step dicts),
     ``outputs`` (list of output entries, in order of decreasing redshift),
     ``redshifts`` (list of floats). :meth:`snapshot`, :meth:`power`,
-    :meth:`halos` read one output; iterating (or :meth:`series`) gives
+    :meth:`halos`, :meth:`members` read one output; iterating (or :meth:`series`) gives
     ``(z, Snapshot)`` pairs for the outputs with particles.
     """
 

@@ -264,7 +264,22 @@ def small_sims(tmp_path_factory):
         write_particles=False)
     run(ics, n_steps=2, out=d / "one", analyses=["halos"], write_particles=False,
         analysis_options={"halos": {"min_members": 5, "centers": ()}})
+    run(ics, n_steps=3, outputs=[6.0, 1.0], out=d / "early", analyses=["halos"],
+        write_particles=False, analysis_options={"halos": {"min_members": 5, "centers": ()}})
     return d
+
+
+def test_an_output_without_halos(small_sims, tmp_path):
+    """The first output (z = 6) has no halos: no links from it, every branch begins
+    later, ytree still finds one tree per final halo."""
+    sim = open_simulation(small_sims / "early")
+    assert sim.halos(6.0).sizes.get("halo", 0) == 0 and sim.members(6.0)["ids"].size == 0
+    t = merger_tree(sim)
+    assert np.all(t.links["prog_output"].values == 1)
+    assert t.main_branch(0)["halo"].values[0] == -1
+    ytree = pytest.importorskip("ytree")
+    t.to_ytree(tmp_path / "t.dat")
+    assert ytree.load(str(tmp_path / "t.dat")).size == int(t.outputs["n_halos"].values[-1])
 
 
 def test_bad_input_is_one_line_before_work(small_sims, tmp_path):
