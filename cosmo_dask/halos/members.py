@@ -43,6 +43,7 @@ import xarray as xr
 from dask.base import tokenize
 
 from ..core.backend import array_module, empty_meta, host, to_device
+from ..core.errors import ParameterError
 from ..core.task_graph import TaskGraph
 from ..store.atomic import atomic_directory, local_path
 from ..store.zarr_read import open_product_group, read_array
@@ -88,8 +89,6 @@ def _scatter(lab, pos, vel, ids, mass, particle_mass, edges):
            "ids": host(ids[sel]).astype(np.int64) if ids is not None else None,
            "mass": (np.full(label.size, float(particle_mass)) if mass is None
                     else host(mass[sel]).astype(np.float64))}
-    if out["ids"] is None:
-        raise ValueError("member ids need the snapshot's ids")
     bucket = np.searchsorted(edges, label, side="right") - 1
     order = np.argsort(bucket, kind="stable")
     cuts = np.searchsorted(bucket[order], np.arange(1, edges.size - 1))
@@ -219,6 +218,9 @@ def member_arrays(snap, result, *, softening: float | None = None,
     attrs : dict
         ``softening``, ``G``, ``scale_factor``, ``energy_units``.
     """
+    if snap.ids is None:
+        raise ParameterError(f"{snap.source or 'snapshot'}: has no particle ids; halo "
+                             "members are stored as ids")
     cat = result.catalog
     n_members = np.asarray(cat["n_members"].values, dtype=np.int64)
     offsets = np.r_[0, np.cumsum(n_members)].astype(np.int64)
