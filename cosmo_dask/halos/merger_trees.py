@@ -764,8 +764,9 @@ def mass_bins(tree: MergerTree, n_bins: int = 2, *, min_particles: int = 100) ->
 def plot_mass_accretion(tree: MergerTree, *, n_bins: int = 2, min_particles: int = 100,
                         fit: bool = True, ax=None, path=None):
     """Median mass accretion histories of the final halos in ``n_bins`` mass bins (of at
-    least ``min_particles`` members), with the :func:`correa2015_mah` fit at each bin's
-    median final mass when the tree knows its cosmology; log M/M0 against z."""
+    least ``min_particles`` members; their individual histories drawn thin), with the
+    :func:`correa2015_mah` fit at each bin's median final mass when the tree knows its
+    cosmology; log M/M0 against z."""
     from ..plot.figure import new_axes
     from ..plot.merger_tree import draw_mass_accretion
 
@@ -777,14 +778,16 @@ def plot_mass_accretion(tree: MergerTree, *, n_bins: int = 2, min_particles: int
     medians, fits = [], []
     cosmo = tree.parameters.get("cosmology")
     zf = np.linspace(0.0, float(z.max()), 50)
-    for mask in mass_bins(tree, n_bins, min_particles=min_particles):
+    bins = mass_bins(tree, n_bins, min_particles=min_particles)
+    for mask in bins:
         mm = float(np.median(m0[mask]))
         medians.append((median_with_lost(ratios[:, mask]),
                         f"median, {int(mask.sum())} halos, M0 ~ {mm:.3g} {unit}"))
         if fit and cosmo:
             fits.append((zf, correa2015_mah(mm, zf, cosmo), "Correa et al. 2015"))
+    shown = np.logical_or.reduce(bins) if bins else np.zeros(ratios.shape[1], bool)
     ax = new_axes(ax, path)
-    return draw_mass_accretion(ax, z, ratios, medians, fits, path=path)
+    return draw_mass_accretion(ax, z, ratios[:, shown], medians, fits, path=path)
 
 
 def plot_tree(tree: MergerTree, halo: int = 0, *, ax=None, path=None):

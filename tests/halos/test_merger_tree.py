@@ -211,9 +211,9 @@ def test_median_mah_against_correa2015(tree):
     z <= 1 the fit lies inside the 16-84 % range of the individual histories (ended
     branches counted as 0), and at every z > 0 the medians are ordered as the fit orders
     them (the more massive bin assembled later: lower M/M0). At z = 1.5 the progenitors
-    have a few tens of particles in cells of 0.25 Mpc/h and the measured median of the
-    massive bin is about half the fit (PM resolution; docs/structure.md), so that output
-    is left out of the first check."""
+    have a few tens of particles and the measured median of the massive bin is about half
+    the fit (docs/structure.md discusses the offset), so that output is left out of the
+    first check."""
     mah = tree.mass_accretion_histories()
     z = mah["redshift"].values
     m0 = mah["mass0"].values
