@@ -22,6 +22,7 @@ WORKLOADS = {
     "mbp": "benchmarks.halos.mbp",
     "fof-profile-gpu": "benchmarks.halos.fof_profile_gpu",
     "hod": "benchmarks.halos.hod",
+    "merger-tree": "benchmarks.halos.merger_tree",
     # gravity
     "gravity": "benchmarks.gravity.parts",
     "gravity-direct": "benchmarks.gravity.direct",

@@ -8,7 +8,7 @@ import math
 
 from ..core.checks import PRECISIONS
 from ..core.version import __version__
-from . import clustering, data, demo, density, expand, gravity, halos
+from . import clustering, data, demo, density, expand, gravity, halos, structure
 from .data import CONVERT_FORMATS
 
 
@@ -603,6 +603,28 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--no-potential", action="store_true", help="accelerations only")
     gr.add_argument("--overwrite", action="store_true")
     gr.set_defaults(func=gravity.cmd_gravity)
+
+    tr = subparser("trees", help="merger trees of a simulation's halo outputs",
+                   description="Link the halos of a simulation store's halo outputs (run "
+                   "with --analyses halos) to their descendants by their most-bound members "
+                   "and write a merger tree store OUT: the links, main branches' inputs "
+                   "and trees.dat, a consistent-trees file that ytree.load reads.")
+    tr.add_argument("simulation", metavar="SIM", help="simulation store")
+    tr.add_argument("out", metavar="OUT", help="merger tree store to write")
+    tr.add_argument("--n-tracers", type=int, default=hp.N_TRACERS_DEFAULT,
+                    help="most-bound members of each halo followed (default "
+                    f"{hp.N_TRACERS_DEFAULT})")
+    tr.add_argument("--buckets", type=_positive_int, default=None,
+                    help="buckets of the id shuffle (default: automatic)")
+    tr.add_argument("--plot", metavar="FILE", default=None,
+                    help="median mass accretion histories in two mass bins with the "
+                    "Correa et al. 2015 fit (log M/M0 against z)")
+    tr.add_argument("--plot-tree", metavar="FILE", default=None,
+                    help="draw the merger tree of one final halo (--halo)")
+    tr.add_argument("--halo", type=int, default=None,
+                    help="final halo of --plot-tree (default 0, the most massive)")
+    tr.add_argument("--overwrite", action="store_true")
+    tr.set_defaults(func=structure.cmd_trees)
 
     cl = subparser("clean", help="settle what killed writes left (temporary stores)",
                    description="Settle what writes to PATH killed outright left next to it "

@@ -12,7 +12,9 @@ _PUBLIC = {"fof": "api", "fof_labels": "fof_graph", "FOFLabels": "fof_graph",
            "HaloResult": "result", "open_catalog": "result", "mass_function": "mass_functions",
            "plot_mass_function": "mass_functions", "sigma_of_mass": "mass_functions",
            "theory_mass_function": "mass_functions", "spherical_overdensity": "overdensity",
-           "populate_hod": "hod"}
+           "populate_hod": "hod", "merger_tree": "merger_trees", "MergerTree": "merger_trees",
+           "open_merger_tree": "merger_trees", "correa2015_mah": "merger_trees",
+           "open_members": "members"}
 
 __all__ = list(_PUBLIC)
 

@@ -249,3 +249,37 @@ def check_hod(model: Any = "zheng07", params: Any = None, satellites: Any = "par
         raise ParameterError(f"populate_hod: mass must be one of {list(HOD_MASSES)} (or None: "
                              f"the first the catalog has), got {mass!r}")
     return model, out, satellites, check_seed(seed)
+
+
+# --------------------------------------------------------------------------- merger trees
+#: member count above which a halo's member potentials (for the binding-energy ranking
+#: stored at simulation outputs) come from the grid-Poisson approximation
+#: (``center_kernels.grid_potential``, trilinear at the members) instead of the exact
+#: pair sum of ``center_kernels.segment_potentials`` (n^2 work)
+MEMBERS_EXACT_MAX = 20_000
+#: nodes per axis of that grid
+MEMBERS_GRID_NODES = 64
+#: most-bound members of each progenitor followed to the next output (merger_tree)
+N_TRACERS_DEFAULT = 20
+#: the id shuffle's buckets: about this many tracer + member rows per bucket task
+TREE_BUCKET_ROWS = 1 << 21
+#: which progenitor continues a main branch: the most massive one, or the one that gave
+#: the descendant the most tracers
+MAIN_PROGENITOR = ("mass", "shared")
+
+
+def check_n_tracers(value: Any) -> int:
+    """``n_tracers`` of :func:`cosmo_dask.halos.merger_tree`: an integer >= 1."""
+    return check_integer(value, "n_tracers", 1)
+
+
+def check_n_buckets(value: Any) -> int | None:
+    """``n_buckets`` of the id shuffle: None (automatic) or an integer >= 1."""
+    return None if value is None else check_integer(value, "n_buckets", 1)
+
+
+def check_main_progenitor(value: Any) -> str:
+    """``by`` of :meth:`MergerTree.main_branch`: one of :data:`MAIN_PROGENITOR`."""
+    if value not in MAIN_PROGENITOR:
+        raise ParameterError(f"by must be one of {', '.join(MAIN_PROGENITOR)}, got {value!r}")
+    return value

@@ -510,19 +510,25 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         if "halos" in names:
             from ..halos import fof
 
-            found["halos"] = fof(snap_out, **opts.get("halos", {})).catalog
+            halo_result = fof(snap_out, **opts.get("halos", {}))
+            found["halos"] = halo_result.catalog
         tables[z] = found
         if path is None:
             results.append((z, snap_out))
             return
         entry = st.as_entry(i, z, a, step, snapshot=write_particles, power="power" in found,
-                            halos="halos" in found)
+                            halos="halos" in found,
+                            members="halos" in found and snap_out.ids is not None)
         where = root / "outputs" / entry["name"]
         where.mkdir(parents=True, exist_ok=True)
         if write_particles:
             snap_out.to_zarr(where / "snapshot", overwrite=True, progress=False)
         for key, ds in found.items():
             st.write_table(ds, where / key, f"{key} table")
+        if entry["members"]:  # the halos' member ids, most bound first (merger trees)
+            from ..halos.members import write_members
+
+            write_members(snap_out, halo_result, where / "members", overwrite=True)
         st.record_output(doc, entry)
         st.write_json(root / st.MANIFEST, doc)
         committed()

@@ -15,6 +15,9 @@ atomically by the project's writers)::
                                "cosmo_dask.simulation_table" holding the
                                power_spectrum Dataset as its group "table"
         halos/                 FOF catalog Dataset (halo x axis), the same way
+        members/               with halos: each halo's member ids, most bound first,
+                               with their binding energies and the halo offsets
+                               (cosmo_dask.halos.members; read with members(z))
       checkpoint/              Zarr v3 group, format "cosmo_dask.simulation_checkpoint":
                                pos, mom (p = a^2 dx/dt), acc (the force at a), ids;
                                attrs step, scale_factor, parameters, chunks, log
@@ -24,7 +27,8 @@ atomically by the project's writers)::
                                "lightcone" entry (see cosmo_dask.simulation.lightcone)
 
 ``outputs`` entries: ``{"name", "index", "redshift", "scale_factor", "step",
-"snapshot", "power", "halos"}`` (the last three: whether written); ``name`` is
+"snapshot", "power", "halos", "members"}`` (the last four: whether written;
+``members`` absent in stores written before member ids were kept); ``name`` is
 one directory name under ``outputs/`` (checked on reading: no ``/``, ``..`` or
 absolute path). ``log``
 rows: ``{"step", "a_start", "a", "z", "seconds", "force_seconds"}``.
@@ -305,7 +309,7 @@ class SimulationStore:
     Attributes: ``path``, ``parameters`` (dict), ``log`` (list of per-step dicts),
     ``outputs`` (list of output entries, in order of decreasing redshift),
     ``redshifts`` (list of floats). :meth:`snapshot`, :meth:`power`,
-    :meth:`halos` read one output; iterating (or :meth:`series`) gives
+    :meth:`halos`, :meth:`members` read one output; iterating (or :meth:`series`) gives
     ``(z, Snapshot)`` pairs for the outputs with particles.
     """
 
@@ -363,6 +367,19 @@ class SimulationStore:
                 check_member_name(piece.get("name"), self.path / MANIFEST)
         return open_lightcone(self.path, entry, doc["parameters"].get("precision", "float64"),
                               verify)
+    def members(self, z: float, *, device: str = "cpu", verify: bool | None = None):
+        """The halo members at redshift ``z``: an xarray Dataset with lazy ``ids`` and
+        ``binding_energy`` (dim ``member``, halo by halo, most bound first) and
+        ``offsets`` (halo h is rows ``offsets[h]:offsets[h+1]``), see
+        :func:`cosmo_dask.halos.members.open_members` (``device``, ``verify``)."""
+        from ..halos.members import open_members
+
+        e = self._entry(z)
+        if not e.get("members"):
+            raise ParameterError(f"{self.path}: no halo members at z = {z:g} (outputs keep "
+                                 "them when the run computes analyses=['halos'])")
+        return open_members(self.path / "outputs" / e["name"] / "members", device=device,
+                            verify=verify)
 
     def series(self) -> list:
         """``[(z, Snapshot), ...]`` of the outputs with particles, decreasing z."""
@@ -395,7 +412,7 @@ __all__ = ["open_simulation", "SimulationStore", "FORMAT", "CHECKPOINT_FORMAT"]
 
 
 def as_entry(index: int, z: float, a: float, step: int, *, snapshot: bool, power: bool,
-             halos: bool) -> dict:
+             halos: bool, members: bool = False) -> dict:
     return {"name": output_name(index, z), "index": index, "redshift": float(z),
             "scale_factor": float(a), "step": int(step), "snapshot": bool(snapshot),
-            "power": bool(power), "halos": bool(halos)}
+            "power": bool(power), "halos": bool(halos), "members": bool(members)}

@@ -1,0 +1,102 @@
+"""Merger trees of a simulation's halo outputs: the time to build them.
+
+Takes an existing simulation store (``--sim PATH``, run with ``--analyses halos``), or
+makes one: 2LPT ICs (``--n-side``^3 in ``--box`` Mpc/h at ``--z-init``), ``--steps`` PM
+steps to z = 0 with FOF halos (b = 0.2, 20 members) and their ranked member ids at
+``--outputs`` outputs evenly spaced in the scale factor from ``--z-max`` to 0, no
+particles written (kept under ``--keep DIR`` when given, else in a temporary directory).
+
+    python -m benchmarks merger-tree --n-side 256 --box 256 --steps 40 --outputs 10
+    python -m benchmarks merger-tree --sim sim256 --device gpu
+
+One line per run to ``benchmarks/results/merger_tree.jsonl``: ``tree_s`` (median of
+``--repeat`` warm calls of :func:`cosmo_dask.halos.merger_tree`, wall seconds, the id
+shuffle and join on NumPy or CuPy chunks after ``--device``), ``ytree_s`` (writing the
+consistent-trees file), halos and member rows per output, the links found, and with a
+new store ``run_s`` (the whole run, FOF and member ranking at every output included).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+
+if __package__ in (None, ""):  # run as a file: the repository root, after PYTHONPATH
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common import box_parser, emit, start, stderr, wall_median  # noqa: E402
+
+
+def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: int,
+                    n_outputs: int, z_max: float) -> float:
+    """Run the store (module docstring); returns its wall seconds."""
+    from cosmo_dask.models import lpt_ics
+    from cosmo_dask.simulation import run
+
+    a = np.linspace(1.0 / (1.0 + z_max), 1.0, n_outputs)
+    outputs = [float(1.0 / x - 1.0) for x in a[:-1]]
+    ics = lpt_ics(n_side, box_size=box, redshift=z_init, seed=3, precision="float32")
+    t0 = time.perf_counter()
+    run(ics, z_final=0.0, n_steps=steps, outputs=outputs, out=path, analyses=["halos"],
+        write_particles=False, precision="float32",
+        analysis_options={"halos": {"centers": ()}})
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    ap = box_parser(__doc__, n_side=64, box=64.0, steps=20, method=False)
+    ap.add_argument("--sim", default=None, help="an existing simulation store")
+    ap.add_argument("--outputs", type=int, default=10, help="halo outputs of a new store")
+    ap.add_argument("--z-max", type=float, default=3.0, help="first output of a new store")
+    ap.add_argument("--n-tracers", type=int, default=20)
+    ap.add_argument("--keep", default=None, help="write the new store here and keep it")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs (median)")
+    args = ap.parse_args(argv)
+    start(args, "merger_tree")
+
+    from cosmo_dask.halos import merger_tree
+    from cosmo_dask.simulation import open_simulation
+
+    fields = {}
+    with tempfile.TemporaryDirectory() as tmp, dask.config.set(scheduler="threads"):
+        if args.sim is None:
+            path = Path(args.keep) if args.keep else Path(tmp) / "sim"
+            stderr(f"[merger-tree] running {args.n_side}^3 with {args.outputs} outputs -> "
+                   f"{path}")
+            fields.update(n_side=args.n_side, box=args.box, z_init=args.z_init,
+                          steps=args.steps,
+                          run_s=round(make_simulation(path, args.n_side, args.box,
+                                                      args.z_init, args.steps, args.outputs,
+                                                      args.z_max), 2))
+        else:
+            path = Path(args.sim)
+        sim = open_simulation(path)
+        holder = {}
+
+        def build():
+            holder["tree"] = merger_tree(sim, n_tracers=args.n_tracers, device=args.device)
+
+        tree_s = wall_median(build, args.repeat)
+        tree = holder["tree"]
+        t0 = time.perf_counter()
+        info = tree.to_ytree(Path(tmp) / "trees.dat")
+        ytree_s = time.perf_counter() - t0
+    n_halos = [int(n) for n in tree.outputs["n_halos"].values]
+    rows = [int(sim.members(z)["ids"].shape[0]) for z in tree.outputs["redshift"].values]
+    linked = tree.links["desc_halo"].values >= 0
+    emit(simulation=str(path) if args.sim or args.keep else None,
+         n_particles=sim.parameters.get("n_particles"), n_outputs=tree.n_outputs,
+         redshifts=[round(float(z), 4) for z in tree.outputs["redshift"].values],
+         n_halos=n_halos, member_rows=rows, n_tracers=args.n_tracers,
+         n_buckets=tree.parameters["n_buckets"], tree_s=round(tree_s, 3),
+         ytree_s=round(ytree_s, 3), links=int(linked.size), linked=int(linked.sum()),
+         n_trees=info["n_trees"], n_dropped=info["n_dropped"], **fields)
+
+
+if __name__ == "__main__":
+    main()
