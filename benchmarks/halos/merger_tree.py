@@ -33,7 +33,8 @@ from benchmarks.common import box_parser, emit, start, stderr, wall_median  # no
 
 
 def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: int,
-                    n_outputs: int, z_max: float) -> float:
+                    n_outputs: int, z_max: float, n_mesh: int | None = None,
+                    particles: bool = False) -> float:
     """Run the store (module docstring); returns its wall seconds."""
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
@@ -43,7 +44,7 @@ def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: i
     ics = lpt_ics(n_side, box_size=box, redshift=z_init, seed=3, precision="float32")
     t0 = time.perf_counter()
     run(ics, z_final=0.0, n_steps=steps, outputs=outputs, out=path, analyses=["halos"],
-        write_particles=False, precision="float32",
+        write_particles=particles, precision="float32", n_mesh=n_mesh,
         analysis_options={"halos": {"centers": ()}})
     return time.perf_counter() - t0
 
@@ -56,6 +57,10 @@ def main(argv=None):
     ap.add_argument("--n-tracers", type=int, default=20)
     ap.add_argument("--keep", default=None, help="write the new store here and keep it")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs (median)")
+    ap.add_argument("--n-mesh", type=int, default=None, help="PM mesh of a new store "
+                    "(default: the run's, twice the particle grid)")
+    ap.add_argument("--particles", action="store_true",
+                    help="a new store keeps each output's particles (for subhalos at z = 0)")
     args = ap.parse_args(argv)
     start(args, "merger_tree")
 
@@ -69,10 +74,11 @@ def main(argv=None):
             stderr(f"[merger-tree] running {args.n_side}^3 with {args.outputs} outputs -> "
                    f"{path}")
             fields.update(n_side=args.n_side, box=args.box, z_init=args.z_init,
-                          steps=args.steps,
+                          steps=args.steps, n_mesh=args.n_mesh,
                           run_s=round(make_simulation(path, args.n_side, args.box,
                                                       args.z_init, args.steps, args.outputs,
-                                                      args.z_max), 2))
+                                                      args.z_max, args.n_mesh,
+                                                      args.particles), 2))
         else:
             path = Path(args.sim)
         sim = open_simulation(path)

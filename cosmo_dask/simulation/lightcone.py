@@ -526,6 +526,62 @@ class Lightcone:
                                     particle_mass=self.particle_mass, cosmology=self.cosmology,
                                     units=self.units, fields={"redshift": self.redshift})
 
+    def plot_wedge(self, *, axis: str = "x", across: str = "y", thickness: float | None = None,
+                   opening: float = 30.0, ax=None, path=None):
+        """Draw a thin wedge of the light cone: the crossings within ``thickness / 2`` of
+        the plane of ``axis`` and ``across`` through the observer and within
+        ``opening / 2`` degrees of ``+axis``, distances in the length unit (Mpc/h) and
+        the redshift of crossing on a second axis.
+
+        Parameters
+        ----------
+        axis, across : {"x", "y", "z"}
+            The wedge's direction and the in-plane direction across it (distinct).
+        thickness : float, optional
+            Slab thickness in length units (default ``box_size / 20``).
+        opening : float
+            Full opening angle in degrees, in (0, 180].
+        ax, path
+            Axes to draw on; file to save (:func:`cosmo_dask.plot.figure.new_axes`).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        from ..core.errors import ParameterError
+        from ..plot.figure import new_axes
+        from ..plot.lightcone import draw_wedge
+
+        names = {"x": 0, "y": 1, "z": 2}
+        if axis not in names or across not in names or axis == across:
+            raise ParameterError(f"plot_wedge: axis and across must be two distinct of "
+                                 f"'x', 'y', 'z', got {axis!r} and {across!r}")
+        if not 0.0 < float(opening) <= 180.0:
+            raise ParameterError(f"plot_wedge: opening = {opening!r} must be in (0, 180] "
+                                 "degrees")
+        thickness = self.box_size / 20.0 if thickness is None else float(thickness)
+        if not thickness > 0.0:
+            raise ParameterError(f"plot_wedge: thickness = {thickness!r} must be > 0")
+        i, j = names[axis], names[across]
+        (k,) = {0, 1, 2} - {i, j}
+        pos = self.pos.astype(np.float64)
+        half = np.tan(np.radians(opening) / 2.0)
+        keep = (abs(pos[:, k]) < thickness / 2.0) & (pos[:, i] > 0) & (
+            abs(pos[:, j]) <= half * pos[:, i])
+        x, y, z = (host(v) for v in da.compute(pos[:, i][keep], pos[:, j][keep],
+                                               self.redshift[keep]))
+        from ..models.cosmology import Cosmology
+
+        z_t = np.linspace(self.z_final, self.z_max, 256)
+        dist = Distances(Cosmology.coerce(self.cosmology), float(self.attrs.get("h0", 100.0)),
+                         speed_of_light(self.units), 1.0 / (1.0 + self.z_max), n=257)
+        chi_t = np.asarray(dist.chi_of_z(z_t), dtype=np.float64)
+        length = self.units.get("length", "Mpc/h")
+        return draw_wedge(new_axes(ax, path), x, y, z, chi_t, z_t, length_unit=length,
+                          title=f"light cone, {x.size:,} crossings within "
+                                f"{thickness:g} {length} of the {axis}-{across} plane",
+                          path=path)
+
     def healpix_map(self, nside: int, z_min: float, z_max: float, *, kind: str = "counts"):
         """A HEALPix map (RING ordering) of the crossings with ``z_min <= z < z_max``.
 
