@@ -34,7 +34,7 @@ from benchmarks.common import box_parser, emit, start, stderr, wall_median  # no
 
 def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: int,
                     n_outputs: int, z_max: float, n_mesh: int | None = None,
-                    particles: bool = False) -> float:
+                    particles: bool = False, method: str = "pm") -> float:
     """Run the store (module docstring); returns its wall seconds."""
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
@@ -44,13 +44,14 @@ def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: i
     ics = lpt_ics(n_side, box_size=box, redshift=z_init, seed=3, precision="float32")
     t0 = time.perf_counter()
     run(ics, z_final=0.0, n_steps=steps, outputs=outputs, out=path, analyses=["halos"],
+        method=method,
         write_particles=particles, precision="float32", n_mesh=n_mesh,
         analysis_options={"halos": {"centers": ()}})
     return time.perf_counter() - t0
 
 
 def main(argv=None):
-    ap = box_parser(__doc__, n_side=64, box=64.0, steps=20, method=False)
+    ap = box_parser(__doc__, n_side=64, box=64.0, steps=20)
     ap.add_argument("--sim", default=None, help="an existing simulation store")
     ap.add_argument("--outputs", type=int, default=10, help="halo outputs of a new store")
     ap.add_argument("--z-max", type=float, default=3.0, help="first output of a new store")
@@ -74,11 +75,11 @@ def main(argv=None):
             stderr(f"[merger-tree] running {args.n_side}^3 with {args.outputs} outputs -> "
                    f"{path}")
             fields.update(n_side=args.n_side, box=args.box, z_init=args.z_init,
-                          steps=args.steps, n_mesh=args.n_mesh,
+                          steps=args.steps, n_mesh=args.n_mesh, method=args.method,
                           run_s=round(make_simulation(path, args.n_side, args.box,
                                                       args.z_init, args.steps, args.outputs,
                                                       args.z_max, args.n_mesh,
-                                                      args.particles), 2))
+                                                      args.particles, args.method), 2))
         else:
             path = Path(args.sim)
         sim = open_simulation(path)
