@@ -312,7 +312,7 @@ def find_host_subhalos(pos, vel, mass, *, min_members, link_fraction, energy: _E
     bound = _unbind(pos, vel, mass, sats, min_members, energy) if sats else []
     taken = np.zeros(len(pos), bool)
     out = []
-    for s, b in zip(sats, bound):
+    for s, b in zip(sats, bound, strict=True):
         if b is not None:
             taken[b[0]] = True
             out.append((b[0], b[1], False, len(s)))
@@ -407,7 +407,8 @@ def reduce_subhalos(*parts):
             for k in keys}
     offsets = np.cumsum([0] + [p[0]["host"].size for p in parts])
     index = np.concatenate([np.empty(0, np.int64)] + [p[1][0] for p in parts])
-    sub = np.concatenate([np.empty(0, np.int64)] + [p[1][1] + o for p, o in zip(parts, offsets)])
+    sub = np.concatenate([np.empty(0, np.int64)]
+                         + [p[1][1] + o for p, o in zip(parts, offsets[:-1], strict=True)])
     order = np.lexsort((-cols["n_bound"], ~cols["is_central"], cols["host"]))
     cols = {k: v[order] for k, v in cols.items()}
     rank = np.empty_like(order)

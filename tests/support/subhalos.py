@@ -58,7 +58,7 @@ def host_with_satellites(rng, n_host, sat_sizes, *, a_host=1.0, box=40.0, G=1.0,
         p, v = plummer_sphere(rng, n, a_s, G=G)
         parts_p.append(p + c)
         parts_v.append(v + v_bulk)
-        for k, x in zip(truth, (n, c + 0.5 * box, v_bulk, a_s, first)):
+        for k, x in zip(truth, (n, c + 0.5 * box, v_bulk, a_s, first), strict=True):
             truth[k].append(x)
         first += n
     pos = np.concatenate(parts_p) + 0.5 * box
@@ -82,7 +82,7 @@ def match_satellites(catalog, labels, ids, truth):
     lab = np.asarray(labels)
     central = np.asarray(catalog["is_central"].values, bool)
     rows, got = [], []
-    for n, first in zip(truth["n"], truth["first"]):
+    for n, first in zip(truth["n"], truth["first"], strict=True):
         sel = (ids >= first) & (ids < first + n)
         sub = lab[sel]
         sub = sub[sub >= 0]
