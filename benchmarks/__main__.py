@@ -22,6 +22,7 @@ WORKLOADS = {
     "mbp": "benchmarks.halos.mbp",
     "fof-profile-gpu": "benchmarks.halos.fof_profile_gpu",
     "hod": "benchmarks.halos.hod",
+    "subhalos": "benchmarks.halos.subhalos",
     # gravity
     "gravity": "benchmarks.gravity.parts",
     "gravity-direct": "benchmarks.gravity.direct",

@@ -1,4 +1,4 @@
-"""``cosmo_dask.halos.subhalos``: bound substructure inside friends-of-friends halos.
+"""``cosmo_dask.halos.subhalos`` (defined here): bound substructure inside FOF halos.
 
 The method: a phase-space friends-of-friends inside each FOF host, hierarchical with an
 adaptive linking length as in ROCKSTAR (Behroozi, Wechsler & Wu 2013), followed by
@@ -74,7 +74,8 @@ from .parameters import (
 )
 from .subhalo_result import SubhaloResult
 
-__all__ = ["subhalos", "find_host_subhalos"]
+__all__ = ["find_host_subhalos", "plot_subhalo_mass_function", "subhalo_mass_function",
+           "subhalos"]
 
 #: seeds this close (squared phase-space metric of the larger one) merge into it
 MERGE_SIGMAS = 3.0
@@ -282,14 +283,14 @@ def _unbind(pos, vel, mass, candidates, min_members, energy: _Energy):
     return done
 
 
-def _circular(pos, mass, centre, g_phys):
+def _circular(pos, mass, centre, g_phys, softening):
     """``(V_max, R_max)`` of the circular-velocity curve ``sqrt(G M(<= r) / (a r))`` of
-    members about ``centre`` (the curve's points are the members' radii, the centre
-    itself left out)."""
+    members about ``centre``, its points at the members' radii beyond one softening
+    length (inside it the curve measures the softening, not the subhalo)."""
     r = np.sqrt(((pos - centre) ** 2).sum(axis=1))
     order = np.argsort(r)
     r, m = r[order], np.cumsum(mass[order])
-    ok = r > 0
+    ok = r > max(softening, 0.0)
     if not ok.any():
         return 0.0, 0.0
     v = np.sqrt(g_phys * m[ok] / r[ok])
@@ -368,7 +369,7 @@ def batch_subhalos(box, params, like, *pieces):
             c = r[int(np.argmin(pot))]
             m = mass[a:b][r]
             centre = p[c]
-            vmax, rmax = _circular(p[r], m, centre, energy.g_phys)
+            vmax, rmax = _circular(p[r], m, centre, energy.g_phys, energy.softening)
             if box is not None:
                 centre = np.mod(centre, box)
                 centre[centre >= box] = 0.0
@@ -503,8 +504,9 @@ def subhalos(snap, halos, *, method: str = "6dfof",
         in the box), ``velocity`` (bound members' mass-weighted mean, the snapshot's
         velocity unit), ``v_max`` (physical, velocity unit) and ``r_max`` (comoving
         length unit) of the bound members' circular-velocity curve about the
-        most-bound member, ``mbp_id``, ``mbp_index``, ``is_central``, ``n_candidates``
-        (particles before unbinding); each with a ``units`` attribute.
+        most-bound member (radii beyond one softening length), ``mbp_id``,
+        ``mbp_index``, ``is_central``, ``n_candidates`` (particles before unbinding);
+        each with a ``units`` attribute.
 
     Raises
     ------
@@ -570,3 +572,93 @@ def subhalos(snap, halos, *, method: str = "6dfof",
                                      meta=np.empty(0, np.int64))
     return SubhaloResult(catalog, label_array, parameters)
 
+
+
+# ----------------------------------------------------------------------------- mass function
+def subhalo_mass_function(result, *, min_members: int | None = None,
+                          relative: bool = False) -> xr.Dataset:
+    """The cumulative satellite mass function ``N(> m)`` and its power-law slope.
+
+    Parameters
+    ----------
+    result : SubhaloResult or xarray.Dataset
+        A subhalo catalog (its satellites, ``is_central`` False, are counted).
+    min_members : int, optional
+        Smallest satellite counted and the fit's lower limit, in bound particles
+        (default: the catalog's ``min_members``).
+    relative : bool
+        Masses relative to each satellite's host central (``m / M_central``) instead of
+        in the catalog's mass unit.
+
+    Returns
+    -------
+    xarray.Dataset
+        Over dim ``satellite`` (decreasing mass): ``mass`` and ``n_above`` (satellites of
+        at least that mass). Attributes: ``slope`` (the maximum-likelihood slope of
+        ``dN/dm ~ m^-alpha`` between the limit and the largest satellite, as the
+        cumulative slope ``1 - alpha``), ``slope_error`` (its standard error), ``n``,
+        ``mass_min``, ``mass_max``, ``mass_unit``.
+    """
+    cat = result.catalog if hasattr(result, "catalog") else result
+    lim = int(cat.attrs.get("min_members", 1) if min_members is None else min_members)
+    sat = ~np.asarray(cat["is_central"].values, bool)
+    keep = sat & (np.asarray(cat["n_bound"].values) >= lim)
+    mass = np.asarray(cat["mass"].values, np.float64)
+    unit = cat["mass"].attrs.get("units", cat.attrs.get("mass_unit"))
+    per_particle = float(np.median(mass / np.maximum(cat["n_bound"].values, 1))) if \
+        mass.size else 1.0
+    m_min = lim * per_particle
+    if relative:
+        host = np.asarray(cat["host"].values)
+        central = np.asarray(cat["is_central"].values, bool)
+        m_host = dict(zip(host[central], mass[central], strict=True))
+        keep &= np.isin(host, host[central])
+        ref = np.array([m_host.get(h, np.nan) for h in host])
+        mass = mass / ref
+        m_min = float(np.nanmin(mass[keep])) if keep.any() else np.nan
+        unit = "1"
+    m = np.sort(mass[keep])[::-1]
+    n = m.size
+    alpha, err = _truncated_power_law(m, m_min)
+    ds = xr.Dataset({"mass": ("satellite", m, {"units": unit or ""}),
+                     "n_above": ("satellite", np.arange(1, n + 1), {"units": "1"})})
+    ds.attrs = {"slope": float(1.0 - alpha), "slope_error": float(err), "n": int(n),
+                "mass_min": float(m_min), "mass_max": float(m[0]) if n else np.nan,
+                "mass_unit": unit or ""}
+    return ds
+
+
+def _truncated_power_law(m, m_min):
+    """``(alpha, error)``: the maximum-likelihood exponent of ``dN/dm ~ m^-alpha`` for
+    masses ``m`` in ``[m_min, max(m)]`` (the power law truncated at the largest one, which
+    the untruncated estimator ``1 + n / sum ln(m / m_min)`` is biased by), and its standard
+    error from the likelihood's curvature; NaN for fewer than 3 masses."""
+    from scipy.optimize import minimize_scalar
+
+    n = m.size
+    if n < 3 or not m.max() > m_min:
+        return np.nan, np.nan
+    x = np.log(m / m_min)
+    s, top = float(x.sum()), float(x.max())
+
+    def nll(alpha):  # minus the log-likelihood per mass, up to a constant
+        k = 1.0 - alpha
+        norm = math.log(abs(math.expm1(k * top) / k)) if abs(k) > 1e-12 else math.log(top)
+        return alpha * s / n + norm
+
+    res = minimize_scalar(nll, bounds=(0.0, 5.0), method="bounded",
+                          options={"xatol": 1e-8})
+    a, h = float(res.x), 1e-4
+    curv = (nll(a + h) - 2 * nll(a) + nll(a - h)) / h**2 * n
+    return a, (1.0 / math.sqrt(curv) if curv > 0 else np.nan)
+
+
+def plot_subhalo_mass_function(result, *, ax=None, path=None, relative: bool = False):
+    """Draw the cumulative satellite mass function and its fitted power law
+    (:func:`subhalo_mass_function`, :func:`cosmo_dask.plot.subhalos.draw_subhalo_mass_function`);
+    returns the axes (saved to ``path`` as PNG when given)."""
+    from ..plot.figure import new_axes
+    from ..plot.subhalos import draw_subhalo_mass_function
+
+    ds = subhalo_mass_function(result, relative=relative)
+    return draw_subhalo_mass_function(new_axes(ax, path), ds, path=path)
