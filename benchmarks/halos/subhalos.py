@@ -12,7 +12,8 @@ Usage::
   FOF (absolute linking length 0.3 host scale radii); the median seconds of
   ``subhalos`` (``--repeat`` after a warm-up, local threaded scheduler, all cores),
   the satellites recovered (a row holding half of a satellite's particles), the median
-  and worst bound-mass ratio, and the fitted slope of the satellite mass function.
+  and worst bound-mass ratio, and the fitted slope of the satellite mass function
+  (above 100 particles) beside that of the drawn sizes (``slope_drawn``).
 * ``subhalos-snapshot`` (with ``--snapshot`` and ``--halos``): the seconds of
   ``subhalos`` on that snapshot and halo store (e.g. an evolved 256^3 box at z = 0 and
   its ``cosmo-dask halos`` store), the subhalo counts and the satellite mass function's
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     start(args, "subhalos")
 
     from cosmo_dask.halos import fof, open_catalog, subhalo_mass_function, subhalos
+    from cosmo_dask.halos.subhalo_finder import _truncated_power_law
     from cosmo_dask.store.snapshot import open_snapshot
     from tests.support.subhalos import match_satellites
 
@@ -87,12 +89,14 @@ def main(argv=None) -> int:
         found += int((rows >= 0).sum())
         ratios += list(res.catalog["mass"].values[rows[rows >= 0]] / truth["n"][rows >= 0])
     mf = subhalo_mass_function(res, min_members=100)
+    drawn = np.sort(np.concatenate([t["n"] for t in truths]).astype(float))[::-1]
+    alpha_in, _ = _truncated_power_law(drawn, 100.0)
     emit(kind="subhalos-synthetic", n_particles=snap.n_particles, hosts=args.hosts,
          satellites=args.n_sats * args.hosts, found=found, seconds=round(seconds, 3),
          mass_ratio_median=round(float(np.median(ratios)), 4),
          mass_ratio_worst=round(float(max(ratios, key=lambda r: abs(r - 1))), 4),
          slope=round(mf.attrs["slope"], 3), slope_error=round(mf.attrs["slope_error"], 3),
-         n_subhalos=res.n_subhalos)
+         slope_drawn=round(1.0 - alpha_in, 3), n_subhalos=res.n_subhalos)
     if args.snapshot and args.halos:
         snap = open_snapshot(args.snapshot, device=args.device)
         halos = open_catalog(args.halos)

@@ -74,7 +74,7 @@ from .parameters import (
 )
 from .subhalo_result import SubhaloResult
 
-__all__ = ["find_host_subhalos", "plot_subhalo_mass_function", "subhalo_mass_function",
+__all__ = ["find_subhalos", "plot_subhalo_mass_function", "subhalo_mass_function",
            "subhalos"]
 
 #: seeds this close (squared phase-space metric of the larger one) merge into it
@@ -298,30 +298,40 @@ def _circular(pos, mass, centre, g_phys, softening):
     return float(v[k]), float(r[ok][k])
 
 
-def find_host_subhalos(pos, vel, mass, *, min_members, link_fraction, energy: _Energy):
-    """The subhalos of one host: a list of ``(rows, potentials, is_central,
-    n_candidate)``, the central first, the satellites after it by decreasing bound
-    count. ``pos`` unwrapped (open coordinates), float64 arrays of the host's members."""
-    rows = np.arange(len(pos))
-    cores, seeds = _split(pos, vel, rows, np.empty(0, np.int64), min_members,
-                          link_fraction, 0)
-    xh, vh, sxh, svh = _seed_stats(pos, vel, rows)
-    d2 = [((pos[c].mean(axis=0) - xh) ** 2).sum() / sxh**2
-          + ((vel[c].mean(axis=0) - vh) ** 2).sum() / svh**2 for c in cores]
-    central = int(np.argmin(d2))
-    sats = [s for k, s in enumerate(seeds) if k != central]
-    bound = _unbind(pos, vel, mass, sats, min_members, energy) if sats else []
+def find_subhalos(pos, vel, mass, bounds, *, min_members, link_fraction, energy: _Energy):
+    """The subhalos of hosts: for each host ``s`` (rows ``bounds[s]:bounds[s+1]``), a
+    list of ``(rows, potentials, is_central, n_candidate)``, the central first, then the
+    satellites by decreasing bound count. ``pos`` unwrapped per host (open coordinates),
+    float64 arrays. The seeds are found host by host; every host's satellite candidates
+    are then unbound together (one potential call per turn for all of them), and every
+    host's remainder (its central) after them."""
+    sats, sat_host = [], []
+    for s in range(len(bounds) - 1):
+        rows = np.arange(bounds[s], bounds[s + 1])
+        if rows.size < min_members:
+            continue
+        cores, seeds = _split(pos, vel, rows, np.empty(0, np.int64), min_members,
+                              link_fraction, 0)
+        xh, vh, sxh, svh = _seed_stats(pos, vel, rows)
+        d2 = [((pos[c].mean(axis=0) - xh) ** 2).sum() / sxh**2
+              + ((vel[c].mean(axis=0) - vh) ** 2).sum() / svh**2 for c in cores]
+        central = int(np.argmin(d2))
+        sats += [seed for k, seed in enumerate(seeds) if k != central]
+        sat_host += [s] * (len(seeds) - 1)
+    out = [[] for _ in range(len(bounds) - 1)]
     taken = np.zeros(len(pos), bool)
-    out = []
-    for s, b in zip(sats, bound, strict=True):
+    for seed, h, b in zip(sats, sat_host, _unbind(pos, vel, mass, sats, min_members, energy),
+                          strict=True):
         if b is not None:
             taken[b[0]] = True
-            out.append((b[0], b[1], False, len(s)))
-    rest = np.flatnonzero(~taken)
-    cen = _unbind(pos, vel, mass, [rest], min_members, energy)[0]
-    out.sort(key=lambda t: -len(t[0]))
-    if cen is not None:
-        out.insert(0, (cen[0], cen[1], True, len(rest)))
+            out[h].append((b[0], b[1], False, len(seed)))
+    hosts = [s for s in range(len(bounds) - 1) if bounds[s + 1] - bounds[s] >= min_members]
+    rests = [bounds[s] + np.flatnonzero(~taken[bounds[s]:bounds[s + 1]]) for s in hosts]
+    for s, rest, cen in zip(hosts, rests, _unbind(pos, vel, mass, rests, min_members, energy),
+                            strict=True):
+        out[s].sort(key=lambda t: -len(t[0]))
+        if cen is not None:
+            out[s].insert(0, (cen[0], cen[1], True, len(rest)))
     return out
 
 
@@ -357,34 +367,34 @@ def batch_subhalos(box, params, like, *pieces):
     else:
         starts, bounds = np.empty(0, np.int64), np.zeros(1, np.int64)
     n_rows = 0
+    upos = pos.copy()
+    if box is not None:  # each host unwrapped around its first member
+        first = np.repeat(pos[bounds[:-1]], np.diff(bounds), axis=0)
+        d = pos - first
+        upos = first + d - box * np.round(d / box)
+    found = find_subhalos(upos, vel, mass, bounds, min_members=params["min_members"],
+                          link_fraction=params["link_fraction"], energy=energy)
     for s in range(starts.size):
-        a, b = bounds[s], bounds[s + 1]
-        p = pos[a:b]
-        if box is not None:  # unwrap around the first member
-            d = p - p[0]
-            p = p[0] + d - box * np.round(d / box)
-        found = find_host_subhalos(p, vel[a:b], mass[a:b], min_members=params["min_members"],
-                                   link_fraction=params["link_fraction"], energy=energy)
-        for r, pot, central, n_cand in found:
+        for r, pot, central, n_cand in found[s]:
             c = r[int(np.argmin(pot))]
-            m = mass[a:b][r]
-            centre = p[c]
-            vmax, rmax = _circular(p[r], m, centre, energy.g_phys, energy.softening)
+            m = mass[r]
+            centre = upos[c].copy()
+            vmax, rmax = _circular(upos[r], m, centre, energy.g_phys, energy.softening)
             if box is not None:
                 centre = np.mod(centre, box)
                 centre[centre >= box] = 0.0
-            rows["host"].append(int(lab[a]))
+            rows["host"].append(int(lab[bounds[s]]))
             rows["n_bound"].append(len(r))
             rows["mass"].append(float(m.sum()))
             rows["position"].append(centre)
-            rows["velocity"].append((m[:, None] * vel[a:b][r]).sum(axis=0) / m.sum())
+            rows["velocity"].append((m[:, None] * vel[r]).sum(axis=0) / m.sum())
             rows["v_max"].append(vmax)
             rows["r_max"].append(rmax)
-            rows["mbp_id"].append(int(ids[a + c]))
-            rows["mbp_index"].append(int(index[a + c]))
+            rows["mbp_id"].append(int(ids[c]))
+            rows["mbp_index"].append(int(index[c]))
             rows["is_central"].append(bool(central))
             rows["n_candidates"].append(int(n_cand))
-            members_index.append(index[a:b][r])
+            members_index.append(index[r])
             members_row.append(np.full(len(r), n_rows, np.int64))
             n_rows += 1
     out = {k: np.asarray(v) for k, v in rows.items()}
