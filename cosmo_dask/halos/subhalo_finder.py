@@ -605,7 +605,8 @@ def subhalo_mass_function(result, *, min_members: int | None = None,
     xarray.Dataset
         Over dim ``satellite`` (decreasing mass): ``mass`` and ``n_above`` (satellites of
         at least that mass). Attributes: ``slope`` (the maximum-likelihood slope of
-        ``dN/dm ~ m^-alpha`` between the limit and the largest satellite, as the
+        ``dN/dm ~ m^-alpha`` between ``mass_min`` (the limit, or the smallest satellite
+        counted when larger) and the largest satellite, as the
         cumulative slope ``1 - alpha``), ``slope_error`` (its standard error), ``n``,
         ``mass_min``, ``mass_max``, ``mass_unit``.
     """
@@ -629,6 +630,8 @@ def subhalo_mass_function(result, *, min_members: int | None = None,
         unit = "1"
     m = np.sort(mass[keep])[::-1]
     n = m.size
+    if n:  # the fit starts at the limit or the smallest satellite counted, the larger
+        m_min = max(m_min, float(m[-1])) if np.isfinite(m_min) else float(m[-1])
     alpha, err = _truncated_power_law(m, m_min)
     ds = xr.Dataset({"mass": ("satellite", m, {"units": unit or ""}),
                      "n_above": ("satellite", np.arange(1, n + 1), {"units": "1"})})

@@ -13,7 +13,8 @@ __all__ = ["draw_subhalo_mass_function"]
 
 
 def draw_subhalo_mass_function(ax, ds, *, path: str | os.PathLike | None = None):
-    """Draw ``N(> m)`` (log-log steps) and the power law of slope ``ds.attrs["slope"]``.
+    """Draw ``N(> m)`` (log-log steps) and the fitted power law of cumulative slope
+    ``ds.attrs["slope"]`` truncated at the largest satellite.
 
     Parameters
     ----------
@@ -35,9 +36,15 @@ def draw_subhalo_mass_function(ax, ds, *, path: str | os.PathLike | None = None)
     if m.size:
         ax.step(m, n, where="post", color="k", label=f"satellites ({m.size})")
         slope = a.get("slope", np.nan)
-        if np.isfinite(slope):
-            grid = np.geomspace(a["mass_min"], m.max(), 50)
-            ax.plot(grid, m.size * (grid / a["mass_min"]) ** slope, "--",
+        if np.isfinite(slope):  # the truncated power law's N(> m) between its limits
+            lo, hi = a["mass_min"], m.max()
+            grid = np.geomspace(lo, hi, 50)
+            if abs(slope) > 1e-9:
+                curve = (grid**slope - hi**slope) / (lo**slope - hi**slope)
+            else:
+                curve = np.log(hi / grid) / np.log(hi / lo)
+            n_fit = int((m >= lo).sum())
+            ax.plot(grid[:-1], n_fit * curve[:-1], "--",
                     label=f"fit: slope {slope:.2f} ± {a.get('slope_error', np.nan):.2f}")
         ax.set_xscale("log")
         ax.set_yscale("log")
