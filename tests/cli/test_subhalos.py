@@ -57,3 +57,20 @@ def test_halos_of_another_snapshot_is_one_line(stores, tmp_path, capsys):
     assert rc == 2 and len(lines) == 1, lines
     assert "give the halos of this snapshot" in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_bad_value_is_one_line_and_the_defaults_are_the_parameters(stores, tmp_path, capsys):
+    from cosmo_dask.cli.parser import build_parser
+    from cosmo_dask.halos import parameters as hp
+
+    out = tmp_path / "s.zarr"
+    rc = main(["--cpu", "--workers", "1", "subhalos", str(stores / "snap.zarr"),
+               str(stores / "halos.zarr"), str(out), "--link-fraction", "1.5"])
+    lines = capsys.readouterr().err.splitlines()
+    assert rc == 2 and len(lines) == 1, lines
+    assert "link_fraction must be in (0, 1), got 1.5" in lines[0].replace("-", "_"), lines[0]
+    assert not out.exists()
+    args = build_parser().parse_args(["subhalos", "a", "b", "c"])
+    assert (args.min_members, args.link_fraction, args.tree_threshold) == (
+        hp.SUBHALO_MIN_MEMBERS_DEFAULT, hp.SUBHALO_LINK_FRACTION_DEFAULT,
+        hp.SUBHALO_TREE_THRESHOLD_DEFAULT)
