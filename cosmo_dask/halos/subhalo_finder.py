@@ -18,23 +18,28 @@ open space):
    distances, so that that fraction of the particles has a friend. The groups of at
    least ``min_members`` are split again, each in its own scaling, until no group of
    ``min_members`` remains; the last groups of each branch are the *seeds*.
-2. **Assignment.** Going back up the hierarchy, the particles of a group that fell in
-   none of its subgroups go to the nearest seed below it in the seed's own phase-space
-   metric ``|x - x_s|^2 / sigma_x,s^2 + |v - v_s|^2 / sigma_v,s^2`` (ROCKSTAR's),
-   ``x_s, v_s, sigma_x,s, sigma_v,s`` the means and 1-D dispersions of the seed's
-   particles. Seeds closer than ``MERGE_SIGMAS`` in that metric (both ways) to a
-   larger seed join it: the Poisson splits of one core are one structure.
-3. **Unbinding.** The seed owning most particles is the host's central; every other seed
-   is a satellite candidate. Each candidate loses, in turns, the particles of positive
-   energy ``e = phi + |v - v_c + a H (x - x_c)|^2 / 2`` (at most a quarter of its
-   particles a turn, the most energetic first), ``phi`` the candidate's own potential
-   (physical: ``G / a`` over the softened comoving separations), ``v_c`` its members'
-   mean velocity and ``x_c`` its most-bound (lowest ``phi``) member, recomputed each
-   turn, until none is unbound; it is kept when ``min_members`` remain. The potentials
-   come from the project's kernels only: the exact pairwise sum
-   (:data:`cosmo_dask.halos.dispatch.segment_potentials`, every candidate of a batch in
-   one call) for candidates of at most ``tree_threshold`` particles, the octree
-   (:data:`cosmo_dask.gravity.dispatch.tree_forces`) above.
+2. **Assignment.** Going down the hierarchy, the particles of a group that fell in
+   none of its subgroups go to the nearest subgroup in that subgroup's phase-space
+   metric ``|x - x_g|^2 / sigma_x,g^2 + |v - v_g|^2 / sigma_v,g^2`` (ROCKSTAR's; the
+   means and 1-D dispersions of the subgroup's particles), or stay with the group itself
+   (a seed of its own, in its broader metric) when that is nearer and at least
+   ``min_members`` of its particles are in no subgroup: a host whose particles
+   dissolve into the loose remainder at some level keeps them instead of handing them
+   to its densest satellite. Seeds closer than ``MERGE_SIGMAS`` to a larger seed (in
+   the metric of twice the smaller of their squared dispersions) join it: the Poisson
+   splits of one core are one structure.
+3. **Unbinding.** The seed whose core lies nearest the host's centre of mass and mean
+   velocity (in the host's metric) is the host's central; every other seed, with the
+   particles it owns, is a satellite candidate. Each candidate loses, in turns, the
+   particles of positive energy ``e = phi + |v - v_c + a H (x - x_c)|^2 / 2`` (at most a
+   quarter of its particles a turn, the most energetic first), ``phi`` the candidate's
+   own potential (physical: ``G / a`` over the softened comoving separations), ``v_c``
+   its members' mean velocity and ``x_c`` its most-bound (lowest ``phi``) member,
+   recomputed each turn, until none is unbound; it is kept when ``min_members`` remain.
+   The potentials come from the project's kernels only: the exact pairwise sum
+   (:data:`cosmo_dask.halos.dispatch.segment_potentials`, every candidate of every host
+   of a batch in one call per turn) for candidates of at most ``tree_threshold``
+   particles, the octree (:data:`cosmo_dask.gravity.dispatch.tree_forces`) above.
 4. **The central** (subhalo 0 of each host, ``is_central``): every member of the host
    that no satellite kept (the central seed's, the unbound ones of the satellites)
    unbound in the same way. A host whose central keeps fewer than ``min_members`` has
