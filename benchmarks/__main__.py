@@ -23,6 +23,7 @@ WORKLOADS = {
     "fof-profile-gpu": "benchmarks.halos.fof_profile_gpu",
     "hod": "benchmarks.halos.hod",
     "merger-tree": "benchmarks.halos.merger_tree",
+    "subhalos": "benchmarks.halos.subhalos",
     # gravity
     "gravity": "benchmarks.gravity.parts",
     "gravity-direct": "benchmarks.gravity.direct",

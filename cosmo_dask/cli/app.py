@@ -8,6 +8,7 @@
     info SNAP [--quick] [--json]
     convert gadget|gadget-binary|swift IN OUT.zarr [--part-type 1|0,1,4|all] [--units L,V,M]
     halos SNAP OUT.zarr [--linking-length 0.2] [--centers mbp,mcp] [--so 200c,200m,vir]
+    subhalos SNAP HALOS OUT.zarr [--min-members 20] [--labels] [--plot PNG]
     hod CATALOG OUT.zarr [--logMmin ...] [--satellites particles|nfw] [--seed S] [--plot P]
     gravity SNAP OUT.zarr [--method tree|direct|pm|treepm] [--theta 0.5] [--softening EPS]
     xi SNAP OUT.zarr --r-max R [--bins N] [--mu-bins M --los z --poles 0 2 4] [--plot FILE]

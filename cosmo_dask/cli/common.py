@@ -115,6 +115,9 @@ def _output_kind(args) -> tuple[str, str]:
     if name == "cmd_halos":
         from ..halos.result import FORMAT
         return "halo store", FORMAT
+    if name == "cmd_subhalos":
+        from ..halos.subhalo_result import FORMAT
+        return "subhalo store", FORMAT
     if name == "cmd_expand":
         from ..expansion.output import FORMAT
         return "expansion store", FORMAT
@@ -140,7 +143,7 @@ def _check_out(args) -> None:
     from ..store.atomic import check_writable_target
 
     what, fmt = _output_kind(args)
-    inputs = [getattr(args, name, None) for name in ("snapshot", "input")]
+    inputs = [getattr(args, name, None) for name in ("snapshot", "input", "halos")]
     check_writable_target(args.out, overwrite=args.overwrite, what=what, fmt=fmt,
                           inputs=[i for i in inputs if i])
 

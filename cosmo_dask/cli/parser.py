@@ -8,7 +8,7 @@ import math
 
 from ..core.checks import PRECISIONS
 from ..core.version import __version__
-from . import clustering, data, demo, density, expand, gravity, halos, structure
+from . import clustering, data, demo, density, expand, gravity, halos, structure, subhalos
 from .data import CONVERT_FORMATS
 
 
@@ -457,6 +457,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measured <N(M)> of centrals and satellites against the model")
     hd.add_argument("--overwrite", action="store_true")
     hd.set_defaults(func=halos.cmd_hod)
+
+    sh = subparser("subhalos", help="bound subhalos inside the FOF halos of a halo store",
+                   description="Find bound subhalos inside the FOF halos of a halo store "
+                   "(cosmo-dask halos) of SNAP: a hierarchical phase-space (6-D) FOF in each "
+                   "halo, then iterative unbinding; write the subhalo catalog as a store.")
+    sh.add_argument("snapshot", metavar="SNAP")
+    sh.add_argument("halos", metavar="HALOS", help="halo store of SNAP")
+    sh.add_argument("out", metavar="OUT.zarr")
+    sh.add_argument("--min-members", type=int, default=hp.SUBHALO_MIN_MEMBERS_DEFAULT,
+                    help=f"bound particles a subhalo needs (>= {hp.SUBHALO_MIN_MEMBERS_MIN})")
+    sh.add_argument("--link-fraction", type=float, default=hp.SUBHALO_LINK_FRACTION_DEFAULT,
+                    help="fraction of a group's particles its 6-D linking length links "
+                    f"(default {hp.SUBHALO_LINK_FRACTION_DEFAULT:g}, ROCKSTAR's)")
+    sh.add_argument("--softening", type=float, default=None,
+                    help="Plummer softening of the unbinding potentials, length units "
+                    "(default: the halo catalog's potential softening)")
+    sh.add_argument("--tree-threshold", type=int, default=hp.SUBHALO_TREE_THRESHOLD_DEFAULT,
+                    help="candidates above this many particles get octree potentials")
+    sh.add_argument("--labels", action="store_true",
+                    help="also store each particle's subhalo")
+    sh.add_argument("--plot", metavar="PNG", default=None,
+                    help="satellite mass function N(>m) with its fitted slope")
+    sh.add_argument("--overwrite", action="store_true")
+    sh.set_defaults(func=subhalos.cmd_subhalos)
 
     e = subparser("expand", help="SCF or MEX expansion of an isolated snapshot",
                   description="Fit an SCF (Hernquist-Ostriker) or MEX (multipole) expansion "

@@ -1,5 +1,5 @@
-"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions, and
-HOD galaxy mocks on the catalogs.
+"""Halo finding: distributed friends-of-friends, catalogs, centres and mass functions,
+bound subhalos inside the FOF halos, and HOD galaxy mocks on the catalogs.
 
 The public names load on first use (:func:`cosmo_dask.core.lazy.lazy_exports`), so that
 importing the light ``halos.parameters`` (as the CLI's parser does) loads no kernels.
@@ -14,7 +14,10 @@ _PUBLIC = {"fof": "api", "fof_labels": "fof_graph", "FOFLabels": "fof_graph",
            "theory_mass_function": "mass_functions", "spherical_overdensity": "overdensity",
            "populate_hod": "hod", "merger_tree": "merger_trees", "MergerTree": "merger_trees",
            "open_merger_tree": "merger_trees", "correa2015_mah": "merger_trees",
-           "open_members": "members"}
+           "open_members": "members", "subhalos": "subhalo_finder",
+           "subhalo_mass_function": "subhalo_finder",
+           "plot_subhalo_mass_function": "subhalo_finder",
+           "SubhaloResult": "subhalo_result", "open_subhalos": "subhalo_result"}
 
 __all__ = list(_PUBLIC)
 

@@ -283,3 +283,64 @@ def check_main_progenitor(value: Any) -> str:
     if value not in MAIN_PROGENITOR:
         raise ParameterError(f"by must be one of {', '.join(MAIN_PROGENITOR)}, got {value!r}")
     return value
+# ----------------------------------------------------------------------------- subhalos
+#: the subhalo finders ``subhalos`` knows: a phase-space (6-D) friends-of-friends inside
+#: each host, hierarchical as in ROCKSTAR, with iterative unbinding
+SUBHALO_METHODS = ("6dfof",)
+#: smallest bound subhalo kept (bound particles), default and lower bound
+SUBHALO_MIN_MEMBERS_DEFAULT = 20
+SUBHALO_MIN_MEMBERS_MIN = 5
+#: the fraction of a group's particles that its 6-D linking length links to at least one
+#: other (the adaptive linking length of ROCKSTAR, Behroozi et al. 2013: 0.7)
+SUBHALO_LINK_FRACTION_DEFAULT = 0.7
+#: candidates with more members than this get their unbinding potentials from the octree
+#: (``gravity.dispatch.tree_forces``), smaller ones the exact pairwise sum
+#: (``halos.dispatch.segment_potentials``)
+SUBHALO_TREE_THRESHOLD_DEFAULT = 20000
+#: the opening angle of that octree
+SUBHALO_THETA_DEFAULT = 0.5
+
+
+def check_subhalos(snap, halos, *, method: Any = "6dfof", min_members: Any =
+                   SUBHALO_MIN_MEMBERS_DEFAULT, link_fraction: Any =
+                   SUBHALO_LINK_FRACTION_DEFAULT, softening: Any = None,
+                   tree_threshold: Any = SUBHALO_TREE_THRESHOLD_DEFAULT,
+                   n_batches: Any = None) -> float:
+    """Check ``subhalos``' parameters and that ``halos`` (a HaloResult) is of ``snap``,
+    reading no particle data; returns the potential softening (length units). A one-line
+    ParameterError names the parameter or input at fault."""
+    if method not in SUBHALO_METHODS:
+        raise ParameterError(f"subhalos: unknown method {method!r}; use one of "
+                             f"{list(SUBHALO_METHODS)}")
+    check_integer(min_members, "subhalos: min_members", SUBHALO_MIN_MEMBERS_MIN)
+    f = check_finite(link_fraction, "subhalos: link_fraction")
+    if not 0 < f < 1:
+        raise ParameterError(f"subhalos: link_fraction must be in (0, 1), got {f:g}")
+    check_integer(tree_threshold, "subhalos: tree_threshold", 2)
+    if n_batches is not None:
+        check_integer(n_batches, "subhalos: n_batches", 1)
+    where = halos.parameters.get("snapshot") or "the halo catalog"
+    if snap.vel is None:
+        raise ParameterError(f"subhalos: the snapshot ({snap.source or 'in memory'}) has no "
+                             "velocities; unbinding needs them")
+    n_labels = int(halos.labels.shape[0])
+    if n_labels != snap.n_particles:
+        raise ParameterError(f"subhalos: {where} labels {n_labels} particles but the snapshot "
+                             f"has {snap.n_particles}: give the halos of this snapshot")
+    box = halos.catalog.attrs.get("box_size")
+    same = (box is None and snap.box_size is None) or (
+        box is not None and snap.box_size is not None
+        and math.isclose(float(box), float(snap.box_size), rel_tol=1e-9))
+    if not same:
+        raise ParameterError(f"subhalos: {where} has box_size {box} but the snapshot has "
+                             f"{snap.box_size}: give the halos of this snapshot")
+    if halos.n_halos == 0:
+        raise ParameterError(f"subhalos: {where} has no halos; there is nothing to split")
+    if softening is None:
+        ll = halos.catalog.attrs.get("linking_length")
+        soft = halos.catalog.attrs.get("potential_softening")
+        if soft is None and ll is None:
+            raise ParameterError("subhalos: the halo catalog records neither its potential "
+                                 "softening nor its linking length; give softening=")
+        return float(soft if soft is not None else POTENTIAL_SOFTENING_LINKS * float(ll))
+    return check_positive(softening, "subhalos: softening", allow_zero=True)
