@@ -50,6 +50,31 @@ def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: i
     return time.perf_counter() - t0
 
 
+def mah_against_fit(tree) -> list[dict]:
+    """Median M(z)/M0 of the final halos of >= 100 members in two bins of equal count,
+    and the Correa et al. (2015) fit at each bin's median M0, per output."""
+    from cosmo_dask.halos.merger_trees import correa2015_mah, mass_bins, median_with_lost
+
+    mah = tree.mass_accretion_histories()
+    z = mah["redshift"].values
+    ratios, m0 = mah["mah"].values, mah["mass0"].values
+    cosmo = tree.parameters.get("cosmology")
+    out = []
+    for mask in mass_bins(tree, 2, min_particles=100):
+        mm = float(np.median(m0[mask]))
+        out.append({"n_halos": int(mask.sum()), "mass0_median": round(mm, 4),
+                    "mass_unit": str(mah["mass0"].attrs.get("units", "")),
+                    "redshift": [round(float(v), 4) for v in z],
+                    "median": [round(float(v), 4) for v in median_with_lost(ratios[:, mask])],
+                    "p16": [round(float(v), 4) for v in np.nanpercentile(ratios[:, mask], 16,
+                                                                           axis=1)],
+                    "p84": [round(float(v), 4) for v in np.nanpercentile(ratios[:, mask], 84,
+                                                                           axis=1)],
+                    "correa2015": [round(float(v), 4) for v in correa2015_mah(mm, z, cosmo)]
+                    if cosmo else None})
+    return out
+
+
 def main(argv=None):
     ap = box_parser(__doc__, n_side=64, box=64.0, steps=20)
     ap.add_argument("--sim", default=None, help="an existing simulation store")
@@ -94,6 +119,7 @@ def main(argv=None):
         info = tree.to_ytree(Path(tmp) / "trees.dat")
         ytree_s = time.perf_counter() - t0
     n_halos = [int(n) for n in tree.outputs["n_halos"].values]
+    fields["mah"] = mah_against_fit(tree)
     rows = [int(sim.members(z)["ids"].shape[0]) for z in tree.outputs["redshift"].values]
     linked = tree.links["desc_halo"].values >= 0
     emit(simulation=str(path) if args.sim or args.keep else None,

@@ -44,7 +44,7 @@ def test_every_notebook_is_found():
     names = {p.name for p in NOTEBOOKS}
     expected = {"01_quick_start.ipynb", "02_gadget_to_halos.ipynb",
                 "03_power_and_density.ipynb", "04_gravity_and_expansions.ipynb",
-                "05_clustering.ipynb"}
+                "05_clustering.ipynb", "06_structure.ipynb"}
     assert expected <= names, sorted(expected - names)
 
 
