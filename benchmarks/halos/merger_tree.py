@@ -34,19 +34,20 @@ from benchmarks.common import box_parser, emit, start, stderr, wall_median  # no
 
 def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: int,
                     n_outputs: int, z_max: float, n_mesh: int | None = None,
-                    particles: bool = False, method: str = "pm") -> float:
+                    particles: bool = False, method: str = "pm", device: str = "cpu") -> float:
     """Run the store (module docstring); returns its wall seconds."""
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
 
     a = np.linspace(1.0 / (1.0 + z_max), 1.0, n_outputs)
     outputs = [float(1.0 / x - 1.0) for x in a[:-1]]
-    ics = lpt_ics(n_side, box_size=box, redshift=z_init, seed=3, precision="float32")
+    ics = lpt_ics(n_side, box_size=box, redshift=z_init, seed=3, precision="float32",
+                  device=device)
     t0 = time.perf_counter()
     run(ics, z_final=0.0, n_steps=steps, outputs=outputs, out=path, analyses=["halos"],
         method=method,
         write_particles=particles, precision="float32", n_mesh=n_mesh,
-        analysis_options={"halos": {"centers": ()}})
+        analysis_options={"halos": {"centers": ()}}, show=True)
     return time.perf_counter() - t0
 
 
@@ -104,7 +105,8 @@ def main(argv=None):
                           run_s=round(make_simulation(path, args.n_side, args.box,
                                                       args.z_init, args.steps, args.outputs,
                                                       args.z_max, args.n_mesh,
-                                                      args.particles, args.method), 2))
+                                                      args.particles, args.method,
+                                                      args.device), 2))
         else:
             path = Path(args.sim)
         sim = open_simulation(path)
