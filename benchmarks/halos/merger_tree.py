@@ -34,7 +34,8 @@ from benchmarks.common import box_parser, emit, start, stderr, wall_median  # no
 
 def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: int,
                     n_outputs: int, z_max: float, n_mesh: int | None = None,
-                    particles: bool = False, method: str = "pm", device: str = "cpu") -> float:
+                    particles: bool = False, method: str = "pm", device: str = "cpu",
+                    centers: tuple = ()) -> float:
     """Run the store (module docstring); returns its wall seconds."""
     from cosmo_dask.models import lpt_ics
     from cosmo_dask.simulation import run
@@ -47,7 +48,7 @@ def make_simulation(path: Path, n_side: int, box: float, z_init: float, steps: i
     run(ics, z_final=0.0, n_steps=steps, outputs=outputs, out=path, analyses=["halos"],
         method=method,
         write_particles=particles, precision="float32", n_mesh=n_mesh,
-        analysis_options={"halos": {"centers": ()}}, show=True)
+        analysis_options={"halos": {"centers": tuple(centers)}}, show=True)
     return time.perf_counter() - t0
 
 
@@ -76,6 +77,44 @@ def mah_against_fit(tree) -> list[dict]:
     return out
 
 
+def mah_m200c(tree, sim) -> list[dict]:
+    """As :func:`mah_against_fit` with M200c (``spherical_overdensity`` about each FOF
+    halo's most-bound particle, from the outputs' particles: a run made here with ``--so``
+    finds those centres) along the same main branches and
+    in the same bins (by FOF mass): the mass definition Correa et al. (2015) fit."""
+    from cosmo_dask.halos import spherical_overdensity
+    from cosmo_dask.halos.merger_trees import correa2015_mah, mass_bins
+
+    zs = [float(z) for z in tree.outputs["redshift"].values]
+    m200 = []
+    for z in zs:
+        so = spherical_overdensity(sim.snapshot(z), sim.halos(z), deltas=("200c",),
+                                   center="mbp")
+        m200.append(np.asarray(so["M_200c"].values, np.float64))
+    branch = tree._branches("mass")
+    mm = np.full(branch.shape, np.nan)
+    for k, row in enumerate(branch):
+        ok = row >= 0
+        mm[k, ok] = m200[k][row[ok]]
+    ratios = mm / mm[-1]
+    ratios[np.isnan(ratios) & (branch < 0)] = 0.0  # an ended branch counts as 0, as above
+    cosmo = tree.parameters.get("cosmology")
+    out = []
+    for mask in mass_bins(tree, 2, min_particles=100):
+        sel = mask & np.isfinite(mm[-1])
+        m0 = float(np.median(mm[-1][sel]))
+        out.append({"n_halos": int(sel.sum()), "m200c0_median": round(m0, 4),
+                    "redshift": [round(z, 4) for z in zs],
+                    "median": [round(float(v), 4) for v in np.nanmedian(ratios[:, sel], axis=1)],
+                    "p16": [round(float(v), 4) for v in np.nanpercentile(ratios[:, sel], 16,
+                                                                           axis=1)],
+                    "p84": [round(float(v), 4) for v in np.nanpercentile(ratios[:, sel], 84,
+                                                                           axis=1)],
+                    "correa2015": [round(float(v), 4) for v in correa2015_mah(m0, np.array(zs),
+                                                                                cosmo)]})
+    return out
+
+
 def main(argv=None):
     ap = box_parser(__doc__, n_side=64, box=64.0, steps=20)
     ap.add_argument("--sim", default=None, help="an existing simulation store")
@@ -86,6 +125,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="timed runs (median)")
     ap.add_argument("--n-mesh", type=int, default=None, help="PM mesh of a new store "
                     "(default: the run's, twice the particle grid)")
+    ap.add_argument("--so", action="store_true", help="also the M200c histories (needs "
+                    "the outputs' particles)")
     ap.add_argument("--particles", action="store_true",
                     help="a new store keeps each output's particles (for subhalos at z = 0)")
     args = ap.parse_args(argv)
@@ -106,7 +147,8 @@ def main(argv=None):
                                                       args.z_init, args.steps, args.outputs,
                                                       args.z_max, args.n_mesh,
                                                       args.particles, args.method,
-                                                      args.device), 2))
+                                                      args.device,
+                                                      ("mbp",) if args.so else ()), 2))
         else:
             path = Path(args.sim)
         sim = open_simulation(path)
@@ -122,6 +164,10 @@ def main(argv=None):
         ytree_s = time.perf_counter() - t0
     n_halos = [int(n) for n in tree.outputs["n_halos"].values]
     fields["mah"] = mah_against_fit(tree)
+    if args.so:
+        t0 = time.perf_counter()
+        fields["mah_m200c"] = mah_m200c(tree, sim)
+        fields["so_s"] = round(time.perf_counter() - t0, 2)
     rows = [int(sim.members(z)["ids"].shape[0]) for z in tree.outputs["redshift"].values]
     linked = tree.links["desc_halo"].values >= 0
     emit(simulation=str(path) if args.sim or args.keep else None,
