@@ -128,14 +128,16 @@ def kick(mom: da.Array, acc: da.Array, factor: float) -> da.Array:
                          meta=mom._meta, name=f"sim-kick-{tokenize(mom, acc, factor)}")
 
 
-def _drift_block(pos, mom, factor, box, dtype):
+def drift_block(pos, mom, factor, box, dtype):
+    """One chunk's drift, ``pos + factor mom`` in float64 wrapped into ``[0, box)`` and
+    cast to ``dtype`` (the light cone repeats it to find where a step ends)."""
     x = pos.astype(np.float64) + mom.astype(np.float64) * factor
     return wrap_into_box(x, box, dtype)
 
 
 def drift(pos: da.Array, mom: da.Array, factor: float, box_size: float) -> da.Array:
     """``x + factor p`` wrapped into ``[0, box_size)`` (computed in float64, cast back)."""
-    return da.map_blocks(_drift_block, pos, mom, float(factor), float(box_size), pos.dtype,
+    return da.map_blocks(drift_block, pos, mom, float(factor), float(box_size), pos.dtype,
                          dtype=pos.dtype, meta=pos._meta,
                          name=f"sim-drift-{tokenize(pos, mom, factor, box_size)}")
 

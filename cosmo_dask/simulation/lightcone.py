@@ -49,7 +49,7 @@ from scipy import integrate, interpolate
 from ..core.backend import array_module, empty_meta, host
 from ..core.errors import ParameterError, SnapshotError
 from ..units import factor
-from .integrator import _drift_block
+from .integrator import drift_block
 
 #: speed of light in km/s
 SPEED_OF_LIGHT_KMS = 299792.458
@@ -272,7 +272,7 @@ def cross_block(x0, p_half, ids, geo: StepGeometry):
     # wrapped, cast positions) and the image it lies in: the sign test at the step's end
     # and at the next step's start then compute the same numbers, so that a crossing at a
     # step boundary is counted once, neither twice nor never
-    xn = _drift_block(x0, p_half, geo.dr, box, dtype).astype(np.float64)
+    xn = drift_block(x0, p_half, geo.dr, box, dtype).astype(np.float64)
     k = xp.rint((x1 - xn) / box)
     slack = 1e-9 * box  # the bounding box holds both ends, whatever their rounding
     lo = host(xp.minimum(x.min(axis=0), x1.min(axis=0))) - slack
