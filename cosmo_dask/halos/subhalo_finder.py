@@ -471,6 +471,31 @@ def _open_halos(halos):
                          f"{type(halos).__name__}")
 
 
+def _check_same_particles(snap, halos, n_check: int = 4) -> None:
+    """ParameterError unless the halos were found on these particles: the positions of a
+    few halos' most-bound particles (the catalog's ``mbp_index`` rows, read from ``snap``)
+    must equal the catalog's ``mbp_position``. Halos of another output of the same run
+    have the same particle count and box, so the metadata alone cannot tell them apart.
+    Catalogs without most-bound centres are not checked this way."""
+    cat = halos.catalog
+    if "mbp_index" not in cat or "mbp_position" not in cat or halos.n_halos == 0:
+        return
+    idx = np.asarray(cat["mbp_index"].values[:n_check], np.int64)
+    ok = idx >= 0
+    if not ok.any():
+        return
+    want = np.asarray(cat["mbp_position"].values[:n_check], np.float64)[ok]
+    got = np.asarray(host(snap.pos[np.sort(idx[ok])].compute()), np.float64)
+    got = got[np.argsort(np.argsort(idx[ok]))]
+    scale = float(snap.box_size) if snap.box_size else float(np.abs(want).max() or 1.0)
+    if not np.allclose(got, want, rtol=0.0, atol=1e-5 * scale):
+        where = halos.parameters.get("snapshot") or "the halo catalog"
+        target = snap.source or "the snapshot"
+        raise ParameterError(f"subhalos: the halos of {where} were not found on these "
+                             f"particles (their most-bound particles sit elsewhere in "
+                             f"{target}): give the halos of this snapshot")
+
+
 def subhalos(snap, halos, *, method: str = "6dfof",
              min_members: int = SUBHALO_MIN_MEMBERS_DEFAULT,
              link_fraction: float = SUBHALO_LINK_FRACTION_DEFAULT,
@@ -533,6 +558,7 @@ def subhalos(snap, halos, *, method: str = "6dfof",
     soft = check_subhalos(snap, halos, method=method, min_members=min_members,
                           link_fraction=link_fraction, softening=softening,
                           tree_threshold=tree_threshold, n_batches=n_batches)
+    _check_same_particles(snap, halos)
     t0 = time.perf_counter()
     box = snap.box_size
     G = snap.G if snap.G is not None else 1.0  # noqa: N806

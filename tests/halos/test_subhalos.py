@@ -186,6 +186,13 @@ def test_bad_input_is_one_line_before_work(synthetic):
     novel = Snapshot.from_arrays(snap.pos, box_size=BOX, particle_mass=1.0, G=1.0)
     with pytest.raises(ParameterError, match="has no velocities"):
         subhalos(novel, halos)
+    # the same count and box but other particles (another output of one run): the
+    # catalog's most-bound particles are not where it recorded them
+    moved = Snapshot.from_arrays((snap.pos.compute() + 0.37) % BOX, snap.vel.compute(),
+                                 box_size=BOX, particle_mass=1.0, G=1.0)
+    with pytest.raises(ParameterError, match="were not found on these particles") as err:
+        subhalos(moved, halos)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if not isinstance(d, str)])
