@@ -65,7 +65,7 @@ ENERGY = "phi / a + |v - v_halo|^2 / 2 (phi comoving, from the halo's own member
 
 
 # ----------------------------------------------------------------------------- tasks
-def _bucket_edges(n_members: np.ndarray, n_buckets: int) -> np.ndarray:
+def bucket_edges(n_members: np.ndarray, n_buckets: int) -> np.ndarray:
     """Halo-id edges (n_buckets + 1,) of buckets of consecutive halos with about equal
     member counts (every bucket non-empty when there are enough halos)."""
     h = n_members.size
@@ -77,13 +77,17 @@ def _bucket_edges(n_members: np.ndarray, n_buckets: int) -> np.ndarray:
     return edges.astype(np.int64)
 
 
-def _scatter(lab, pos, vel, ids, mass, particle_mass, edges):
-    """One chunk's halo members cut into the buckets of ``edges`` (host arrays; the
-    selection is made where the chunk lives)."""
+def scatter_members(lab, pos, vel, ids, mass, particle_mass, edges, offset: int = 0):
+    """One chunk's halo members cut into the buckets of ``edges`` (:func:`bucket_edges`):
+    a list of dicts of host arrays ``label``, ``index`` (the particle's row in the
+    snapshot: ``offset`` is the chunk's first), ``pos``, ``vel``, ``ids`` (None without
+    ids), ``mass``; the selection is made where the chunk lives. The one shuffle of
+    halo members by halo (member ranking, subhalos)."""
     xp = array_module(lab)
     sel = xp.flatnonzero(lab >= 0)
     label = host(lab[sel]).astype(np.int64)
-    out = {"label": label, "pos": host(pos[sel]).astype(np.float64),
+    out = {"label": label, "index": host(sel).astype(np.int64) + int(offset),
+           "pos": host(pos[sel]).astype(np.float64),
            "vel": (np.zeros((label.size, 3)) if vel is None
                    else host(vel[sel]).astype(np.float64)),
            "ids": host(ids[sel]).astype(np.int64) if ids is not None else None,
@@ -242,7 +246,7 @@ def member_arrays(snap, result, *, softening: float | None = None,
         labels = labels.rechunk((rows,))
     if n_buckets is None:
         n_buckets = max(len(rows), math.ceil(total / TREE_BUCKET_ROWS))
-    edges = _bucket_edges(n_members, n_buckets)
+    edges = bucket_edges(n_members, n_buckets)
     nb = edges.size - 1
     inputs = [x for x in (labels, snap.pos, snap.vel, snap.ids, snap.mass) if x is not None]
     token = tokenize([x.name for x in inputs], edges, softening, G, a, exact_max, grid_nodes,
@@ -255,7 +259,7 @@ def member_arrays(snap, result, *, softening: float | None = None,
                 None if snap.vel is None else g.chunk(snap.vel, c, 0),
                 None if snap.ids is None else g.chunk(snap.ids, c),
                 None if snap.mass is None else g.chunk(snap.mass, c)]
-        splits.append(g.add_split((f"members-scatter-{token}", c), _scatter, *args,
+        splits.append(g.add_split((f"members-scatter-{token}", c), scatter_members, *args,
                                   snap.particle_mass, edges, n=nb))
     kw = {"box_size": snap.box_size, "softening": float(softening), "G": G,
           "scale_factor": a, "exact_max": int(exact_max), "grid_nodes": int(grid_nodes)}

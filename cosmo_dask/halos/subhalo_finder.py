@@ -45,9 +45,11 @@ open space):
    unbound in the same way. A host whose central keeps fewer than ``min_members`` has
    no central row.
 
-Distribution: the members of the hosts are gathered per batch of hosts, as the
-catalog's most-bound-particle batches are: each snapshot chunk sends its host members
-to the batch ``host % n_batches`` (one task per chunk), and each batch task finds the
+Distribution: the members of the hosts are gathered per batch of hosts by the one
+shuffle of halo members (:func:`cosmo_dask.halos.members.scatter_members`, as the
+member ranking at simulation outputs): each snapshot chunk sends its host members to
+the batch of consecutive hosts holding them, batches of about equal member counts
+(one task per chunk), and each batch task finds the
 subhalos of its hosts; no task sees more than its batch's members. The 6-D groups are
 found on the host (scipy's k-d tree); the potentials run where the snapshot's chunks
 live (CuPy chunks: the GPU kernels of the two contracts).
@@ -70,6 +72,7 @@ from ..core.backend import array_module, empty_meta, host
 from ..core.errors import ParameterError
 from ..core.task_graph import TaskGraph
 from ..units.products import product_units
+from .members import bucket_edges, scatter_members
 from .parameters import (
     SUBHALO_LINK_FRACTION_DEFAULT,
     SUBHALO_MIN_MEMBERS_DEFAULT,
@@ -341,25 +344,12 @@ def find_subhalos(pos, vel, mass, bounds, *, min_members, link_fraction, energy:
 
 
 # ----------------------------------------------------------------------------- graph tasks
-def gather_members(labels, pos, vel, mass, ids, offset, n_batches):
-    """One chunk's host members cut into ``n_batches`` pieces by ``host % n_batches``:
-    ``(host, index, pos, vel, mass, ids)`` each, on the host (NumPy)."""
-    labels = host(labels).astype(np.int64)
-    sel = np.flatnonzero(labels >= 0)
-    lab = labels[sel]
-    cols = [lab, sel + offset, host(pos)[sel].astype(np.float64),
-            host(vel)[sel].astype(np.float64), host(mass)[sel].astype(np.float64),
-            (host(ids)[sel].astype(np.int64) if ids is not None else sel + offset)]
-    batch = lab % n_batches
-    return [tuple(c[batch == b] for c in cols) for b in range(n_batches)]
-
-
 def batch_subhalos(box, params, like, *pieces):
     """The subhalos of the hosts gathered in one batch: a dict of catalog columns (rows
     by host, central first) and the bound members' ``(index, row)`` pairs."""
-    cols = [np.concatenate([p[k] for p in pieces]) for k in range(6)]
-    lab, index, pos, vel, mass, ids = cols
-    order = np.lexsort((index, lab))
+    cols = [np.concatenate([p[k] if p[k] is not None else p["index"] for p in pieces])
+            for k in ("label", "index", "pos", "vel", "mass", "ids")]
+    order = np.lexsort((cols[1], cols[0]))
     lab, index, pos, vel, mass, ids = (c[order] for c in cols)
     energy = _Energy(params["G"], params["a"], params["a_h"], params["softening"],
                      params["tree_threshold"], params["theta"], like)
@@ -573,16 +563,19 @@ def subhalos(snap, halos, *, method: str = "6dfof",
         lab = lab.rechunk((chunks,))
     mass = snap.particle_masses()
     ids = snap.ids
-    nb = int(n_batches) if n_batches is not None else max(1, len(chunks))
-    token = tokenize(lab, pos, vel, mass, ids, params, nb, box)
+    n_members = np.asarray(halos.catalog["n_members"].values, np.int64)
+    edges = bucket_edges(n_members, int(n_batches) if n_batches is not None
+                         else max(1, len(chunks)))
+    nb = edges.size - 1
+    token = tokenize(lab, pos, vel, mass, ids, params, edges, box)
     like = empty_meta(pos, 1, np.float64)
     inputs = [lab, pos, vel, mass] + ([ids] if ids is not None else [])
     g = TaskGraph(inputs)
     offsets = np.r_[0, np.cumsum(chunks)]
-    gathered = [g.add_split((f"subhalo-gather-{token}", c), gather_members, g.chunk(lab, c),
-                            g.chunk(pos, c, 0), g.chunk(vel, c, 0), g.chunk(mass, c),
-                            None if ids is None else g.chunk(ids, c), int(offsets[c]), nb,
-                            n=nb)
+    gathered = [g.add_split((f"subhalo-gather-{token}", c), scatter_members,
+                            g.chunk(lab, c), g.chunk(pos, c, 0), g.chunk(vel, c, 0),
+                            None if ids is None else g.chunk(ids, c), g.chunk(mass, c),
+                            None, edges, int(offsets[c]), n=nb)
                 for c in range(len(chunks))]
     batches = [g.add((f"subhalo-batch-{token}", b), batch_subhalos, box, params, like,
                      *[e[b] for e in gathered]) for b in range(nb)]
