@@ -101,38 +101,40 @@ extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __r
 {
     const long long plane = n * n;
     const long long total = nx * plane;
-    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= total) return;
-    long long i, j, k;
-    if (total <= 0xffffffffLL) {  // 32-bit division, as in green
-        const unsigned int u = (unsigned int)t, un = (unsigned int)n;
-        const unsigned int row = u / un;
-        k = u - row * un;
-        j = row % un;
-        i = row / un;
-    } else {
-        k = t % n;
-        j = (t / n) % n;
-        i = t / plane;
-    }
-    double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
-    const int offs[4] = {1, -1, 2, -2};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const long long o = offs[q];
-        if (axis == 0) {
-            const long long ii = i + o;
-            const long long rest = j * n + k;
-            if (ii < 0) v[q] = (double)lo[(ii + 2) * plane + rest];
-            else if (ii >= nx) v[q] = (double)hi[(ii - nx) * plane + rest];
-            else v[q] = (double)phi[ii * plane + rest];
-        } else if (axis == 1) {
-            const long long jj = (j + o + 2 * n) % n;
-            v[q] = (double)phi[i * plane + jj * n + k];
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += stride) {  // grid-stride (one pass with the launch of fd4_gradient_gpu)
+        long long i, j, k;
+        if (total <= 0xffffffffLL) {  // 32-bit division, as in green
+            const unsigned int u = (unsigned int)t, un = (unsigned int)n;
+            const unsigned int row = u / un;
+            k = u - row * un;
+            j = row % un;
+            i = row / un;
         } else {
-            const long long kk = (k + o + 2 * n) % n;
-            v[q] = (double)phi[i * plane + j * n + kk];
+            k = t % n;
+            j = (t / n) % n;
+            i = t / plane;
         }
+        double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
+        const int offs[4] = {1, -1, 2, -2};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const long long o = offs[q];
+            if (axis == 0) {
+                const long long ii = i + o;
+                const long long rest = j * n + k;
+                if (ii < 0) v[q] = (double)lo[(ii + 2) * plane + rest];
+                else if (ii >= nx) v[q] = (double)hi[(ii - nx) * plane + rest];
+                else v[q] = (double)phi[ii * plane + rest];
+            } else if (axis == 1) {
+                const long long jj = (j + o + 2 * n) % n;
+                v[q] = (double)phi[i * plane + jj * n + k];
+            } else {
+                const long long kk = (k + o + 2 * n) % n;
+                v[q] = (double)phi[i * plane + j * n + kk];
+            }
+        }
+        out[t] = (MESH_T)((8.0 * (v[0] - v[1]) - (v[2] - v[3])) * coef);
     }
-    out[t] = (MESH_T)((8.0 * (v[0] - v[1]) - (v[2] - v[3])) * coef);
 }
