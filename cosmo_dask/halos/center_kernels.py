@@ -142,6 +142,14 @@ def _sum_open_f32(x, y, z, m, xi, yi, zi, j0, j1, eps2):
     ms = m[j0:j1]
     acc = 0.0
     tiny = 0
+    if eps2 >= _F32_TINY:  # every s >= eps2: none tiny or zero, no test per term
+        for j in range(xs.shape[0]):
+            dx = xs[j] - xi
+            dy = ys[j] - yi
+            dz = zs[j] - zi
+            s = dx * dx + dy * dy + dz * dz + eps2
+            acc += ms[j] * np.float64(np.float32(1.0) / np.sqrt(np.float32(s)))
+        return acc, tiny
     for j in range(xs.shape[0]):
         dx = xs[j] - xi
         dy = ys[j] - yi
@@ -545,8 +553,14 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
     for ch in numba.prange(nchunk):
         stack = np.empty(512, dtype=np.int64)
         near = np.empty(n_nodes, dtype=np.int64)
+        accept = np.empty(n_nodes, dtype=np.int64)
+        first = np.empty(n_nodes, dtype=np.int64)
         r0 = np.empty(n_nodes, dtype=np.int64)
         r1 = np.empty(n_nodes, dtype=np.int64)
+        bx = np.empty(0)  # the near members' copy, grown as needed
+        by = np.empty(0)
+        bz = np.empty(0)
+        bm = np.empty(0)
         for k in range(ch * chunk, min(nl, (ch + 1) * chunk)):
             group = groups[k]
             b0 = start[group]
@@ -574,6 +588,7 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
             ayz = 0.0
             rem = 0.0
             nn = 0
+            na = 0
             top = 1
             stack[0] = roots[k]
             while top > 0:
@@ -586,33 +601,8 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                 r = bmax[node]
                 rho = rb + r
                 if dd * (theta * theta) > rho * rho:  # never a node holding a member
-                    s2 = dd + eps2
-                    m = nmass[node]
-                    sec = second[node]
-                    s = math.sqrt(s2)
-                    inv = 1.0 / s
-                    inv2 = inv * inv
-                    inv3 = inv2 * inv
-                    inv5 = inv3 * inv2
-                    dqd = (quad[node, 0] * d0 * d0 + quad[node, 3] * d1 * d1
-                           + quad[node, 5] * d2 * d2
-                           + 2.0 * (quad[node, 1] * d0 * d1 + quad[node, 2] * d0 * d2
-                                    + quad[node, 4] * d1 * d2))
-                    a0 += m * inv + 0.5 * (dqd - sec * eps2) * inv5
-                    g = m * inv3
-                    ax -= g * d0
-                    ay -= g * d1
-                    az -= g * d2
-                    h = 1.5 * m * inv5
-                    hd = 0.5 * g
-                    axx += h * d0 * d0 - hd
-                    ayy += h * d1 * d1 - hd
-                    azz += h * d2 * d2 - hd
-                    axy += h * d0 * d1
-                    axz += h * d0 * d2
-                    ayz += h * d1 * d2
-                    t3 = m * rb * rb2 + 3.0 * rb2 * root_ms[node] + (3.0 * rb + r) * sec
-                    rem += t3 * inv3 / (s - rho)
+                    accept[na] = node
+                    na += 1
                 elif first_child[node] < 0:
                     near[nn] = node
                     nn += 1
@@ -620,7 +610,48 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                     for child in range(first_child[node], first_child[node] + n_child[node]):
                         stack[top] = child
                         top += 1
-            first = np.sort(start[near[:nn]])
+            for i in range(na):  # the accepted nodes' expansions, in one loop
+                node = accept[i]
+                d0 = c0 - com[node, 0]
+                d1 = c1 - com[node, 1]
+                d2 = c2 - com[node, 2]
+                dd = d0 * d0 + d1 * d1 + d2 * d2
+                r = bmax[node]
+                rho = rb + r
+                s2 = dd + eps2
+                m = nmass[node]
+                sec = second[node]
+                s = math.sqrt(s2)
+                inv = 1.0 / s
+                inv2 = inv * inv
+                inv3 = inv2 * inv
+                inv5 = inv3 * inv2
+                dqd = (quad[node, 0] * d0 * d0 + quad[node, 3] * d1 * d1
+                       + quad[node, 5] * d2 * d2
+                       + 2.0 * (quad[node, 1] * d0 * d1 + quad[node, 2] * d0 * d2
+                                + quad[node, 4] * d1 * d2))
+                a0 += m * inv + 0.5 * (dqd - sec * eps2) * inv5
+                g = m * inv3
+                ax -= g * d0
+                ay -= g * d1
+                az -= g * d2
+                h = 1.5 * m * inv5
+                hd = 0.5 * g
+                axx += h * d0 * d0 - hd
+                ayy += h * d1 * d1 - hd
+                azz += h * d2 * d2 - hd
+                axy += h * d0 * d1
+                axz += h * d0 * d2
+                ayz += h * d1 * d2
+                t3 = m * rb * rb2 + 3.0 * rb2 * root_ms[node] + (3.0 * rb + r) * sec
+                rem += t3 * inv3 / (s - rho)
+            for i in range(nn):  # the near leaves by first particle (insertion sort)
+                j0 = start[near[i]]
+                j = i
+                while j > 0 and first[j - 1] > j0:
+                    first[j] = first[j - 1]
+                    j -= 1
+                first[j] = j0
             # the leaves not accepted as ranges of sorted particles, adjacent ones merged
             nr = 0
             for i in range(nn):
@@ -636,10 +667,11 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
             if approx:  # the near members in one contiguous copy: one long loop a member
                 for i in range(nr):
                     nb += r1[i] - r0[i]
-                bx = np.empty(nb)
-                by = np.empty(nb)
-                bz = np.empty(nb)
-                bm = np.empty(nb)
+                if nb > bx.shape[0]:
+                    bx = np.empty(2 * nb)
+                    by = np.empty(2 * nb)
+                    bz = np.empty(2 * nb)
+                    bm = np.empty(2 * nb)
                 nb = 0
                 for i in range(nr):
                     for j in range(r0[i], r1[i]):
