@@ -520,6 +520,15 @@ def _bound_sums(pos, pmass, start, count, first_child, n_child, com, bmax, lo, h
             low[k] = w
 
 
+@numba.njit(fastmath=_FASTMATH, inline="always", cache=True)
+def _offset(c0, c1, c2, node, com):
+    """``(d0, d1, d2, |d|**2)`` for ``d = c - com[node]``."""
+    d0 = c0 - com[node, 0]
+    d1 = c1 - com[node, 1]
+    d2 = c2 - com[node, 2]
+    return d0, d1, d2, d0 * d0 + d1 * d1 + d2 * d2
+
+
 @numba.njit(nogil=True, parallel=True, fastmath=_FASTMATH, error_model="numpy", cache=True)
 def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax, lo, hi, nmass,
                   quad, second, root_ms, eps2, theta, approx, groups, roots, leaf_at, want,
@@ -595,12 +604,8 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
             while top > 0:
                 top -= 1
                 node = stack[top]
-                d0 = c0 - com[node, 0]
-                d1 = c1 - com[node, 1]
-                d2 = c2 - com[node, 2]
-                dd = d0 * d0 + d1 * d1 + d2 * d2
-                r = bmax[node]
-                rho = rb + r
+                d0, d1, d2, dd = _offset(c0, c1, c2, node, com)
+                rho = rb + bmax[node]
                 if dd * (theta * theta) > rho * rho:  # never a node holding a member
                     accept[na] = node
                     na += 1
@@ -613,10 +618,7 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
                         top += 1
             for i in range(na):  # the accepted nodes' expansions, in one loop
                 node = accept[i]
-                d0 = c0 - com[node, 0]
-                d1 = c1 - com[node, 1]
-                d2 = c2 - com[node, 2]
-                dd = d0 * d0 + d1 * d1 + d2 * d2
+                d0, d1, d2, dd = _offset(c0, c1, c2, node, com)
                 r = bmax[node]
                 rho = rb + r
                 s2 = dd + eps2
