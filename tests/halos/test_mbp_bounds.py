@@ -330,6 +330,28 @@ def test_float32_sums_stay_within_their_error_bound(eps):
     assert np.all(np.abs(approx - own - exact) <= ck._APPROX_ERR / 2 * approx)
 
 
+@pytest.mark.parametrize("eps", [2.0**-50, 2.0**-51])
+def test_float32_sums_at_the_softening_threshold(eps):
+    # eps**2 == _F32_TINY: every squared separation is at least eps**2, so the float32 loop
+    # runs without its per-term tests; just below it, coincident members (s = eps**2) must
+    # still send their rows to the exact sums. Both against the exact float64 sums.
+    rng = np.random.default_rng(5)
+    pos = model_halo(rng, "plummer", 500) * 1e-12
+    pos[11] = pos[10]
+    pos[12] = pos[10] + np.array([1e-40, 0.0, 0.0])
+    mass = rng.uniform(0.0, 2.0, len(pos))
+    starts = np.array([0, len(pos)], dtype=np.int64)
+    rows = np.arange(len(pos))
+    assert (eps * eps >= ck._F32_TINY) == (eps == 2.0**-50)
+    approx = ck._potentials(pos, mass, starts, rows, 0.0, eps, -1.0, approx=True)
+    exact = ck._potentials(pos, mass, starts, rows, 0.0, eps, -1.0)
+    own = mass / eps
+    assert np.all(np.abs(approx - own - exact) <= ck._APPROX_ERR / 2 * approx)
+    rows_, pot = segment_mbp(pos, mass, starts, softening=eps)
+    want_rows, want_pot, _ = _reference(pos, mass, starts, softening=eps)
+    assert rows_[0] == want_rows[0] and pot[0] == want_pot[0]
+
+
 def test_forest_holds_one_octree_per_segment():
     # build_forest: node s is the root of segment s (empty ones included), the rows stay
     # in their segment, every node's particles lie in one segment, the groups tile the
