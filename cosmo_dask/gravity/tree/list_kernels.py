@@ -248,18 +248,18 @@ def _nearest(d, box):
     return d - box * np.rint(d / box)
 
 
-@numba.njit(nogil=True, cache=True, parallel=True, error_model="numpy")
-def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
-              s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
-              G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
-              walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
-              missing):
-    """Every group's forces; ``proto`` (an empty array) carries the P2P arithmetic dtype."""
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr,
+                    leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
+                    G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
+                    walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
+                    missing):
+    """Group ``g``'s forces (rows ``g_start[g] : g_start[g] + g_count[g]`` of ``acc`` and
+    ``pot``); ``proto`` (an empty array) carries the P2P arithmetic dtype."""
     ft = proto.dtype.type
-    n_groups = g_start.shape[0]
     fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
     cut = cut2 != np.inf
-    for g in numba.prange(n_groups):
+    if True:
         if walk:  # fused: walk this group now into local lists
             cap_c = 1024
             cap_l = 128
@@ -364,6 +364,21 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
             acc[i, 1] = G * (np.float64(by) + my)
             acc[i, 2] = G * (np.float64(bz) + mz)
             pot[i] = G * (np.float64(bp) + mp)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True, error_model="numpy")
+def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
+              s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
+              G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
+              walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
+              missing):
+    """Every group's forces (:func:`_evaluate_group`, groups in parallel)."""
+    for g in numba.prange(g_start.shape[0]):
+        _evaluate_group(np.int64(g), proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr,
+                        leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad,
+                        n_trace, G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot, walk,
+                        g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
+                        missing)
 
 
 def _evaluator(dtype):
