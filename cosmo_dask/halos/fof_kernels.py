@@ -686,8 +686,9 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
             maxn = n
     keys = np.empty(maxn, dtype=np.int64)
     order = np.empty(maxn, dtype=np.int64)
-    rkeys = np.empty(maxn, dtype=np.int64)  # scratch of the radix sort
-    rbuf = np.empty(maxn, dtype=np.int64)
+    rkeys = np.empty(maxn, dtype=np.int64)  # scratch of the radix sort (the index
+    ridx = np.empty(maxn, dtype=itype)  # dtype of _fof_impl's call: one compiled sort)
+    rbuf = np.empty(maxn, dtype=itype)
     rkout = np.empty(maxn, dtype=np.int64)
     maxsub = k0 * k1 * k2 - 1
     tpos = np.empty((maxn, 3), dtype=spos.dtype)
@@ -725,8 +726,8 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
         else:  # stable LSD radix sort of the fine-cell keys (all below ks[0] ks[1] ks[2])
             for q in range(n):
                 rkeys[q] = keys[q]
-            rorder, _ = _radix_argsort(rkeys[:n], maxsub, order[:n], rbuf[:n], rkout[:n])
-            for q in range(n):  # (a no-op when the sort ended in order itself)
+            rorder, _ = _radix_argsort(rkeys[:n], maxsub, ridx[:n], rbuf[:n], rkout[:n])
+            for q in range(n):
                 order[q] = rorder[q]
         for q in range(n):
             o = order[q]
