@@ -119,7 +119,7 @@ def _radial(s, nmax, lmax, phi, dphi, phis, deriv):
     """Phi_nl(s) into phi[n, l]; with deriv also dPhi_nl/ds and Phi_nl/s (l >= 1; 0 for l=0).
 
     ``phi`` etc. exclude nothing: they include the ``-sqrt(4 pi)`` factor. Callers pass
-    ``deriv`` as ``bool(...)``, not a literal, so that both share one compiled version.
+    ``deriv`` as ``np.bool_(...)``, not a literal, so that both share one compiled version.
     """
     u = 1.0 / (1.0 + s)
     xi = (s - 1.0) * u
@@ -196,7 +196,7 @@ def _coeff_block(b, pos, mass, nmax, lmax, inv_rs, anl, bounds, out):
     for k in range(bounds[b], bounds[b + 1]):
         r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
         _qbar(ct, lmax, q)
-        _radial(r * inv_rs, nmax, lmax, phi, dummy, dummy, bool(False))
+        _radial(r * inv_rs, nmax, lmax, phi, dummy, dummy, np.bool_(False))
         _cos_sin_m(cp, sp, lmax, cm, sm)
         w = float(mass[k])
         for ell in range(lmax + 1):
@@ -272,7 +272,7 @@ def _eval_block(b, pos, nmax, lmax, inv_rs, S, T, kn, what, bounds, out):
         r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
         s = r * inv_rs
         _qbar(ct, lmax, q)
-        _radial(s, nmax, lmax, phi, dphi, phis, bool(True))
+        _radial(s, nmax, lmax, phi, dphi, phis, np.bool_(True))
         _cos_sin_m(cp, sp, lmax, cm, sm)
         if what == 0:
             v = 0.0

@@ -253,11 +253,13 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
                     leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
                     G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
                     walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
-                    missing):
+                    missing, general):
     """Group ``g``'s forces (rows ``g_start[g] : g_start[g] + g_count[g]`` of ``acc`` and
-    ``pot``); ``proto`` (an empty array) carries the P2P arithmetic dtype."""
+    ``pot``); ``proto`` (an empty array) carries the P2P arithmetic dtype. ``general``:
+    ``None`` for the Plummer, open, untruncated kernel (the fast sweeps), else True (the
+    general ones); numba drops the branch that a ``None`` or a bool rules out before
+    compiling, so a run compiles only the sweeps it uses."""
     ft = proto.dtype.type
-    fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
     cut = cut2 != np.inf
     if walk:  # fused: walk this group now into local lists
         cap_c = 1024
@@ -268,7 +270,7 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
             n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
                                       s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
                                       cut2 if cut else 0.0, cut, bcap, cells_g,
-                                      leaves_g, bool(True))
+                                      leaves_g, np.bool_(True))
             if n_c <= cap_c and n_l <= cap_l:
                 break
             cap_c = max(cap_c, n_c)
@@ -341,7 +343,7 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
             x0 = _nearest(x0, box)
             y0 = _nearest(y0, box)
             z0 = _nearest(z0, box)
-        if fast:
+        if general is None:
             bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm,
                                          np.int64(ns), eps2)
             mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
@@ -370,14 +372,14 @@ def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr
               s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
               G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
               walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
-              missing):
+              missing, general):
     """Every group's forces (:func:`_evaluate_group`, groups in parallel)."""
     for g in numba.prange(g_start.shape[0]):
-        _evaluate_group(np.int64(g), proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr,
-                        leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad,
-                        n_trace, G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot, walk,
-                        g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
-                        missing)
+        _evaluate_group(np.int64(g), proto, tpos, g_start, g_count, g_centre, cell_ptr,
+                        cells, leaf_ptr, leaves, s_pos, s_pmass, s_start, s_count, n_mass,
+                        n_com, n_quad, n_trace, G, eps2, h, kern, alpha, cut2, box, use_q,
+                        acc, pot, walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax,
+                        inv_theta2, bcap, missing, general)
 
 
 def _evaluator(dtype):
@@ -482,7 +484,8 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
        np.ascontiguousarray(trace, dtype=np.float64), float(G), eps2, h, kern, alpha, cut2, box,
        bool(quadrupole), acc, pot, walk, *boxes, np.asarray(source.first_child),
        np.asarray(source.n_child), np.asarray(source.lo), np.asarray(source.hi),
-       np.asarray(source.bmax), inv_theta2, bcap, missing)
+       np.asarray(source.bmax), inv_theta2, bcap, missing,
+       None if kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf else True)
     if missing.any():
         raise ParameterError(
             f"{int((missing > 0).sum())} target groups need particles that the pruned source "
