@@ -248,6 +248,19 @@ def _nearest(d, box):
     return d - box * np.rint(d / box)
 
 
+@numba.njit(cache=True, error_model="numpy", inline="always")
+def _relative(x, y, z, c0, c1, c2, box):
+    """``(x, y, z) - (c0, c1, c2)`` (float64), the nearest periodic image when ``box > 0``."""
+    dx = np.float64(x) - c0
+    dy = np.float64(y) - c1
+    dz = np.float64(z) - c2
+    if box > 0.0:
+        dx = _nearest(dx, box)
+        dy = _nearest(dy, box)
+        dz = _nearest(dz, box)
+    return dx, dy, dz
+
+
 @numba.njit(nogil=True, cache=True, error_model="numpy")
 def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr,
                     leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
@@ -298,13 +311,7 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
     for li in range(leaves_g.shape[0]):
         nd = leaves_g[li]
         for p in range(s_start[nd], s_start[nd] + s_count[nd]):
-            dx = np.float64(s_pos[p, 0]) - c0
-            dy = np.float64(s_pos[p, 1]) - c1
-            dz = np.float64(s_pos[p, 2]) - c2
-            if box > 0.0:
-                dx = _nearest(dx, box)
-                dy = _nearest(dy, box)
-                dz = _nearest(dz, box)
+            dx, dy, dz = _relative(s_pos[p, 0], s_pos[p, 1], s_pos[p, 2], c0, c1, c2, box)
             sx[k] = dx
             sy[k] = dy
             sz[k] = dz
@@ -320,13 +327,7 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
     cq = np.empty((6, nc))
     for ci in range(nc):
         nd = cells_g[ci]
-        dx = n_com[nd, 0] - c0
-        dy = n_com[nd, 1] - c1
-        dz = n_com[nd, 2] - c2
-        if box > 0.0:
-            dx = _nearest(dx, box)
-            dy = _nearest(dy, box)
-            dz = _nearest(dz, box)
+        dx, dy, dz = _relative(n_com[nd, 0], n_com[nd, 1], n_com[nd, 2], c0, c1, c2, box)
         cx[ci] = dx
         cy[ci] = dy
         cz[ci] = dz
@@ -336,13 +337,7 @@ def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells,
             cq[a, ci] = n_quad[nd, a]
     # ---- targets
     for i in range(t0, t0 + nt):
-        x0 = np.float64(tpos[i, 0]) - c0
-        y0 = np.float64(tpos[i, 1]) - c1
-        z0 = np.float64(tpos[i, 2]) - c2
-        if box > 0.0:
-            x0 = _nearest(x0, box)
-            y0 = _nearest(y0, box)
-            z0 = _nearest(z0, box)
+        x0, y0, z0 = _relative(tpos[i, 0], tpos[i, 1], tpos[i, 2], c0, c1, c2, box)
         if general is None:
             bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm,
                                          np.int64(ns), eps2)
