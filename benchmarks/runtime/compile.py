@@ -13,7 +13,8 @@ are recorded with their wall time:
 * ``cpu_seconds``, ``self_cpu_seconds``: the same in CPU seconds of the compiling
   thread (less sensitive to other load on a shared machine);
 * ``top``: true when no other compile was running around it (a kernel called from
-  Python, which is what a run waits for).
+  Python, which is what a run waits for);
+* ``outer``: for the others, the top-level kernel whose compile it is part of.
 
 Prints one JSON object per (kernel, signature), biggest ``seconds`` first, then one
 ``summary`` object (compile seconds of the top-level kernels together, the stages'
@@ -54,27 +55,29 @@ def install_recorder():
     lock = threading.Lock()
     stack = threading.local()
 
+    def kernel_name(event):
+        fn = getattr((event.data or {}).get("dispatcher"), "py_func", None)
+        return (f"{fn.__module__}.{fn.__qualname__}" if fn is not None
+                else repr((event.data or {}).get("dispatcher")))
+
     class Recorder(ev.Listener):
         def on_start(self, event):
             st = getattr(stack, "s", None)
             if st is None:
                 st = stack.s = []
-            st.append([time.perf_counter(), 0.0, time.thread_time(), 0.0])
+            st.append([time.perf_counter(), 0.0, time.thread_time(), 0.0, kernel_name(event)])
 
         def on_end(self, event):
             st = getattr(stack, "s", None)
             if not st:
                 return
-            t0, nested, c0, cnested = st.pop()
+            t0, nested, c0, cnested, name = st.pop()
             dt = time.perf_counter() - t0
             dc = time.thread_time() - c0
             if st:
                 st[-1][1] += dt
                 st[-1][3] += dc
             data = event.data or {}
-            fn = getattr(data.get("dispatcher"), "py_func", None)
-            name = (f"{fn.__module__}.{fn.__qualname__}" if fn is not None
-                    else repr(data.get("dispatcher")))
             with lock:
                 records.append({
                     "kernel": name,
@@ -84,6 +87,7 @@ def install_recorder():
                     "cpu_seconds": round(dc, 3),
                     "self_cpu_seconds": round(dc - cnested, 3),
                     "top": not st,
+                    "outer": st[0][4] if st else None,
                     "pid": os.getpid(),
                 })
 

@@ -118,7 +118,8 @@ def _qbar(ct, lmax, q):
 def _radial(s, nmax, lmax, phi, dphi, phis, deriv):
     """Phi_nl(s) into phi[n, l]; with deriv also dPhi_nl/ds and Phi_nl/s (l >= 1; 0 for l=0).
 
-    ``phi`` etc. exclude nothing: they include the ``-sqrt(4 pi)`` factor.
+    ``phi`` etc. exclude nothing: they include the ``-sqrt(4 pi)`` factor. Callers pass
+    ``deriv`` as ``np.bool_(...)``, not a literal, so that both share one compiled version.
     """
     u = 1.0 / (1.0 + s)
     xi = (s - 1.0) * u
@@ -183,38 +184,45 @@ def _blocks(n: int, per: int = 1024, most: int | None = None) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- coefficients
+@numba.njit(cache=True, nogil=True)
+def _coeff_block(b, pos, mass, nmax, lmax, inv_rs, anl, bounds, out):
+    """The sums of block ``b`` (rows ``bounds[b] : bounds[b + 1]``) into ``out[b]``."""
+    q = np.zeros((lmax + 1, lmax + 1))
+    phi = np.zeros((nmax + 1, lmax + 1))
+    dummy = np.zeros((1, 1))
+    cm = np.zeros(lmax + 1)
+    sm = np.zeros(lmax + 1)
+    acc = out[b]
+    for k in range(bounds[b], bounds[b + 1]):
+        r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
+        _qbar(ct, lmax, q)
+        _radial(r * inv_rs, nmax, lmax, phi, dummy, dummy, np.bool_(False))
+        _cos_sin_m(cp, sp, lmax, cm, sm)
+        w = float(mass[k])
+        for ell in range(lmax + 1):
+            stm = 1.0
+            for m in range(ell + 1):
+                if m > 0:
+                    stm *= st
+                y = q[ell, m] * stm * w * (1.0 if m == 0 else 2.0)
+                yc = y * cm[m]
+                ys = y * sm[m]
+                for n in range(nmax + 1):
+                    t = anl[n, ell] * phi[n, ell]
+                    a = t * yc
+                    c = t * ys
+                    acc[0, n, ell, m] += a
+                    acc[1, n, ell, m] += c
+                    acc[2, n, ell, m] += a * a
+                    acc[3, n, ell, m] += c * c
+
+
+# The parallel kernels call one block's function per prange iteration (an int64 index,
+# so that it compiles once): numba's parfor passes then work on a call, not on the body.
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _coeff_kernel(pos, mass, nmax, lmax, inv_rs, anl, bounds, out):
-    nb = bounds.shape[0] - 1
-    for b in prange(nb):
-        q = np.zeros((lmax + 1, lmax + 1))
-        phi = np.zeros((nmax + 1, lmax + 1))
-        dummy = np.zeros((1, 1))
-        cm = np.zeros(lmax + 1)
-        sm = np.zeros(lmax + 1)
-        acc = out[b]
-        for k in range(bounds[b], bounds[b + 1]):
-            r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
-            _qbar(ct, lmax, q)
-            _radial(r * inv_rs, nmax, lmax, phi, dummy, dummy, False)
-            _cos_sin_m(cp, sp, lmax, cm, sm)
-            w = float(mass[k])
-            for ell in range(lmax + 1):
-                stm = 1.0
-                for m in range(ell + 1):
-                    if m > 0:
-                        stm *= st
-                    y = q[ell, m] * stm * w * (1.0 if m == 0 else 2.0)
-                    yc = y * cm[m]
-                    ys = y * sm[m]
-                    for n in range(nmax + 1):
-                        t = anl[n, ell] * phi[n, ell]
-                        a = t * yc
-                        c = t * ys
-                        acc[0, n, ell, m] += a
-                        acc[1, n, ell, m] += c
-                        acc[2, n, ell, m] += a * a
-                        acc[3, n, ell, m] += c * c
+    for b in prange(bounds.shape[0] - 1):
+        _coeff_block(np.int64(b), pos, mass, nmax, lmax, inv_rs, anl, bounds, out)
 
 
 def scf_coefficient_sums(pos: np.ndarray, mass: np.ndarray, nmax: int, lmax: int,
@@ -251,91 +259,96 @@ def unpack_sums(vec: np.ndarray, nmax: int, lmax: int):
 
 
 # ----------------------------------------------------------------------------- evaluation
+@numba.njit(cache=True, nogil=True)
+def _eval_block(b, pos, nmax, lmax, inv_rs, S, T, kn, what, bounds, out):
+    """Block ``b`` of :func:`_eval_kernel` (rows ``bounds[b] : bounds[b + 1]``)."""
+    q = np.zeros((lmax + 1, lmax + 1))
+    phi = np.zeros((nmax + 1, lmax + 1))
+    dphi = np.zeros((nmax + 1, lmax + 1))
+    phis = np.zeros((nmax + 1, lmax + 1))
+    cm = np.zeros(lmax + 1)
+    sm = np.zeros(lmax + 1)
+    for k in range(bounds[b], bounds[b + 1]):
+        r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
+        s = r * inv_rs
+        _qbar(ct, lmax, q)
+        _radial(s, nmax, lmax, phi, dphi, phis, np.bool_(True))
+        _cos_sin_m(cp, sp, lmax, cm, sm)
+        if what == 0:
+            v = 0.0
+            for ell in range(lmax + 1):
+                stm = 1.0
+                for m in range(ell + 1):
+                    if m > 0:
+                        stm *= st
+                    y = q[ell, m] * stm
+                    for n in range(nmax + 1):
+                        v += phi[n, ell] * y * (S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m])
+            out[k, 0] = v
+        elif what == 2:
+            # rho_nl = -K_nl / (2 pi) * phis (l >= 1); l = 0: sqrt(4pi) K/(2pi) C u^3 / s
+            v = 0.0
+            v0 = 0.0
+            u = 1.0 / (1.0 + s)
+            for ell in range(lmax + 1):
+                stm = 1.0
+                for m in range(ell + 1):
+                    if m > 0:
+                        stm *= st
+                    y = q[ell, m] * stm
+                    for n in range(nmax + 1):
+                        coef = y * (S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m])
+                        if ell == 0:
+                            # phi_n0 = -sqrt(4pi) u C_n -> rho_n0 = K/(2pi) sqrt(4pi) C u^3/s
+                            v0 += -kn[n, 0] / (2.0 * math.pi) * phi[n, 0] * u * u * coef
+                        else:
+                            # phis = -sqrt(4pi) s^(l-1) u^(2l+1) C; rho_nl = that * u^2 * -K/2pi
+                            v += -kn[n, ell] / (2.0 * math.pi) * phis[n, ell] * u * u * coef
+            if s > 0.0:
+                out[k] = v + v0 / s
+            elif v0 != 0.0:
+                out[k] = v0 * math.inf
+            else:
+                out[k, 0] = v
+        else:
+            gr = 0.0
+            gt = 0.0
+            gp = 0.0
+            for ell in range(lmax + 1):
+                stm1 = 1.0  # sin^(m-1)
+                for m in range(ell + 1):
+                    if m > 1:
+                        stm1 *= st
+                    if m == 0:
+                        y = q[ell, 0]
+                        dy = math.sqrt(ell * (ell + 1.0)) * q[ell, 1] * st if ell > 0 else 0.0
+                        yos = 0.0
+                    else:
+                        yos = q[ell, m] * stm1
+                        y = yos * st
+                        qlm1 = q[ell - 1, m] if ell > m else 0.0
+                        c = math.sqrt((2.0 * ell + 1.0) * (ell - m) * (ell + m)
+                                      / (2.0 * ell - 1.0))
+                        dy = stm1 * (ell * ct * q[ell, m] - c * qlm1)
+                    for n in range(nmax + 1):
+                        sc = S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m]
+                        if ell > 0 or s > 0.0:  # monopole force at r = 0: see module doc
+                            gr += dphi[n, ell] * y * sc
+                        if ell > 0:
+                            gt += phis[n, ell] * dy * sc
+                            if m > 0:
+                                gp += phis[n, ell] * yos * m * (T[n, ell, m] * cm[m]
+                                                                - S[n, ell, m] * sm[m])
+            out[k, 0] = st * cp * gr + ct * cp * gt - sp * gp
+            out[k, 1] = st * sp * gr + ct * sp * gt + cp * gp
+            out[k, 2] = ct * gr - st * gt
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _eval_kernel(pos, nmax, lmax, inv_rs, S, T, kn, what, bounds, out):
     """what: 0 potential, 1 gradient in s units, 2 density; out (N, 3) (scalars in column 0)."""
-    nb = bounds.shape[0] - 1
-    for b in prange(nb):
-        q = np.zeros((lmax + 1, lmax + 1))
-        phi = np.zeros((nmax + 1, lmax + 1))
-        dphi = np.zeros((nmax + 1, lmax + 1))
-        phis = np.zeros((nmax + 1, lmax + 1))
-        cm = np.zeros(lmax + 1)
-        sm = np.zeros(lmax + 1)
-        for k in range(bounds[b], bounds[b + 1]):
-            r, ct, st, cp, sp = _angles(float(pos[k, 0]), float(pos[k, 1]), float(pos[k, 2]))
-            s = r * inv_rs
-            _qbar(ct, lmax, q)
-            _radial(s, nmax, lmax, phi, dphi, phis, True)
-            _cos_sin_m(cp, sp, lmax, cm, sm)
-            if what == 0:
-                v = 0.0
-                for ell in range(lmax + 1):
-                    stm = 1.0
-                    for m in range(ell + 1):
-                        if m > 0:
-                            stm *= st
-                        y = q[ell, m] * stm
-                        for n in range(nmax + 1):
-                            v += phi[n, ell] * y * (S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m])
-                out[k, 0] = v
-            elif what == 2:
-                # rho_nl = -K_nl / (2 pi) * phis (l >= 1); l = 0: sqrt(4pi) K/(2pi) C u^3 / s
-                v = 0.0
-                v0 = 0.0
-                u = 1.0 / (1.0 + s)
-                for ell in range(lmax + 1):
-                    stm = 1.0
-                    for m in range(ell + 1):
-                        if m > 0:
-                            stm *= st
-                        y = q[ell, m] * stm
-                        for n in range(nmax + 1):
-                            coef = y * (S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m])
-                            if ell == 0:
-                                # phi_n0 = -sqrt(4pi) u C_n -> rho_n0 = K/(2pi) sqrt(4pi) C u^3/s
-                                v0 += -kn[n, 0] / (2.0 * math.pi) * phi[n, 0] * u * u * coef
-                            else:
-                                # phis = -sqrt(4pi) s^(l-1) u^(2l+1) C; rho_nl = that * u^2 * -K/2pi
-                                v += -kn[n, ell] / (2.0 * math.pi) * phis[n, ell] * u * u * coef
-                if s > 0.0:
-                    out[k] = v + v0 / s
-                elif v0 != 0.0:
-                    out[k] = v0 * math.inf
-                else:
-                    out[k, 0] = v
-            else:
-                gr = 0.0
-                gt = 0.0
-                gp = 0.0
-                for ell in range(lmax + 1):
-                    stm1 = 1.0  # sin^(m-1)
-                    for m in range(ell + 1):
-                        if m > 1:
-                            stm1 *= st
-                        if m == 0:
-                            y = q[ell, 0]
-                            dy = math.sqrt(ell * (ell + 1.0)) * q[ell, 1] * st if ell > 0 else 0.0
-                            yos = 0.0
-                        else:
-                            yos = q[ell, m] * stm1
-                            y = yos * st
-                            qlm1 = q[ell - 1, m] if ell > m else 0.0
-                            c = math.sqrt((2.0 * ell + 1.0) * (ell - m) * (ell + m)
-                                          / (2.0 * ell - 1.0))
-                            dy = stm1 * (ell * ct * q[ell, m] - c * qlm1)
-                        for n in range(nmax + 1):
-                            sc = S[n, ell, m] * cm[m] + T[n, ell, m] * sm[m]
-                            if ell > 0 or s > 0.0:  # monopole force at r = 0: see module doc
-                                gr += dphi[n, ell] * y * sc
-                            if ell > 0:
-                                gt += phis[n, ell] * dy * sc
-                                if m > 0:
-                                    gp += phis[n, ell] * yos * m * (T[n, ell, m] * cm[m]
-                                                                    - S[n, ell, m] * sm[m])
-                out[k, 0] = st * cp * gr + ct * cp * gt - sp * gp
-                out[k, 1] = st * sp * gr + ct * sp * gt + cp * gp
-                out[k, 2] = ct * gr - st * gt
+    for b in prange(bounds.shape[0] - 1):
+        _eval_block(np.int64(b), pos, nmax, lmax, inv_rs, S, T, kn, what, bounds, out)
 
 
 def scf_evaluate(pos: np.ndarray, S: np.ndarray, T: np.ndarray, r_s: float, GM: float,

@@ -541,7 +541,8 @@ def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
     for a in range(nocc):
         sa = cell_start[a]
         ea = cell_start[a + 1]
-        _count_block(x, y, z, sa, ea, -1, -1, L0, L1, L2, h0, h1, h2, ll2, few, friends)
+        _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2, h0, h1, h2, ll2,
+                     bool(few), friends)
         ax, ay, az = _cell_axes(cell_keys[a], dims)
         nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
         for t in range(nb):
@@ -550,8 +551,9 @@ def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
                 bx, by, bz = _cell_axes(cell_keys[b], dims)
                 if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
                     wrap = True
-            _count_block(x, y, z, sa, ea, cell_start[blocks[t, 0]], cell_start[blocks[t, 1]],
-                         L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
+            _count_block(x, y, z, sa, ea, np.int64(cell_start[blocks[t, 0]]),
+                         np.int64(cell_start[blocks[t, 1]]), L0, L1, L2, h0, h1, h2, ll2,
+                         bool(wrap), friends)
 
 
 def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
@@ -684,6 +686,11 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
             maxn = n
     keys = np.empty(maxn, dtype=np.int64)
     order = np.empty(maxn, dtype=np.int64)
+    rkeys = np.empty(maxn, dtype=np.int64)  # scratch of the radix sort (the index
+    ridx = np.empty(maxn, dtype=itype)  # dtype of _fof_impl's call: one compiled sort)
+    rbuf = np.empty(maxn, dtype=itype)
+    rkout = np.empty(maxn, dtype=np.int64)
+    maxsub = k0 * k1 * k2 - 1
     tpos = np.empty((maxn, 3), dtype=spos.dtype)
     tperm = np.empty(maxn, dtype=itype)
     sorted_keys = np.empty(maxn, dtype=np.int64)
@@ -716,8 +723,12 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
                     order[r + 1] = order[r]
                     r -= 1
                 order[r + 1] = o
-        else:
-            order[:n] = np.argsort(keys[:n])
+        else:  # stable LSD radix sort of the fine-cell keys (all below ks[0] ks[1] ks[2])
+            for q in range(n):
+                rkeys[q] = keys[q]
+            rorder, _ = _radix_argsort(rkeys[:n], maxsub, ridx[:n], rbuf[:n], rkout[:n])
+            for q in range(n):
+                order[q] = rorder[q]
         for q in range(n):
             o = order[q]
             tpos[q, 0] = spos[s + o, 0]
@@ -761,7 +772,9 @@ def _build_units(spos, perm, cell_start, periods, dims, origin, inv, ks, ll):
                 if st == 1:
                     if nb == boxes.shape[0]:
                         grown = np.empty((2 * nb, 6), dtype=np.float64)
-                        grown[:nb] = boxes
+                        for k in range(nb):
+                            for a in range(6):
+                                grown[k, a] = boxes[k, a]
                         boxes = grown
                     boxes[nb, 0] = lo0
                     boxes[nb, 1] = hi0
@@ -900,14 +913,14 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
     cell_set = np.full(nocc, -1, dtype=parent.dtype)
 
     for a in range(nocc):
-        ua = cell_unit[a]
-        ub = cell_unit[a + 1]
+        ua = np.int64(cell_unit[a])  # unit indices and roots int64 throughout, so that
+        ub = np.int64(cell_unit[a + 1])  # each helper compiles for one set of types
 
         for u in range(ua, ub - 1):
             ri = _find(parent, unit_start[u])
             for v in range(u + 1, ub):
-                ri = _link_units(spos, unit_start, unit_box, boxes, parent, u, ri, v,
-                                 L0, L1, L2, h0, h1, h2, ll2)
+                ri = _link_units(spos, unit_start, unit_box, boxes, parent, u, np.int64(ri),
+                                 v, L0, L1, L2, h0, h1, h2, ll2)
         # A cell whose units are one set is treated as a whole: each neighbour unit is
         # skipped when already in that set or out of reach of the cell's bounding box,
         # joined when the boxes prove all pairs friends, else tried unit by unit until
@@ -931,8 +944,8 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
         for t in range(nb):
             lo = blocks[t, 0]
             hi = blocks[t, 1]
-            va = cell_unit[lo]
-            vb = cell_unit[hi]
+            va = np.int64(cell_unit[lo])
+            vb = np.int64(cell_unit[hi])
             if lone and unit_start[vb] - unit_start[va] == vb - va:
                 i = unit_start[ua]  # particle against single particles
                 ri = -1
@@ -952,7 +965,7 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
                     ri = _find(parent, unit_start[u])
                     for v in range(va, vb):
                         ri = _link_units(spos, unit_start, unit_box, boxes, parent, u,
-                                         ri, v, L0, L1, L2, h0, h1, h2, ll2)
+                                         np.int64(ri), v, L0, L1, L2, h0, h1, h2, ll2)
                 continue
             ra = _find(parent, ra)
             c = lo  # the whole block already in this cell's set?
@@ -979,8 +992,8 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
                         ra = rv
                     continue
                 for u in range(ua, ub):
-                    ra = _link_units(spos, unit_start, unit_box, boxes, parent, u, ra,
-                                     v, L0, L1, L2, h0, h1, h2, ll2)
+                    ra = _link_units(spos, unit_start, unit_box, boxes, parent, u,
+                                     np.int64(ra), v, L0, L1, L2, h0, h1, h2, ll2)
                     if _find(parent, unit_start[v]) == ra:
                         break
 

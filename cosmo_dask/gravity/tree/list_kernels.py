@@ -248,122 +248,133 @@ def _nearest(d, box):
     return d - box * np.rint(d / box)
 
 
+@numba.njit(cache=True, error_model="numpy", inline="always")
+def _relative(x, y, z, c0, c1, c2, box):
+    """``(x, y, z) - (c0, c1, c2)`` (float64), the nearest periodic image when ``box > 0``."""
+    dx = np.float64(x) - c0
+    dy = np.float64(y) - c1
+    dz = np.float64(z) - c2
+    if box > 0.0:
+        dx = _nearest(dx, box)
+        dy = _nearest(dy, box)
+        dz = _nearest(dz, box)
+    return dx, dy, dz
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _evaluate_group(g, proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr,
+                    leaves, s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
+                    G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
+                    walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
+                    missing, general):
+    """Group ``g``'s forces (rows ``g_start[g] : g_start[g] + g_count[g]`` of ``acc`` and
+    ``pot``); ``proto`` (an empty array) carries the P2P arithmetic dtype. ``general``:
+    ``None`` for the Plummer, open, untruncated kernel (the fast sweeps), else True (the
+    general ones); numba drops the branch that a ``None`` or a bool rules out before
+    compiling, so a run compiles only the sweeps it uses."""
+    ft = proto.dtype.type
+    cut = cut2 != np.inf
+    if walk:  # fused: walk this group now into local lists
+        cap_c = 1024
+        cap_l = 128
+        while True:
+            cells_g = np.empty(cap_c, dtype=np.int64)
+            leaves_g = np.empty(cap_l, dtype=np.int64)
+            n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
+                                      s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
+                                      cut2 if cut else 0.0, cut, bcap, cells_g,
+                                      leaves_g, np.bool_(True))
+            if n_c <= cap_c and n_l <= cap_l:
+                break
+            cap_c = max(cap_c, n_c)
+            cap_l = max(cap_l, n_l)
+        missing[g] = n_m
+        cells_g = cells_g[:n_c]
+        leaves_g = leaves_g[:n_l]
+    else:
+        cells_g = cells[cell_ptr[g]:cell_ptr[g + 1]]
+        leaves_g = leaves[leaf_ptr[g]:leaf_ptr[g + 1]]
+    t0 = g_start[g]
+    nt = g_count[g]
+    c0 = g_centre[g, 0]
+    c1 = g_centre[g, 1]
+    c2 = g_centre[g, 2]
+    # ---- gather P2P sources relative to the group centre
+    ns = 0
+    for li in range(leaves_g.shape[0]):
+        ns += s_count[leaves_g[li]]
+    sx = np.empty(ns, dtype=proto.dtype)
+    sy = np.empty(ns, dtype=proto.dtype)
+    sz = np.empty(ns, dtype=proto.dtype)
+    sm = np.empty(ns, dtype=proto.dtype)
+    k = 0
+    for li in range(leaves_g.shape[0]):
+        nd = leaves_g[li]
+        for p in range(s_start[nd], s_start[nd] + s_count[nd]):
+            dx, dy, dz = _relative(s_pos[p, 0], s_pos[p, 1], s_pos[p, 2], c0, c1, c2, box)
+            sx[k] = dx
+            sy[k] = dy
+            sz[k] = dz
+            sm[k] = s_pmass[p]
+            k += 1
+    # ---- gather M2P cells (float64) relative to the group centre
+    nc = cells_g.shape[0]
+    cx = np.empty(nc)
+    cy = np.empty(nc)
+    cz = np.empty(nc)
+    cm = np.empty(nc)
+    cs = np.empty(nc)
+    cq = np.empty((6, nc))
+    for ci in range(nc):
+        nd = cells_g[ci]
+        dx, dy, dz = _relative(n_com[nd, 0], n_com[nd, 1], n_com[nd, 2], c0, c1, c2, box)
+        cx[ci] = dx
+        cy[ci] = dy
+        cz[ci] = dz
+        cm[ci] = n_mass[nd]
+        cs[ci] = n_trace[nd]
+        for a in range(6):
+            cq[a, ci] = n_quad[nd, a]
+    # ---- targets
+    for i in range(t0, t0 + nt):
+        x0, y0, z0 = _relative(tpos[i, 0], tpos[i, 1], tpos[i, 2], c0, c1, c2, box)
+        if general is None:
+            bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm,
+                                         np.int64(ns), eps2)
+            mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                          eps2, use_q)
+        else:
+            # sources and target are relative to the group centre (minimum image): a
+            # pair closer than r_cut needs no other image when the target lies within
+            # box/2 - r_cut of the centre (a pair that would is cut as it stands)
+            pair_box = box
+            if box > 0.0 and cut:
+                reach = max(abs(x0), abs(y0), abs(z0)) + math.sqrt(cut2)
+                if reach < 0.5 * box * (1.0 - 1e-5):
+                    pair_box = 0.0
+            bx, by, bz, bp = _p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
+                                         eps2, h, kern, alpha, cut2, pair_box)
+            mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
+                                          eps2, h, kern, alpha, box, use_q)
+        acc[i, 0] = G * (np.float64(bx) + mx)
+        acc[i, 1] = G * (np.float64(by) + my)
+        acc[i, 2] = G * (np.float64(bz) + mz)
+        pot[i] = G * (np.float64(bp) + mp)
+
+
 @numba.njit(nogil=True, cache=True, parallel=True, error_model="numpy")
 def _evaluate(proto, tpos, g_start, g_count, g_centre, cell_ptr, cells, leaf_ptr, leaves,
               s_pos, s_pmass, s_start, s_count, n_mass, n_com, n_quad, n_trace,
               G, eps2, h, kern, alpha, cut2, box, use_q, acc, pot,
               walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax, inv_theta2, bcap,
-              missing):
-    """Every group's forces; ``proto`` (an empty array) carries the P2P arithmetic dtype."""
-    ft = proto.dtype.type
-    n_groups = g_start.shape[0]
-    fast = kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf
-    cut = cut2 != np.inf
-    for g in numba.prange(n_groups):
-        if walk:  # fused: walk this group now into local lists
-            cap_c = 1024
-            cap_l = 128
-            while True:
-                cells_g = np.empty(cap_c, dtype=np.int64)
-                leaves_g = np.empty(cap_l, dtype=np.int64)
-                n_c, n_l, n_m = _walk_one(g_lo[g], g_hi[g], s_first, s_nchild, s_start,
-                                          s_lo, s_hi, n_com, s_bmax, inv_theta2, box,
-                                          cut2 if cut else 0.0, cut, bcap, cells_g,
-                                          leaves_g, True)
-                if n_c <= cap_c and n_l <= cap_l:
-                    break
-                cap_c = max(cap_c, n_c)
-                cap_l = max(cap_l, n_l)
-            missing[g] = n_m
-            cells_g = cells_g[:n_c]
-            leaves_g = leaves_g[:n_l]
-        else:
-            cells_g = cells[cell_ptr[g]:cell_ptr[g + 1]]
-            leaves_g = leaves[leaf_ptr[g]:leaf_ptr[g + 1]]
-        t0 = g_start[g]
-        nt = g_count[g]
-        c0 = g_centre[g, 0]
-        c1 = g_centre[g, 1]
-        c2 = g_centre[g, 2]
-        # ---- gather P2P sources relative to the group centre
-        ns = 0
-        for li in range(leaves_g.shape[0]):
-            ns += s_count[leaves_g[li]]
-        sx = np.empty(ns, dtype=proto.dtype)
-        sy = np.empty(ns, dtype=proto.dtype)
-        sz = np.empty(ns, dtype=proto.dtype)
-        sm = np.empty(ns, dtype=proto.dtype)
-        k = 0
-        for li in range(leaves_g.shape[0]):
-            nd = leaves_g[li]
-            for p in range(s_start[nd], s_start[nd] + s_count[nd]):
-                dx = np.float64(s_pos[p, 0]) - c0
-                dy = np.float64(s_pos[p, 1]) - c1
-                dz = np.float64(s_pos[p, 2]) - c2
-                if box > 0.0:
-                    dx = _nearest(dx, box)
-                    dy = _nearest(dy, box)
-                    dz = _nearest(dz, box)
-                sx[k] = dx
-                sy[k] = dy
-                sz[k] = dz
-                sm[k] = s_pmass[p]
-                k += 1
-        # ---- gather M2P cells (float64) relative to the group centre
-        nc = cells_g.shape[0]
-        cx = np.empty(nc)
-        cy = np.empty(nc)
-        cz = np.empty(nc)
-        cm = np.empty(nc)
-        cs = np.empty(nc)
-        cq = np.empty((6, nc))
-        for ci in range(nc):
-            nd = cells_g[ci]
-            dx = n_com[nd, 0] - c0
-            dy = n_com[nd, 1] - c1
-            dz = n_com[nd, 2] - c2
-            if box > 0.0:
-                dx = _nearest(dx, box)
-                dy = _nearest(dy, box)
-                dz = _nearest(dz, box)
-            cx[ci] = dx
-            cy[ci] = dy
-            cz[ci] = dz
-            cm[ci] = n_mass[nd]
-            cs[ci] = n_trace[nd]
-            for a in range(6):
-                cq[a, ci] = n_quad[nd, a]
-        # ---- targets
-        for i in range(t0, t0 + nt):
-            x0 = np.float64(tpos[i, 0]) - c0
-            y0 = np.float64(tpos[i, 1]) - c1
-            z0 = np.float64(tpos[i, 2]) - c2
-            if box > 0.0:
-                x0 = _nearest(x0, box)
-                y0 = _nearest(y0, box)
-                z0 = _nearest(z0, box)
-            if fast:
-                bx, by, bz, bp = _p2p_plummer(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
-                                             eps2)
-                mx, my, mz, mp = _m2p_plummer(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
-                                              eps2, use_q)
-            else:
-                # sources and target are relative to the group centre (minimum image): a
-                # pair closer than r_cut needs no other image when the target lies within
-                # box/2 - r_cut of the centre (a pair that would is cut as it stands)
-                pair_box = box
-                if box > 0.0 and cut:
-                    reach = max(abs(x0), abs(y0), abs(z0)) + math.sqrt(cut2)
-                    if reach < 0.5 * box * (1.0 - 1e-5):
-                        pair_box = 0.0
-                bx, by, bz, bp = _p2p_general(ft(x0), ft(y0), ft(z0), sx, sy, sz, sm, ns,
-                                             eps2, h, kern, alpha, cut2, pair_box)
-                mx, my, mz, mp = _m2p_general(x0, y0, z0, cx, cy, cz, cm, cq, cs, nc,
-                                              eps2, h, kern, alpha, box, use_q)
-            acc[i, 0] = G * (np.float64(bx) + mx)
-            acc[i, 1] = G * (np.float64(by) + my)
-            acc[i, 2] = G * (np.float64(bz) + mz)
-            pot[i] = G * (np.float64(bp) + mp)
+              missing, general):
+    """Every group's forces (:func:`_evaluate_group`, groups in parallel)."""
+    for g in numba.prange(g_start.shape[0]):
+        _evaluate_group(np.int64(g), proto, tpos, g_start, g_count, g_centre, cell_ptr,
+                        cells, leaf_ptr, leaves, s_pos, s_pmass, s_start, s_count, n_mass,
+                        n_com, n_quad, n_trace, G, eps2, h, kern, alpha, cut2, box, use_q,
+                        acc, pot, walk, g_lo, g_hi, s_first, s_nchild, s_lo, s_hi, s_bmax,
+                        inv_theta2, bcap, missing, general)
 
 
 def _evaluator(dtype):
@@ -468,7 +479,8 @@ def evaluate_lists(tpos: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
        np.ascontiguousarray(trace, dtype=np.float64), float(G), eps2, h, kern, alpha, cut2, box,
        bool(quadrupole), acc, pot, walk, *boxes, np.asarray(source.first_child),
        np.asarray(source.n_child), np.asarray(source.lo), np.asarray(source.hi),
-       np.asarray(source.bmax), inv_theta2, bcap, missing)
+       np.asarray(source.bmax), inv_theta2, bcap, missing,
+       None if kern == 0 and alpha == 0.0 and box == 0.0 and cut2 == np.inf else True)
     if missing.any():
         raise ParameterError(
             f"{int((missing > 0).sum())} target groups need particles that the pruned source "

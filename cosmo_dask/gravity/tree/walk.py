@@ -172,7 +172,8 @@ def _walk_one(glo, ghi, s_first, s_nchild, s_start, s_lo, s_hi, s_com, s_bmax, i
     """One group's walk; returns (n_cells, n_leaves, n_missing).
 
     With ``write``, entries beyond the sizes of ``cells_out`` / ``leaves_out`` are
-    counted but not stored (the caller retries with larger buffers).
+    counted but not stored (the caller retries with larger buffers). Callers pass
+    ``write`` as ``np.bool_(...)``, not a literal, so that they share one compiled version.
     """
     stack = np.empty(_STACK, dtype=np.int64)
     top = 0
@@ -219,7 +220,7 @@ def _walk_count(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_co
     for g in numba.prange(g_n):
         a, b, c = _walk_one(group_lo[g], group_hi[g], s_first, s_nchild, s_start, s_lo, s_hi,
                             s_com, s_bmax, inv_theta2, box, r_cut2, cut, bcap, dummy, dummy,
-                            False)
+                            np.bool_(False))
         ncell[g] = a
         nleaf[g] = b
         nmiss[g] = c
@@ -233,7 +234,8 @@ def _walk_fill(group_lo, group_hi, s_first, s_nchild, s_start, s_lo, s_hi, s_com
     for g in numba.prange(g_n):
         _walk_one(group_lo[g], group_hi[g], s_first, s_nchild, s_start, s_lo, s_hi, s_com,
                   s_bmax, inv_theta2, box, r_cut2, cut, bcap,
-                  cells[cell_ptr[g]:cell_ptr[g + 1]], leaves[leaf_ptr[g]:leaf_ptr[g + 1]], True)
+                  cells[cell_ptr[g]:cell_ptr[g + 1]], leaves[leaf_ptr[g]:leaf_ptr[g + 1]],
+                  np.bool_(True))
 
 
 def _walk_params(theta: float, box_size: float | None, r_cut: float | None,
