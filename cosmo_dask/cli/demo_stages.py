@@ -299,9 +299,27 @@ STAGES: list[Callable[[dict], None]] = [stage_generate, stage_inspect, stage_sim
                                          stage_gravity]
 
 
-#: the stages the warm-up runs, in its order: the stages the demo reaches last first, so
-#: that the warm-up and the cluster's workers meet in the middle
-WARM_ORDER = ("gravity", "expansion", "generate", "simulate", "pse", "density", "halos")
+#: the stages the warm-up runs, in its order: the halos' kernels first (the most compile
+#: work, on a clustered box of the warm-up's own, :func:`_warm_halo_box`, since a small
+#: evolved box holds no halos and would not reach them), then the stages the demo reaches
+#: last, so that the warm-up and the cluster's workers (which start with generate and
+#: simulate) meet in the middle
+WARM_ORDER = ("halos", "gravity", "expansion", "generate", "simulate", "pse", "density")
+
+
+def _warm_halo_box(ctx) -> None:
+    """A clustered box for the warm-up's halos stage (``ctx["evolved"]``): Plummer blobs
+    (:func:`~cosmo_dask.models.halo_blobs`) in the evolved box's dtypes (float64 positions
+    and velocities, int64 ids), so that FOF, its catalog and the MBP and MCP centres
+    compile the specialisations the demo's halos stage runs."""
+    from ..models import halo_blobs
+
+    n = ctx["n_side"] ** 3
+    snap = halo_blobs(n, box_size=ctx["box_size"], n_halos=8, seed=ctx["seed"],
+                      precision="float64")
+    path = ctx["dir"] / "warm_halos.zarr"
+    snap.to_zarr(path, overwrite=True)
+    ctx["evolved"] = path
 
 
 def warm_kernels(directory, n_side: int = 16) -> None:
@@ -334,6 +352,7 @@ def warm_kernels(directory, n_side: int = 16) -> None:
     ctx["dir"].mkdir(parents=True, exist_ok=True)
     stages = {stage.__name__.removeprefix("stage_"): stage for stage in STAGES}
     with dask.config.set(scheduler="sync"):
+        _warm_halo_box(ctx)
         for name in WARM_ORDER:
             if name in stages:
                 stages[name](ctx)

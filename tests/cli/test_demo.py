@@ -60,3 +60,19 @@ def test_no_warm_up_without_a_cluster_or_when_switched_off(fake, monkeypatch):
         pass
     assert FakeProc.started == []
     assert not fake.exists()
+
+
+def test_warm_halo_box_reaches_the_catalog(tmp_path):
+    """The warm-up's halos stage runs on a box with halos of >= 20 members (an evolved
+    16^3 box after the warm-up's one step has none, so FOF's catalog and its MBP and MCP
+    centres would not compile there), in the dtypes of the demo's evolved box."""
+    from cosmo_dask.halos import fof
+    from cosmo_dask.store.snapshot import open_snapshot
+
+    ctx = {"dir": tmp_path, "n_side": 16, "box_size": 25.0, "seed": 1}
+    demo._warm_halo_box(ctx)
+    snap = open_snapshot(ctx["evolved"])
+    assert (snap.pos.dtype, snap.vel.dtype, snap.ids.dtype) == ("float64", "float64", "int64")
+    result = fof(snap, 0.2, min_members=20, centers=("mbp", "mcp"))
+    assert result.n_halos >= 3
+    assert demo.WARM_ORDER[0] == "halos"
