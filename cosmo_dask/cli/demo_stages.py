@@ -301,10 +301,11 @@ STAGES: list[Callable[[dict], None]] = [stage_generate, stage_inspect, stage_sim
 
 #: the stages the warm-up runs, in its order: the halos' kernels first (the most compile
 #: work, on a clustered box of the warm-up's own, :func:`_warm_halo_box`, since a small
-#: evolved box holds no halos and would not reach them), then the stages the demo reaches
-#: last, so that the warm-up and the cluster's workers (which start with generate and
-#: simulate) meet in the middle
-WARM_ORDER = ("halos", "gravity", "expansion", "generate", "simulate", "pse", "density")
+#: evolved box holds no halos and would not reach them) while the cluster's workers
+#: generate and evolve the ICs, then the later stages in the demo's order (generate and
+#: simulate, by then compiled by the workers, give PSE its evolved box), so that each
+#: stage's kernels are ready about when the workers reach it
+WARM_ORDER = ("halos", "generate", "simulate", "pse", "expansion", "gravity", "density")
 
 
 def _warm_halo_box(ctx) -> None:
