@@ -299,13 +299,16 @@ STAGES: list[Callable[[dict], None]] = [stage_generate, stage_inspect, stage_sim
                                          stage_gravity]
 
 
-#: the stages the warm-up runs, in its order: the halos' kernels first (the most compile
-#: work, on a clustered box of the warm-up's own, :func:`_warm_halo_box`, since a small
-#: evolved box holds no halos and would not reach them) while the cluster's workers
-#: generate and evolve the ICs, then the later stages in the demo's order (generate and
-#: simulate, by then compiled by the workers, give PSE its evolved box), so that each
-#: stage's kernels are ready about when the workers reach it
-WARM_ORDER = ("halos", "generate", "simulate", "pse", "expansion", "gravity", "density")
+#: the stages the warm-ups run, each list in a process of its own beside the cluster's
+#: workers (numba compiles one kernel at a time in a process; two processes keep both
+#: cores compiling while the workers wait for kernels): the halos' kernels first (the most
+#: compile work of the early stages, on a clustered box of its own,
+#: :func:`_warm_halo_box`, since a small evolved box holds no halos) while the workers
+#: generate and evolve the ICs (compiling the simulation's kernels themselves), then PSE's
+#: and the density's on the ICs (a lattice in the evolved box's dtypes); in the other
+#: process the last stages', whose kernels no worker reaches before the end (the tree's
+#: are the most compile work of all)
+WARM_ORDER = (("halos", "generate", "pse", "density"), ("gravity", "expansion"))
 
 
 def _warm_halo_box(ctx) -> None:
@@ -323,17 +326,18 @@ def _warm_halo_box(ctx) -> None:
     ctx["evolved"] = path
 
 
-def warm_kernels(directory, n_side: int = 16) -> None:
+def warm_kernels(directory, n_side: int = 16, part: int = 0) -> None:
     """Compile (or load from numba's cache) the kernels of the demo's stages by running
     them on a small box in this process (dask's synchronous scheduler, one core), in
-    :data:`WARM_ORDER`.
+    the order of :data:`WARM_ORDER` ``[part]``.
 
-    Run by :func:`run_demo` in a subprocess beside a cluster's workers: with the compile
-    lock of :mod:`cosmo_dask.core.compile_cache` in every process, each kernel compiles once,
-    in whichever process needs it first, and the others load it. The workers compile
-    the kernels of the stages they reach first while this process compiles those of the
-    later stages. Kernels, or signatures, that the small box does not reach compile in
-    the workers as before (the warm-up saves time, it is never needed for a result).
+    Run by :func:`run_demo` in subprocesses (one per part) beside a cluster's workers:
+    with the compile lock of :mod:`cosmo_dask.core.compile_cache` in every process, each
+    kernel compiles once, in whichever process needs it first, and the others load it.
+    The workers compile the kernels of the stages they reach first while these processes
+    compile those of the later stages. Kernels, or signatures, that the small box does
+    not reach compile in the workers as before (the warm-up saves time, it is never
+    needed for a result).
 
     Parameters
     ----------
@@ -342,6 +346,8 @@ def warm_kernels(directory, n_side: int = 16) -> None:
     n_side : int, optional
         Particles per side of the small box (its box is ``100 n_side / 64`` Mpc/h, the
         demo's mean density).
+    part : int, optional
+        Which of the stage lists of :data:`WARM_ORDER` to run.
     """
     from ..core.compile_cache import install
 
@@ -353,10 +359,13 @@ def warm_kernels(directory, n_side: int = 16) -> None:
     ctx["dir"].mkdir(parents=True, exist_ok=True)
     stages = {stage.__name__.removeprefix("stage_"): stage for stage in STAGES}
     with dask.config.set(scheduler="sync"):
-        _warm_halo_box(ctx)
-        for name in WARM_ORDER:
+        if "halos" in WARM_ORDER[part]:
+            _warm_halo_box(ctx)
+        for name in WARM_ORDER[part]:
             if name in stages:
                 stages[name](ctx)
+            if name == "generate" and "simulate" not in WARM_ORDER[part]:
+                ctx["evolved"] = ctx["ics"]  # PSE and the density on the ICs' lattice
 
 
 def _warm_marker() -> Path | None:
@@ -379,9 +388,10 @@ def _warm_marker() -> Path | None:
 
 @contextlib.contextmanager
 def _warm_up_beside(client):
-    """Run :func:`warm_kernels` in a subprocess while the body runs (the demo's stages on
-    the cluster); skipped when the kernels are known to be cached already (the demo ran
-    to the end with these sources and this numba before) or ``COSMO_DASK_DEMO_WARM=0``."""
+    """Run :func:`warm_kernels` in subprocesses, one per list of :data:`WARM_ORDER`, while
+    the body runs (the demo's stages on the cluster); skipped when the kernels are known
+    to be cached already (the demo ran to the end with these sources and this numba
+    before) or ``COSMO_DASK_DEMO_WARM=0``."""
     marker = None
     if client is not None and os.environ.get("COSMO_DASK_DEMO_WARM", "1") != "0":
         with contextlib.suppress(Exception):
@@ -394,20 +404,22 @@ def _warm_up_beside(client):
     # directory): first on the path, and the working directory a temporary one, so that a
     # checkout in the current directory does not shadow an installed package
     here = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen(
+    procs = [subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
-         "from cosmo_dask.cli.demo_stages import warm_kernels; warm_kernels(sys.argv[1])",
-         work, here],
+         "from cosmo_dask.cli.demo_stages import warm_kernels; "
+         "warm_kernels(sys.argv[1], part=int(sys.argv[3]))",
+         str(Path(work) / str(part)), here, str(part)],
         cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        stderr=subprocess.DEVNULL) for part in range(len(WARM_ORDER))]
     try:
         yield
         with contextlib.suppress(OSError):  # the stages ran: their kernels are cached
             marker.touch()
     finally:
-        if proc.poll() is None:  # the stages are done: what it would compile is not needed
-            proc.kill()
-        proc.wait()
+        for proc in procs:
+            if proc.poll() is None:  # the stages are done: what it would compile is not needed
+                proc.kill()
+            proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

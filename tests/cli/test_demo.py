@@ -1,4 +1,4 @@
-"""The demo's kernel warm-up: a subprocess beside the stages on a cold cache only."""
+"""The demo's kernel warm-up: subprocesses beside the stages on a cold cache only."""
 
 from __future__ import annotations
 
@@ -36,19 +36,21 @@ def fake(monkeypatch, tmp_path):
 
 def test_cold_cache_starts_the_warm_up_and_marks_a_finished_demo(fake):
     with demo._warm_up_beside(client=object()):
-        assert len(FakeProc.started) == 1
-        assert "warm_kernels" in " ".join(FakeProc.started[0].args)
-    assert FakeProc.started[0].killed  # the stages are done: the warm-up is stopped
+        assert len(FakeProc.started) == len(demo.WARM_ORDER) == 2  # one per stage list
+        parts = [p.args[-1] for p in FakeProc.started]
+        assert parts == ["0", "1"]
+        assert all("warm_kernels" in " ".join(p.args) for p in FakeProc.started)
+    assert all(p.killed for p in FakeProc.started)  # the stages are done: stopped
     assert fake.exists()
     with demo._warm_up_beside(client=object()):  # marked: the kernels are cached
         pass
-    assert len(FakeProc.started) == 1
+    assert len(FakeProc.started) == 2
 
 
 def test_failed_stages_leave_no_mark(fake):
     with pytest.raises(RuntimeError), demo._warm_up_beside(client=object()):
         raise RuntimeError("stage failed")
-    assert FakeProc.started[0].killed
+    assert all(p.killed for p in FakeProc.started)
     assert not fake.exists()
 
 
@@ -75,4 +77,31 @@ def test_warm_halo_box_reaches_the_catalog(tmp_path):
     assert (snap.pos.dtype, snap.vel.dtype, snap.ids.dtype) == ("float64", "float64", "int64")
     result = fof(snap, 0.2, min_members=20, centers=("mbp", "mcp"))
     assert result.n_halos >= 3
-    assert demo.WARM_ORDER[0] == "halos"
+    assert demo.WARM_ORDER[0][0] == "halos"
+
+
+def test_warm_kernels_runs_its_part_only(tmp_path, monkeypatch):
+    """Each warm-up process runs the stages of its own list, in order; a list with PSE but
+    no simulation gives PSE the ICs (a lattice) as its box."""
+    ran = []
+
+    def fake_stage(name):
+        def stage(ctx):
+            ran.append((name, str(ctx.get("evolved"))))
+            if name == "generate":
+                ctx["ics"] = tmp_path / "ics.zarr"
+        stage.__name__ = f"stage_{name}"
+        return stage
+
+    names = ("generate", "inspect", "simulate", "halos", "density", "pse", "expansion",
+             "gravity")
+    monkeypatch.setattr(demo, "STAGES", [fake_stage(n) for n in names])
+    monkeypatch.setattr(demo, "_warm_halo_box",
+                        lambda ctx: ctx.__setitem__("evolved", tmp_path / "halos.zarr"))
+    monkeypatch.setattr(demo, "WARM_ORDER", (("halos", "generate", "pse"), ("gravity",)))
+    demo.warm_kernels(tmp_path / "w0", part=0)
+    assert [n for n, _ in ran] == ["halos", "generate", "pse"]
+    assert ran[0][1].endswith("halos.zarr") and ran[2][1].endswith("ics.zarr")
+    ran.clear()
+    demo.warm_kernels(tmp_path / "w1", part=1)
+    assert ran == [("gravity", "None")]
