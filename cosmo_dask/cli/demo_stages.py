@@ -404,14 +404,16 @@ def _warm_up_beside(client):
     # directory): first on the path, and the working directory a temporary one, so that a
     # checkout in the current directory does not shadow an installed package
     here = str(Path(__file__).resolve().parents[2])
-    procs = [subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
-         "from cosmo_dask.cli.demo_stages import warm_kernels; "
-         "warm_kernels(sys.argv[1], part=int(sys.argv[3]))",
-         str(Path(work) / str(part)), here, str(part)],
-        cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL) for part in range(len(WARM_ORDER))]
+    procs = []
     try:
+        for part in range(len(WARM_ORDER)):  # inside the try: a failed start stops the others
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
+                 "from cosmo_dask.cli.demo_stages import warm_kernels; "
+                 "warm_kernels(sys.argv[1], part=int(sys.argv[3]))",
+                 str(Path(work) / str(part)), here, str(part)],
+                cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
         yield
         with contextlib.suppress(OSError):  # the stages ran: their kernels are cached
             marker.touch()

@@ -54,6 +54,22 @@ def test_failed_stages_leave_no_mark(fake):
     assert not fake.exists()
 
 
+def test_a_failed_start_stops_the_warm_ups_already_started(fake, monkeypatch):
+    started = []
+
+    def popen(args, **kwargs):
+        if started:
+            raise OSError("no more processes")
+        started.append(FakeProc(args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(demo.subprocess, "Popen", popen)
+    with pytest.raises(OSError), demo._warm_up_beside(client=object()):
+        pass
+    assert len(started) == 1 and started[0].killed
+    assert not fake.exists()
+
+
 def test_no_warm_up_without_a_cluster_or_when_switched_off(fake, monkeypatch):
     with demo._warm_up_beside(client=None):
         pass
