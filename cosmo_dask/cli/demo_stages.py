@@ -359,13 +359,15 @@ def warm_kernels(directory, n_side: int = 16, part: int = 0) -> None:
     ctx["dir"].mkdir(parents=True, exist_ok=True)
     stages = {stage.__name__.removeprefix("stage_"): stage for stage in STAGES}
     with dask.config.set(scheduler="sync"):
-        if "halos" in WARM_ORDER[part]:
-            _warm_halo_box(ctx)
         for name in WARM_ORDER[part]:
-            if name in stages:
+            if name == "halos":  # on a clustered box of its own, for this stage only
+                box = dict(ctx)
+                _warm_halo_box(box)
+                stages[name](box)
+            elif name in stages:
                 stages[name](ctx)
-            if name == "generate" and "simulate" not in WARM_ORDER[part]:
-                ctx["evolved"] = ctx["ics"]  # PSE and the density on the ICs' lattice
+            if name == "generate":  # PSE and the density on the ICs' lattice, unless a
+                ctx["evolved"] = ctx["ics"]  # later simulation gives its own output
 
 
 def _warm_marker() -> Path | None:

@@ -114,10 +114,15 @@ def test_warm_kernels_runs_its_part_only(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "STAGES", [fake_stage(n) for n in names])
     monkeypatch.setattr(demo, "_warm_halo_box",
                         lambda ctx: ctx.__setitem__("evolved", tmp_path / "halos.zarr"))
-    monkeypatch.setattr(demo, "WARM_ORDER", (("halos", "generate", "pse"), ("gravity",)))
+    monkeypatch.setattr(demo, "WARM_ORDER", (("halos", "generate", "pse"), ("gravity",),
+                                             ("generate", "halos", "pse")))
     demo.warm_kernels(tmp_path / "w0", part=0)
     assert [n for n, _ in ran] == ["halos", "generate", "pse"]
     assert ran[0][1].endswith("halos.zarr") and ran[2][1].endswith("ics.zarr")
     ran.clear()
     demo.warm_kernels(tmp_path / "w1", part=1)
     assert ran == [("gravity", "None")]
+    ran.clear()  # the halos' box serves their stage only, in any order
+    demo.warm_kernels(tmp_path / "w2", part=2)
+    assert [n for n, _ in ran] == ["generate", "halos", "pse"]
+    assert ran[1][1].endswith("halos.zarr") and ran[2][1].endswith("ics.zarr")
