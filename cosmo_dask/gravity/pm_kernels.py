@@ -77,7 +77,7 @@ from ..core.backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
 __all__ = ["green_factors", "green_axes", "green_derivative", "green_kslab", "green_slab",
-           "derivative_factor", "cic_interpolate_nb", "cic_interpolate_numpy"]
+           "derivative_factor", "cic_interpolate_nb", "cic_interpolate_numpy", "fd4_gradient"]
 
 
 def green_factors(k, cell: float, rs: float):
@@ -177,6 +177,42 @@ def derivative_factor(k, cell: float, kind: str):
         return (8.0 * xp.sin(k * cell) - xp.sin(2.0 * k * cell)) / (6.0 * cell)
     nyquist = xp.abs(xp.abs(k) * cell - math.pi) < 1e-6
     return xp.where(nyquist, 0.0, k)
+
+
+def fd4_gradient(phi, lo, hi, *, axis: int, cell: float):
+    """Acceleration component ``axis`` of a real potential slab by the 4-point difference.
+
+    ``out = -(8 (phi[+1] - phi[-1]) - (phi[+2] - phi[-2])) / (12 H)`` along ``axis``
+    (``H = cell``): in real space the operator whose Fourier multiplier is
+    :func:`derivative_factor` ``kind="fd4"``, so one inverse FFT of the potential and
+    three of these passes give what three inverse FFTs of ``-i D(k) phi_k`` give, to
+    rounding. The differences and the product are taken in float64 and rounded to
+    ``phi``'s dtype once; float32 potentials lose about ``|phi| / (H |grad phi|)`` ulps
+    to the cancellation (benchmarks/RESULTS.md, PM step).
+
+    ``phi``: planes ``x_lo .. x_lo + nx - 1`` ``(nx, n, n)`` of an ``n^3`` periodic mesh;
+    ``lo``, ``hi``: the two planes before (``x_lo - 2``, ``x_lo - 1``) and after it
+    ``(2, n, n)`` (periodic; a whole mesh's are its own last and first two). Axes 1 and 2
+    wrap inside the slab. Returns a new slab of ``phi``'s shape and dtype. The CPU kernel
+    of the contract :data:`cosmo_dask.gravity.dispatch.fd4_gradient` (GPU twin:
+    :func:`cosmo_dask.gravity.pm_kernels_gpu.fd4_gradient_gpu`).
+    """
+    nx = phi.shape[0]
+    coef = -1.0 / (12.0 * float(cell))
+    out = np.empty_like(phi)
+
+    def plane(i):
+        src = lo[i + 2] if i < 0 else (hi[i - nx] if i >= nx else phi[i])
+        return src.astype(np.float64)
+
+    for i in range(nx):
+        if axis == 0:
+            p1, m1, p2, m2 = plane(i + 1), plane(i - 1), plane(i + 2), plane(i - 2)
+        else:
+            here = phi[i].astype(np.float64)
+            p1, m1, p2, m2 = (np.roll(here, -s, axis=axis - 1) for s in (1, -1, 2, -2))
+        out[i] = (8.0 * (p1 - m1) - (p2 - m2)) * coef
+    return out
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
