@@ -197,22 +197,61 @@ def fd4_gradient(phi, lo, hi, *, axis: int, cell: float):
     of the contract :data:`cosmo_dask.gravity.dispatch.fd4_gradient` (GPU twin:
     :func:`cosmo_dask.gravity.pm_kernels_gpu.fd4_gradient_gpu`).
     """
-    nx = phi.shape[0]
-    coef = -1.0 / (12.0 * float(cell))
     out = np.empty_like(phi)
-
-    def plane(i):
-        src = lo[i + 2] if i < 0 else (hi[i - nx] if i >= nx else phi[i])
-        return src.astype(np.float64)
-
-    for i in range(nx):
-        if axis == 0:
-            p1, m1, p2, m2 = plane(i + 1), plane(i - 1), plane(i + 2), plane(i - 2)
-        else:
-            here = phi[i].astype(np.float64)
-            p1, m1, p2, m2 = (np.roll(here, -s, axis=axis - 1) for s in (1, -1, 2, -2))
-        out[i] = (8.0 * (p1 - m1) - (p2 - m2)) * coef
+    _fd4_nb(phi, lo, hi, int(axis), -1.0 / (12.0 * float(cell)), out)
     return out
+
+
+@numba.njit(nogil=True, cache=True)
+def _fd4_nb(phi, lo, hi, axis, coef, out):
+    """The loops of :func:`fd4_gradient` (the arithmetic of ``cuda/pm.cu``'s ``fd4``, in
+    float64, one rounding to ``out``'s dtype): no temporaries (worker processes return
+    freed memory to the system at once, and a plane-by-plane NumPy version paid a page
+    fault per temporary)."""
+    nx, ny, nz = phi.shape
+    for i in range(nx):
+        if axis == 0:  # planes i + 1, i - 1, i + 2, i - 2 (before or after the slab: lo, hi)
+            p1 = _fd4_plane(phi, lo, hi, i + 1)
+            m1 = _fd4_plane(phi, lo, hi, i - 1)
+            p2 = _fd4_plane(phi, lo, hi, i + 2)
+            m2 = _fd4_plane(phi, lo, hi, i - 2)
+            for j in range(ny):
+                for k in range(nz):
+                    out[i, j, k] = (8.0 * (np.float64(p1[j, k]) - np.float64(m1[j, k]))
+                                    - (np.float64(p2[j, k]) - np.float64(m2[j, k]))) * coef
+        elif axis == 1:
+            for j in range(ny):
+                jp1 = (j + 1) % ny
+                jm1 = (j - 1 + ny) % ny
+                jp2 = (j + 2) % ny
+                jm2 = (j - 2 + ny) % ny
+                for k in range(nz):
+                    out[i, j, k] = (8.0 * (np.float64(phi[i, jp1, k]) - np.float64(phi[i, jm1, k]))
+                                    - (np.float64(phi[i, jp2, k])
+                                       - np.float64(phi[i, jm2, k]))) * coef
+        else:
+            for j in range(ny):
+                row = phi[i, j]
+                for k in range(2, nz - 2):  # the interior without a modulo (vectorised)
+                    out[i, j, k] = (8.0 * (np.float64(row[k + 1]) - np.float64(row[k - 1]))
+                                    - (np.float64(row[k + 2]) - np.float64(row[k - 2]))) * coef
+                for k in (0, 1, nz - 2, nz - 1):
+                    if 0 <= k < nz and (k < 2 or k >= nz - 2):
+                        out[i, j, k] = (8.0 * (np.float64(row[(k + 1) % nz])
+                                               - np.float64(row[(k - 1 + nz) % nz]))
+                                        - (np.float64(row[(k + 2) % nz])
+                                           - np.float64(row[(k - 2 + nz) % nz]))) * coef
+
+
+@numba.njit(nogil=True, cache=True)
+def _fd4_plane(phi, lo, hi, i):
+    """Plane ``i`` of the slab ``phi`` (``lo`` holds planes -2, -1; ``hi`` nx, nx + 1)."""
+    nx = phi.shape[0]
+    if i < 0:
+        return lo[i + 2]
+    if i >= nx:
+        return hi[i - nx]
+    return phi[i]
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
