@@ -57,8 +57,9 @@ from ..spatial.slabs import after as slab_after
 from .dispatch import cic_interpolate, fd4_gradient, green_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
-           "fd4_meshes", "force_kmesh", "force_meshes", "force_passes", "potential_mesh", "gpu_one_slab_meshes", "inside_box", "long_range",
-           "pm_force_meshes", "density_kmesh"]
+           "fd4_meshes", "force_kmesh", "force_meshes", "force_passes", "potential_mesh",
+           "gpu_one_slab_meshes", "inside_box", "long_range", "pm_force_meshes",
+           "density_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
