@@ -18,6 +18,11 @@ box_size, rs, r_cut, table_level, exclude, centre)``
     ``axis``, one acceleration component's slab (the gradient in the same pass)
     (:func:`~cosmo_dask.gravity.pm_kernels.green_kslab`,
     :func:`~cosmo_dask.gravity.pm_kernels_gpu.green_kslab_gpu`).
+``fd4_gradient(phi, lo, hi, *, axis, cell)``
+    One acceleration component of a real potential slab by the 4-point difference, a new
+    slab of ``phi``'s dtype (``lo``, ``hi``: the two planes before and after the slab)
+    (:func:`~cosmo_dask.gravity.pm_kernels.fd4_gradient`,
+    :func:`~cosmo_dask.gravity.pm_kernels_gpu.fd4_gradient_gpu`).
 ``cic_interpolate(pos, meshes, box_size, shift=0.0, x_lo=0)``
     CIC interpolation of up to four mesh slabs at particles, ``(m, c)`` float64
     (:func:`~cosmo_dask.gravity.pm_kernels.cic_interpolate_numpy`,
@@ -49,8 +54,8 @@ from ..core.dispatch import KernelDispatch
 from . import p2p_kernels, pm_kernels
 from .tree import forces as tree_cpu
 
-__all__ = ["cic_interpolate", "domain_forces", "domain_let", "domain_tree", "green_kslab",
-           "p2p_block", "tree_forces"]
+__all__ = ["cic_interpolate", "domain_forces", "domain_let", "domain_tree", "fd4_gradient",
+           "green_kslab", "p2p_block", "tree_forces"]
 
 _GPU = "cosmo_dask.gravity."
 
@@ -64,6 +69,8 @@ p2p_block = KernelDispatch("gravity.p2p_block", p2p_kernels.p2p_block,
                            gpu=_GPU + "p2p_kernels_gpu:p2p_block_gpu")
 green_kslab = KernelDispatch("gravity.green_kslab", pm_kernels.green_kslab,
                              gpu=_GPU + "pm_kernels_gpu:green_kslab_gpu")
+fd4_gradient = KernelDispatch("gravity.fd4_gradient", pm_kernels.fd4_gradient,
+                              gpu=_GPU + "pm_kernels_gpu:fd4_gradient_gpu")
 cic_interpolate = KernelDispatch("gravity.cic_interpolate", pm_kernels.cic_interpolate_numpy,
                                  gpu=_GPU + "pm_kernels_gpu:cic_interpolate_gpu")
 tree_forces = KernelDispatch("gravity.tree_forces", tree_cpu.tree_forces,

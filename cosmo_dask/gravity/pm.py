@@ -11,11 +11,13 @@ Graph (one call, ``C`` particle chunks, ``S`` slabs, one or two meshes):
    interlaced shifts) and each slab of each mesh is deposited by one task.
 3. the solve, slab by slab, with :mod:`cosmo_dask.spatial.fft`: ``fft-r2c`` /
    transpose / ``fft-c2c`` (:func:`~cosmo_dask.spatial.fft.rfftn`; one 3-d plan,
-   ``fft-r2c3``, for a one-slab CuPy mesh), then per component ``gravity-pm-green``
-   (Green's function with the Gaussian split and CIC deconvolution, and the
-   spectral or 4-point gradient, in one pass per k-space slab) and the inverse
-   transform back to real slabs (:func:`~cosmo_dask.spatial.fft.irfftn`), and the
-   potential's inverse transform; kernels through the contracts of
+   ``fft-r2c3``, for a one-slab CuPy mesh), then ``gravity-pm-green`` (Green's
+   function with the Gaussian split and CIC deconvolution, in one pass per k-space
+   slab) and the inverse transform back to real slabs
+   (:func:`~cosmo_dask.spatial.fft.irfftn`): with a split per component, the spectral
+   gradient in the Green's pass; without one the potential once, differenced in real
+   space by ``gravity-pm-fd4`` (the 4-point difference, one task per slab and
+   component, each slab with its neighbours' two nearest planes); kernels through the contracts of
    :mod:`~cosmo_dask.gravity.dispatch` (:mod:`~cosmo_dask.gravity.pm_kernels`, numba, or
    :mod:`~cosmo_dask.gravity.pm_kernels_gpu`, CUDA, by the slab's type).
 4. ``gravity-pm-interp-slab``: one task per (mesh, slab, chunk) CIC-interpolates
@@ -52,11 +54,12 @@ from ..density.painting import centred, meshes_fit, paint_meshes
 from ..density.painting import check_n_mesh as check_mesh_size
 from ..spatial.fft import MAX_N_MESH, irfftn, map_kslabs, rfftn
 from ..spatial.slabs import after as slab_after
-from .dispatch import cic_interpolate, green_kslab
+from .dispatch import cic_interpolate, fd4_gradient, green_kslab
 
 __all__ = ["pm_accelerations", "MAX_N_MESH", "check_box_size", "check_n_mesh",
-           "force_kmesh", "force_passes", "gpu_one_slab_meshes", "inside_box", "long_range",
-           "pm_force_meshes", "density_kmesh"]
+           "fd4_meshes", "force_kmesh", "force_meshes", "force_passes", "potential_mesh",
+           "gpu_one_slab_meshes", "inside_box", "long_range", "pm_force_meshes",
+           "density_kmesh"]
 
 
 def check_box_size(box_size, what: str) -> float:
@@ -175,17 +178,67 @@ def force_kmesh(fk: da.Array, component: int, *, G: float, box_size: float,
                       kind="spectral" if r_split > 0 else "fd4")
 
 
+def _planes(mesh: da.Array, first: int, count: int) -> da.Array:
+    """Planes ``first .. first + count - 1`` (modulo ``n``) of a periodic mesh in slabs."""
+    n = int(mesh.shape[0])
+    return da.concatenate([mesh[(first + q) % n:(first + q) % n + 1] for q in range(count)])
+
+
+def _fd4_block(phi, lo, hi, *, axis: int, cell: float):
+    return fd4_gradient(phi, lo, hi, axis=axis, cell=cell)
+
+
+def fd4_meshes(phi: da.Array, axes, *, cell: float) -> list[da.Array]:
+    """Acceleration components ``axes`` of a real potential mesh in slabs by the 4-point
+    difference in real space (the contract :data:`~cosmo_dask.gravity.dispatch.fd4_gradient`,
+    ``gravity-pm-fd4`` tasks, one per slab and component), each slab with the two planes
+    before and after it (periodic): the same operator as the k-space multiplier
+    ``(8 sin kH - sin 2kH) / 6H``, for one inverse FFT of the potential instead of one per
+    component."""
+    bounds = np.cumsum((0,) + phi.chunks[0])
+    lo = da.concatenate([_planes(phi, int(b) - 2, 2) for b in bounds[:-1]]).rechunk({0: 2})
+    hi = da.concatenate([_planes(phi, int(b), 2) for b in bounds[1:]]).rechunk({0: 2})
+    token = tokenize(phi, float(cell))
+    return [da.blockwise(functools.partial(_fd4_block, axis=int(a), cell=float(cell)), "ijk",
+                         phi, "ijk", lo, "ijk", hi, "ijk", align_arrays=False,
+                         dtype=phi.dtype, meta=phi._meta,
+                         name=f"gravity-pm-fd4-{a}-{token}")
+            for a in axes]
+
+
+def potential_mesh(fk: da.Array, *, G: float, box_size: float, r_split: float) -> da.Array:
+    """The real potential mesh of a :func:`density_kmesh` (its slabs and dtype)."""
+    n = int(fk.shape[0])
+    return irfftn(force_kmesh(fk, 3, G=G, box_size=box_size, r_split=r_split), (n, n, n),
+                  overwrite_input=True)  # the potential's k-space mesh: a temporary
+
+
+def force_meshes(fk: da.Array, comps, *, G: float, box_size: float, r_split: float,
+                 phi: da.Array | None = None) -> list[da.Array]:
+    """Real meshes of force components ``comps`` (0, 1, 2; 3 the potential) from a
+    :func:`density_kmesh`, in its slabs and dtype. With a split (spectral gradient) each
+    is :func:`force_kmesh` and its own ``irfftn``; without one (the 4-point difference)
+    the potential (``phi``, or :func:`potential_mesh` of ``fk``) is differenced in real
+    space (:func:`fd4_meshes`): one inverse FFT per mesh instead of one per component."""
+    n = int(fk.shape[0])
+    if r_split > 0:
+        return [irfftn(force_kmesh(fk, a, G=G, box_size=box_size, r_split=r_split), (n, n, n),
+                       overwrite_input=True)  # each component's k-space mesh: a temporary
+                for a in comps]
+    if phi is None:
+        phi = potential_mesh(fk, G=G, box_size=box_size, r_split=r_split)
+    acc = iter(fd4_meshes(phi, [a for a in comps if a < 3], cell=box_size / n))
+    return [phi if a == 3 else next(acc) for a in comps]
+
+
 def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: float,
                     potential: bool) -> list[da.Array]:
     """Force (and potential) meshes of a mass mesh (mass per cell) in slabs:
-    :func:`density_kmesh`, :func:`force_kmesh` and ``irfftn`` of each. Returns
-    ``[a_x, a_y, a_z]`` (+ the potential), each ``(n, n, n)`` in ``mass_mesh``'s
-    slabs and dtype (accelerations in ``G M / L^2``, the potential in ``G M / L``)."""
-    n = int(mass_mesh.shape[0])
-    fk = density_kmesh(mass_mesh)
-    return [irfftn(force_kmesh(fk, a, G=G, box_size=box_size, r_split=r_split), (n, n, n),
-                   overwrite_input=True)  # each component's k-space mesh: a temporary
-            for a in range(4 if potential else 3)]
+    :func:`density_kmesh` and :func:`force_meshes`. Returns ``[a_x, a_y, a_z]`` (+ the
+    potential), each ``(n, n, n)`` in ``mass_mesh``'s slabs and dtype (accelerations in
+    ``G M / L^2``, the potential in ``G M / L``)."""
+    return force_meshes(density_kmesh(mass_mesh), range(4 if potential else 3), G=G,
+                        box_size=box_size, r_split=r_split)
 
 
 #: meshes a one-slab PM force holds on a GPU per (interlaced) mesh, besides its ``2 c``
@@ -287,12 +340,17 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
                                       shifts=(shift,), dtype=dtype, exchange=exchange,
                                       after=columns[-1:])[0]
             fk = density_kmesh(meshes[0])
+            # without a split the components are differences of one potential mesh
+            phi = None if r_split > 0 else potential_mesh(fk, G=G, box_size=box_size,
+                                                          r_split=r_split)
         # per component: each once the previous one is interpolated (the gate sits on the
-        # density's k-space mesh, so that the Green's function and the first inverse FFT
-        # stay one task)
-        gated = slab_after(fk, columns[-1]) if columns and passes == "component" else fk
-        forces = [irfftn(force_kmesh(gated, a, G=G, box_size=box_size, r_split=r_split),
-                         (n, n, n), overwrite_input=True) for a in comps]
+        # density's k-space mesh, or the potential mesh, so that the Green's function and
+        # the first inverse FFT, or the difference, stay one task)
+        gate = columns and passes == "component"
+        forces = force_meshes(slab_after(fk, columns[-1]) if gate else fk, comps, G=G,
+                              box_size=box_size, r_split=r_split,
+                              phi=slab_after(phi, columns[-1]) if gate and phi is not None
+                              else phi)
         group = [(functools.partial(_interp_piece, box=float(box_size), shift=shift), forces,
                   len(comps))]
         if i < len(plan) - 1:

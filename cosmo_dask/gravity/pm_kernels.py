@@ -77,7 +77,7 @@ from ..core.backend import array_module
 from ..density.paint_kernels import assignment_weights, into_period
 
 __all__ = ["green_factors", "green_axes", "green_derivative", "green_kslab", "green_slab",
-           "derivative_factor", "cic_interpolate_nb", "cic_interpolate_numpy"]
+           "derivative_factor", "cic_interpolate_nb", "cic_interpolate_numpy", "fd4_gradient"]
 
 
 def green_factors(k, cell: float, rs: float):
@@ -177,6 +177,81 @@ def derivative_factor(k, cell: float, kind: str):
         return (8.0 * xp.sin(k * cell) - xp.sin(2.0 * k * cell)) / (6.0 * cell)
     nyquist = xp.abs(xp.abs(k) * cell - math.pi) < 1e-6
     return xp.where(nyquist, 0.0, k)
+
+
+def fd4_gradient(phi, lo, hi, *, axis: int, cell: float):
+    """Acceleration component ``axis`` of a real potential slab by the 4-point difference.
+
+    ``out = -(8 (phi[+1] - phi[-1]) - (phi[+2] - phi[-2])) / (12 H)`` along ``axis``
+    (``H = cell``): in real space the operator whose Fourier multiplier is
+    :func:`derivative_factor` ``kind="fd4"``, so one inverse FFT of the potential and
+    three of these passes give what three inverse FFTs of ``-i D(k) phi_k`` give, to
+    rounding. The differences and the product are taken in float64 and rounded to
+    ``phi``'s dtype once; float32 potentials lose about ``|phi| / (H |grad phi|)`` ulps
+    to the cancellation (benchmarks/RESULTS.md, PM step).
+
+    ``phi``: planes ``x_lo .. x_lo + nx - 1`` ``(nx, n, n)`` of an ``n^3`` periodic mesh;
+    ``lo``, ``hi``: the two planes before (``x_lo - 2``, ``x_lo - 1``) and after it
+    ``(2, n, n)`` (periodic; a whole mesh's are its own last and first two). Axes 1 and 2
+    wrap inside the slab. Returns a new slab of ``phi``'s shape and dtype. The CPU kernel
+    of the contract :data:`cosmo_dask.gravity.dispatch.fd4_gradient` (GPU twin:
+    :func:`cosmo_dask.gravity.pm_kernels_gpu.fd4_gradient_gpu`).
+    """
+    out = np.empty_like(phi)
+    _fd4_nb(phi, lo, hi, int(axis), -1.0 / (12.0 * float(cell)), out)
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def _fd4_nb(phi, lo, hi, axis, coef, out):
+    """The loops of :func:`fd4_gradient` (the arithmetic of ``cuda/pm.cu``'s ``fd4``, in
+    float64, one rounding to ``out``'s dtype): no temporaries (worker processes return
+    freed memory to the system at once, and a plane-by-plane NumPy version paid a page
+    fault per temporary)."""
+    nx, ny, nz = phi.shape
+    for i in range(nx):
+        if axis == 0:  # planes i + 1, i - 1, i + 2, i - 2 (before or after the slab: lo, hi)
+            p1 = _fd4_plane(phi, lo, hi, i + 1)
+            m1 = _fd4_plane(phi, lo, hi, i - 1)
+            p2 = _fd4_plane(phi, lo, hi, i + 2)
+            m2 = _fd4_plane(phi, lo, hi, i - 2)
+            for j in range(ny):
+                for k in range(nz):
+                    out[i, j, k] = (8.0 * (np.float64(p1[j, k]) - np.float64(m1[j, k]))
+                                    - (np.float64(p2[j, k]) - np.float64(m2[j, k]))) * coef
+        elif axis == 1:
+            for j in range(ny):
+                jp1 = (j + 1) % ny
+                jm1 = (j - 1 + ny) % ny
+                jp2 = (j + 2) % ny
+                jm2 = (j - 2 + ny) % ny
+                for k in range(nz):
+                    out[i, j, k] = (8.0 * (np.float64(phi[i, jp1, k]) - np.float64(phi[i, jm1, k]))
+                                    - (np.float64(phi[i, jp2, k])
+                                       - np.float64(phi[i, jm2, k]))) * coef
+        else:
+            for j in range(ny):
+                row = phi[i, j]
+                for k in range(2, nz - 2):  # the interior without a modulo (vectorised)
+                    out[i, j, k] = (8.0 * (np.float64(row[k + 1]) - np.float64(row[k - 1]))
+                                    - (np.float64(row[k + 2]) - np.float64(row[k - 2]))) * coef
+                for k in (0, 1, nz - 2, nz - 1):
+                    if 0 <= k < nz and (k < 2 or k >= nz - 2):
+                        out[i, j, k] = (8.0 * (np.float64(row[(k + 1) % nz])
+                                               - np.float64(row[(k - 1 + nz) % nz]))
+                                        - (np.float64(row[(k + 2) % nz])
+                                           - np.float64(row[(k - 2 + nz) % nz]))) * coef
+
+
+@numba.njit(nogil=True, cache=True)
+def _fd4_plane(phi, lo, hi, i):
+    """Plane ``i`` of the slab ``phi`` (``lo`` holds planes -2, -1; ``hi`` nx, nx + 1)."""
+    nx = phi.shape[0]
+    if i < 0:
+        return lo[i + 2]
+    if i >= nx:
+        return hi[i - nx]
+    return phi[i]
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)

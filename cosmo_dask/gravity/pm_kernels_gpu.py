@@ -4,6 +4,7 @@ Same conventions, Green's function and interpolation as
 :mod:`cosmo_dask.gravity.pm_kernels` (see there); this module only swaps the
 implementation: one CUDA thread per k-space slab element for the Green's
 function and the gradient (from the same per-axis float64 factors), one thread
+per mesh point for the 4-point difference of a real potential slab, one thread
 per particle for the CIC interpolation of a real slab (weights and sums in
 float64, meshes read in their dtype, up to four slabs at once). The FFTs are
 cuFFT's, through :mod:`cosmo_dask.spatial.fft`. Results agree with the CPU
@@ -17,7 +18,7 @@ import numpy as np
 from .. import cuda
 from .pm_kernels import green_axes, green_derivative
 
-__all__ = ["green_kslab_gpu", "cic_interpolate_gpu"]
+__all__ = ["green_kslab_gpu", "cic_interpolate_gpu", "fd4_gradient_gpu"]
 
 _CTYPE = {"float32": "float", "float64": "double"}
 _THREADS = 256
@@ -83,4 +84,23 @@ def cic_interpolate_gpu(pos, meshes, box_size: float, shift: float = 0.0, x_lo: 
         kern(((m + _THREADS - 1) // _THREADS,), (_THREADS,),
              (pos, *ptrs, np.int64(m), np.int64(n), np.int32(c), np.float64(n / box_size),
               np.float64(shift - 0.5), np.int64(x_lo), np.int64(nx), out))
+    return out
+
+
+def fd4_gradient_gpu(phi, lo, hi, *, axis: int, cell: float):
+    """:func:`cosmo_dask.gravity.pm_kernels.fd4_gradient` on CuPy slabs (the GPU kernel of
+    the contract :data:`cosmo_dask.gravity.dispatch.fd4_gradient`): one thread per mesh
+    point, the same float64 arithmetic, a new slab of ``phi``'s dtype."""
+    import cupy
+
+    phi, lo, hi = (cupy.ascontiguousarray(a) for a in (phi, lo, hi))
+    out = cupy.empty_like(phi)
+    total = phi.size
+    if total:
+        nx, n = phi.shape[0], phi.shape[1]
+        kern = _module("float64", "float64", phi.dtype.name).get_function("fd4")
+        kern(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
+             (phi, lo.astype(phi.dtype, copy=False), hi.astype(phi.dtype, copy=False),
+              np.int64(nx), np.int64(n), np.int32(axis), np.float64(-1.0 / (12.0 * cell)),
+              out))
     return out

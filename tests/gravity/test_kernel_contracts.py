@@ -198,6 +198,58 @@ def test_green_kslab_gradient(backend, axis, rs, kind):
     assert np.abs(_host(o32) - ref).max() <= 1e-6 * np.abs(ref).max()
 
 
+# --------------------------------------------------------------------------- fd4_gradient
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("x_lo, nx", [(0, 20), (3, 5), (18, 2), (7, 1)])
+def test_fd4_gradient(backend, axis, x_lo, nx):
+    """One acceleration component of a slab of a real periodic potential (planes x_lo ..
+    x_lo + nx - 1 of a 20 x 12 x 10 mesh, with the two planes before and after it) against
+    the 4-point difference applied in Fourier space, ``-i (8 sin kH - sin 2kH) / 6H``
+    times the potential's transform (numpy.fft, float64); float32 slabs within their
+    rounding."""
+    xp = _xp(backend)
+    rng = np.random.default_rng(3 + axis)
+    shape, cell = (20, 12, 10), 0.3
+    phi = rng.standard_normal(shape)
+    k = [2 * np.pi * np.fft.fftfreq(s, d=cell) for s in shape]
+    d = (8 * np.sin(k[axis] * cell) - np.sin(2 * k[axis] * cell)) / (6 * cell)
+    d = d.reshape([-1 if a == axis else 1 for a in range(3)])
+    ref = np.fft.ifftn(-1j * d * np.fft.fftn(phi)).real
+    rows = np.arange(x_lo - 2, x_lo + nx + 2) % shape[0]
+    for dtype, tol in ((np.float64, 1e-13), (np.float32, 1e-6)):
+        p = phi.astype(dtype)
+        out = kernels.fd4_gradient(xp.asarray(p[rows[2:-2]]), xp.asarray(p[rows[:2]]),
+                                   xp.asarray(p[rows[-2:]]), axis=axis, cell=cell)
+        assert out.dtype == dtype and out.shape == (nx, 12, 10)
+        assert np.abs(_host(out) - ref[rows[2:-2]]).max() <= tol * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("mesh_t", ["float64", "float32"])
+def test_fd4_cuda_text_on_host(mesh_t):
+    """The CUDA kernel ``fd4`` of ``cuda/pm.cu`` compiled for the host
+    (tests/support/cuda_host.py) gives the CPU kernel's values bit for bit, slab and
+    ghosts as in the graph (a 9 x 6 x 6 mesh, planes 4 .. 6, each axis)."""
+    from cosmo_dask.gravity.pm_kernels import fd4_gradient
+    from tests.support import cuda_host
+
+    if cuda_host.compiler() is None:
+        pytest.skip("no host C++ compiler")
+    kern = cuda_host.host_kernels("pm", {"REAL_T": "double", "POS_T": "double",
+                                         "MESH_T": "float" if mesh_t == "float32" else
+                                         "double"})["fd4"]
+    rng = np.random.default_rng(11)
+    phi = rng.standard_normal((9, 6, 6)).astype(mesh_t)
+    slab, lo, hi = (np.ascontiguousarray(phi[r]) for r in (slice(4, 7), slice(2, 4),
+                                                           slice(7, 9)))
+    for axis in range(3):
+        out = np.zeros_like(slab)
+        kern((4,), (7,), (slab, lo, hi, np.int64(3), np.int64(6), np.int32(axis),
+                          np.float64(-1.0 / (12.0 * 0.7)), out))
+        ref = fd4_gradient(slab, lo, hi, axis=axis, cell=0.7)
+        np.testing.assert_array_equal(out, ref)
+
+
 # --------------------------------------------------------------------------- cic_interpolate
 def _cic_reference(pos, meshes, box, shift, x_lo=0):
     """Brute-force CIC interpolation in float64 of ``meshes`` (c, nx, n, n) holding planes
