@@ -92,28 +92,28 @@ extern "C" __global__ void interp(const POS_T* __restrict__ pos,
 // One acceleration component of a real potential slab (nx, n, n), planes x_lo .. x_lo + nx - 1
 // of an n^3 mesh, by the 4-point difference along `axis`:
 // out = coef (8 (phi[+1] - phi[-1]) - (phi[+2] - phi[-2])), coef = -1 / (12 H), in double;
-// lo, hi: the two planes before the slab (x_lo - 2, x_lo - 1) and after it, each (2, n, n)
+// lo, hi: the two planes before the slab (x_lo - 2, x_lo - 1) and after it, each (2, ny, nz)
 // (periodic); axes 1 and 2 wrap inside the slab.
 extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __restrict__ lo,
                                const MESH_T* __restrict__ hi, const long long nx,
-                               const long long n, const int axis, const double coef,
-                               MESH_T* __restrict__ out)
+                               const long long ny, const long long nz, const int axis,
+                               const double coef, MESH_T* __restrict__ out)
 {
-    const long long plane = n * n;
+    const long long plane = ny * nz;
     const long long total = nx * plane;
     const long long stride = (long long)blockDim.x * gridDim.x;
     for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
          t += stride) {  // grid-stride (one pass with the launch of fd4_gradient_gpu)
         long long i, j, k;
         if (total <= 0xffffffffLL) {  // 32-bit division, as in green
-            const unsigned int u = (unsigned int)t, un = (unsigned int)n;
-            const unsigned int row = u / un;
-            k = u - row * un;
-            j = row % un;
-            i = row / un;
+            const unsigned int u = (unsigned int)t, uz = (unsigned int)nz;
+            const unsigned int row = u / uz;
+            k = u - row * uz;
+            j = row % (unsigned int)ny;
+            i = row / (unsigned int)ny;
         } else {
-            k = t % n;
-            j = (t / n) % n;
+            k = t % nz;
+            j = (t / nz) % ny;
             i = t / plane;
         }
         double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
@@ -123,16 +123,16 @@ extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __r
             const long long o = offs[q];
             if (axis == 0) {
                 const long long ii = i + o;
-                const long long rest = j * n + k;
+                const long long rest = j * nz + k;
                 if (ii < 0) v[q] = (double)lo[(ii + 2) * plane + rest];
                 else if (ii >= nx) v[q] = (double)hi[(ii - nx) * plane + rest];
                 else v[q] = (double)phi[ii * plane + rest];
             } else if (axis == 1) {
-                const long long jj = (j + o + 2 * n) % n;
-                v[q] = (double)phi[i * plane + jj * n + k];
+                const long long jj = (j + o + 2 * ny) % ny;
+                v[q] = (double)phi[i * plane + jj * nz + k];
             } else {
-                const long long kk = (k + o + 2 * n) % n;
-                v[q] = (double)phi[i * plane + j * n + kk];
+                const long long kk = (k + o + 2 * nz) % nz;
+                v[q] = (double)phi[i * plane + j * nz + kk];
             }
         }
         out[t] = (MESH_T)((8.0 * (v[0] - v[1]) - (v[2] - v[3])) * coef);

@@ -241,18 +241,20 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
                         box_size=box_size, r_split=r_split)
 
 
-#: meshes a one-slab PM force holds on a GPU per (interlaced) mesh, besides its ``2 c``
-#: component meshes (k-space and real): the mass mesh, its transform, the potential
-#: and cuFFT's work area. An interlaced 1024^3 float32 force of 3 components peaked
-#: at 19 meshes of CuPy pool (benchmarks/RESULTS.md, mesh path in slabs); this
-#: gives 20, so that a mesh whose one-slab force would not fit a GPU is cut in slabs
+#: meshes a one-slab PM force holds on a GPU per (interlaced) mesh, besides its
+#: component meshes: the mass mesh, its transform, the potential and cuFFT's work area.
+#: With a split (spectral gradients) each component has a k-space and a real mesh: an
+#: interlaced 1024^3 float32 force of 3 components peaked at 19 meshes of CuPy pool
+#: (benchmarks/RESULTS.md, mesh path in slabs), and 2 (4 + 2 c) = 20. Without one the
+#: components are differenced from the real potential (one real mesh each): 2 (4 + c)
 GPU_ONE_SLAB_BASE_MESHES = 4
 
 
-def gpu_one_slab_meshes(c: int) -> float:
+def gpu_one_slab_meshes(c: int, *, spectral: bool = True) -> float:
     """Meshes a one-slab PM force of ``c`` components holds per (interlaced) mesh on a
-    GPU: :data:`GPU_ONE_SLAB_BASE_MESHES` + ``2 c``."""
-    return GPU_ONE_SLAB_BASE_MESHES + 2 * c
+    GPU: :data:`GPU_ONE_SLAB_BASE_MESHES` + ``2 c`` with spectral gradients (a split),
+    + ``c`` with the real-space 4-point difference (:func:`fd4_meshes`)."""
+    return GPU_ONE_SLAB_BASE_MESHES + (2 * c if spectral else c)
 
 
 #: meshes a force pass holds besides its component meshes: the density's k-space
@@ -316,7 +318,8 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                     shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,
                                     slabs=slabs, what=what,
-                                    gpu_pipeline_meshes=len(shifts) * gpu_one_slab_meshes(c))
+                                    gpu_pipeline_meshes=len(shifts) * gpu_one_slab_meshes(
+                                        c, spectral=r_split > 0))
     passes = force_passes(n, dtype, c, n_slabs=exchange.layout.n_slabs,
                           gpu=array_module(pos) is not np)
     if passes == "all":  # the one-slab path: one task per chunk reads every mesh

@@ -97,10 +97,11 @@ def fd4_gradient_gpu(phi, lo, hi, *, axis: int, cell: float):
     out = cupy.empty_like(phi)
     total = phi.size
     if total:
-        nx, n = phi.shape[0], phi.shape[1]
+        nx, ny, nz = phi.shape
         kern = _module("float64", "float64", phi.dtype.name).get_function("fd4")
         kern(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
              (phi, lo.astype(phi.dtype, copy=False), hi.astype(phi.dtype, copy=False),
-              np.int64(nx), np.int64(n), np.int32(axis), np.float64(-1.0 / (12.0 * cell)),
+              np.int64(nx), np.int64(ny), np.int64(nz), np.int32(axis),
+              np.float64(-1.0 / (12.0 * cell)),
               out))
     return out

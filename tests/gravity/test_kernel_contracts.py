@@ -229,7 +229,7 @@ def test_fd4_gradient(backend, axis, x_lo, nx):
 def test_fd4_cuda_text_on_host(mesh_t):
     """The CUDA kernel ``fd4`` of ``cuda/pm.cu`` compiled for the host
     (tests/support/cuda_host.py) gives the CPU kernel's values bit for bit, slab and
-    ghosts as in the graph (a 9 x 6 x 6 mesh, planes 4 .. 6, each axis)."""
+    ghosts as in the graph (a 9 x 6 x 5 mesh, planes 4 .. 6, each axis)."""
     from cosmo_dask.gravity.pm_kernels import fd4_gradient
     from tests.support import cuda_host
 
@@ -239,12 +239,12 @@ def test_fd4_cuda_text_on_host(mesh_t):
                                          "MESH_T": "float" if mesh_t == "float32" else
                                          "double"})["fd4"]
     rng = np.random.default_rng(11)
-    phi = rng.standard_normal((9, 6, 6)).astype(mesh_t)
+    phi = rng.standard_normal((9, 6, 5)).astype(mesh_t)
     slab, lo, hi = (np.ascontiguousarray(phi[r]) for r in (slice(4, 7), slice(2, 4),
                                                            slice(7, 9)))
     for axis in range(3):
         out = np.zeros_like(slab)
-        kern((4,), (7,), (slab, lo, hi, np.int64(3), np.int64(6), np.int32(axis),
+        kern((4,), (7,), (slab, lo, hi, np.int64(3), np.int64(6), np.int64(5), np.int32(axis),
                           np.float64(-1.0 / (12.0 * 0.7)), out))
         ref = fd4_gradient(slab, lo, hi, axis=axis, cell=0.7)
         np.testing.assert_array_equal(out, ref)

@@ -315,8 +315,9 @@ def test_gpu_memory_check_counts_interlaced_meshes_and_transpose(monkeypatch):
 def test_gpu_pm_force_whose_one_slab_pipeline_does_not_fit_is_cut_in_slabs(monkeypatch):
     """An interlaced 1024^3 float32 PM force held 19 meshes (76 GiB) as one slab on an
     H200 and ran out of an 80 GB H100's memory: on a GPU of 74 GiB it takes slabs, on
-    one of 131 GiB (an H200) it stays one slab; a P(k) mesh (about 8 meshes in its one
-    slab) stays one slab on the smaller GPU."""
+    one of 131 GiB (an H200) it stays one slab; a PM force without a split (real-space
+    gradients) and a P(k) mesh (about 8 meshes in their one slab) stay one slab on the
+    smaller GPU."""
     import importlib
 
     from cosmo_dask.gravity.pm import gpu_one_slab_meshes
@@ -325,10 +326,16 @@ def test_gpu_pm_force_whose_one_slab_pipeline_does_not_fit_is_cut_in_slabs(monke
     monkeypatch.setattr(paint, "worker_count", lambda: 1)
     pm_meshes = 2 * gpu_one_slab_meshes(3)
     assert pm_meshes >= 19  # the measured peak
+    # without a split the gradients are differenced from the real potential: the same
+    # force peaked at 8.0 meshes (32.05 GiB on an H100, 2026-12-07), and it stays one slab
+    fd4_meshes = 2 * gpu_one_slab_meshes(3, spectral=False)
+    assert 8 <= fd4_meshes < pm_meshes
     for gib, pm_slabs in ((74, 2), (131, 1)):
         monkeypatch.setattr(paint, "memory_per_worker", lambda gpu, g=gib: (g * 2**30, "GPU"))
         assert paint.mesh_slabs(1024, np.float32, gpu=True, what="PM",
                                 one_slab_meshes=pm_meshes) == pm_slabs
+        assert paint.mesh_slabs(1024, np.float32, gpu=True, what="PM",
+                                one_slab_meshes=fd4_meshes) == 1
         assert paint.mesh_slabs(1024, np.float32, gpu=True, what="P(k)") == 1
 
 
