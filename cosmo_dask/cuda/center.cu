@@ -61,3 +61,18 @@ SEG_POT(const REAL* __restrict__ x, const REAL* __restrict__ y,
     }
     if (active) pot[i] = -G * acc;
 }
+
+// Largest value of each segment of non-negative doubles (the halo catalog's r_max;
+// cosmo_dask.halos.center_kernels_gpu.segment_max_gpu): one thread per value, an atomic
+// max of its bits into out[seg[t]] (zeroed by the caller). For x >= 0 the order of the
+// bit patterns is the order of the values, so the maximum is exact and independent of
+// the threads' order.
+extern "C" __global__ void seg_max_nonneg(const double* __restrict__ v,
+                                          const long long* __restrict__ seg,
+                                          const long long n,
+                                          unsigned long long* __restrict__ out)
+{
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride)
+        atomicMax(out + seg[t], (unsigned long long)__double_as_longlong(v[t]));
+}

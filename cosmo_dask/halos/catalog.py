@@ -37,47 +37,61 @@ from .center_kernels import grid_mbp, mcp_rows, member_potentials
 GRID_THRESHOLD = None
 
 
-def _segments(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Halo ids present in label-sorted ``labels`` and their segment starts (h+1)."""
+def _segments(labels):
+    """Halo ids present in label-sorted ``labels`` and their segment starts (h+1), in
+    ``labels``' array module (NumPy or CuPy)."""
+    xp = array_module(labels)
     if labels.size == 0:
-        return np.empty(0, np.int64), np.zeros(1, np.int64)
-    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
-    return labels[starts], np.r_[starts, labels.size].astype(np.int64)
+        return xp.empty(0, np.int64), xp.zeros(1, np.int64)
+    starts = xp.flatnonzero(xp.concatenate([xp.ones(1, bool), labels[1:] != labels[:-1]]))
+    return labels[starts], xp.concatenate([starts, xp.asarray([labels.size])]).astype(np.int64)
 
 
-def _min_image(d: np.ndarray, box: float | None) -> np.ndarray:
-    return d if box is None else d - box * np.round(d / box)
+def _segment_of_members(halos, starts, labels):
+    """The segment (0 .. h - 1) of each member of label-sorted ``labels``."""
+    xp = array_module(labels)
+    if xp is np:
+        return np.repeat(np.arange(halos.size), np.diff(starts))
+    return xp.searchsorted(halos, labels)  # CuPy's repeat takes no array of counts
+
+
+def _min_image(d, box: float | None):
+    return d if box is None else d - box * array_module(d).rint(d / box)
 
 
 # ----------------------------------------------------------------------------- pass 1
 def partial_props(members: dict, box: float | None) -> dict:
-    """Per-halo partial sums of one domain's members."""
+    """Per-halo partial sums of one domain's members, computed where the table is (NumPy
+    or CuPy); the per-halo rows returned on the host."""
     lab = members["label"]
+    xp = array_module(lab)
     halos, starts = _segments(lab)
     m, pos = members["mass"], members["pos"]
     first = starts[:-1]
-    ref = pos[first] if halos.size else np.empty((0, 3))
-    seg = np.repeat(np.arange(halos.size), np.diff(starts))
+    ref = pos[first] if halos.size else xp.empty((0, 3))
+    seg = _segment_of_members(halos, starts, lab)
     dx = _min_image(pos - ref[seg], box)
     out = {
         "halo": halos,
-        "count": np.diff(starts),
-        "mass": np.add.reduceat(m, first) if halos.size else np.empty(0),
+        "count": xp.diff(starts),
+        "mass": xp.add.reduceat(m, first) if halos.size else xp.empty(0),
         "ref": ref,
-        "mdx": np.add.reduceat(m[:, None] * dx, first, axis=0) if halos.size else ref,
+        "mdx": xp.add.reduceat(m[:, None] * dx, first, axis=0) if halos.size else ref,
     }
     if members.get("vel") is not None:
         v = members["vel"].astype(np.float64)
-        out["mv"] = np.add.reduceat(m[:, None] * v, first, axis=0) if halos.size else ref
+        out["mv"] = xp.add.reduceat(m[:, None] * v, first, axis=0) if halos.size else ref
+    out = {k: host(v) for k, v in out.items()}
     if members.get("friends") is None:  # no friend counts: no MCP asked for
         return out
     # most-connected particle per halo: most friends, ties by smallest id (one pass over
-    # the label-sorted members, no sort)
-    best = mcp_rows(members["friends"], members["ids"], starts)
-    out["mcp_friends"] = members["friends"][best]
-    out["mcp_id"] = members["ids"][best]
-    out["mcp_index"] = members["index"][best]
-    out["mcp_pos"] = pos[best] if halos.size else np.empty((0, 3))
+    # the label-sorted members, no sort; on the host)
+    friends, ids = host(members["friends"]), host(members["ids"])
+    best = mcp_rows(friends, ids, host(starts))
+    out["mcp_friends"] = friends[best]
+    out["mcp_id"] = ids[best]
+    out["mcp_index"] = host(members["index"])[best]
+    out["mcp_pos"] = host(pos[xp.asarray(best)]) if halos.size else np.empty((0, 3))
     return out
 
 
@@ -126,15 +140,17 @@ def reduce_props(n_halos: int, box: float | None, *partials: dict) -> dict:
 # ----------------------------------------------------------------------------- pass 2
 def partial_rmax(members: dict, props: dict, box: float | None) -> tuple:
     """Largest member distance from the centre of mass (``props`` from
-    :func:`reduce_props`) of each halo in this domain."""
-    com = props["center_of_mass"]
+    :func:`reduce_props`) of each halo in this domain, computed where the table is; the
+    per-halo rows returned on the host."""
     lab = members["label"]
+    xp = array_module(lab)
     halos, starts = _segments(lab)
     if halos.size == 0:
-        return halos, np.empty(0)
+        return host(halos), np.empty(0)
+    com = xp.asarray(props["center_of_mass"])
     d = _min_image(members["pos"] - com[lab], box)
-    r = np.sqrt((d * d).sum(axis=1))
-    return halos, np.maximum.reduceat(r, starts[:-1])
+    r = xp.sqrt((d * d).sum(axis=1))
+    return host(halos), host(kernels.segment_max(r, starts))
 
 
 def reduce_rmax(n_halos: int, *parts) -> np.ndarray:
@@ -181,29 +197,37 @@ def _mbp_rows(lab, index, pos, mass, box, softening, G, grid_threshold, mode, li
     return halos, index[rows], pos[rows], pot_best
 
 
+def _split_halo_rows(members: dict, n_members: np.ndarray):
+    """Rows (in the table's array module) of the members whose halo lies wholly in this
+    domain, and of those whose halo is split across domains."""
+    lab = members["label"]
+    xp = array_module(lab)
+    halos, starts = _segments(lab)
+    whole = xp.zeros(lab.size, bool)
+    if halos.size:
+        complete = xp.diff(starts) == xp.asarray(n_members)[halos]
+        whole = complete[_segment_of_members(halos, starts, lab)]
+    return xp.flatnonzero(whole), xp.flatnonzero(~whole)
+
+
+def _host_rows(members: dict, rows) -> tuple:
+    """(label, index, pos, mass) of ``rows`` of a member table, on the host."""
+    return tuple(host(members[k][rows]) for k in ("label", "index", "pos", "mass"))
+
+
 def mbp_local(members: dict, n_members: np.ndarray, box, softening, G, grid_threshold, mode,
               like) -> tuple:
     """MBP of the halos whose members all live in this domain (exact MBPs computed where
     chunks like ``like``, a zero-size NumPy or CuPy array, live)."""
-    lab = members["label"]
-    halos, starts = _segments(lab)
-    whole = np.zeros(lab.size, bool)
-    if halos.size:
-        complete = np.diff(starts) == n_members[halos]
-        whole = np.repeat(complete, np.diff(starts))
-    return _mbp_rows(lab[whole], members["index"][whole], members["pos"][whole],
-                     members["mass"][whole], box, softening, G, grid_threshold, mode, like)
+    whole, _ = _split_halo_rows(members, n_members)
+    return _mbp_rows(*_host_rows(members, whole), box, softening, G, grid_threshold, mode,
+                     like)
 
 
 def mbp_export(members: dict, n_members: np.ndarray, n_batches: int) -> list:
     """Members of halos split across domains, cut into ``n_batches`` pieces by halo id."""
-    lab = members["label"]
-    halos, starts = _segments(lab)
-    part = np.zeros(lab.size, bool)
-    if halos.size:
-        part = np.repeat(np.diff(starts) != n_members[halos], np.diff(starts))
-    lab, idx = lab[part], members["index"][part]
-    pos, mass = members["pos"][part], members["mass"][part]
+    _, part = _split_halo_rows(members, n_members)
+    lab, idx, pos, mass = _host_rows(members, part)
     batch = lab % n_batches
     return [(lab[batch == b], idx[batch == b], pos[batch == b], mass[batch == b])
             for b in range(n_batches)]

@@ -19,6 +19,8 @@ finding within a cosmology simulation"):
   with the potentials it gives each halo's most bound particle (MBP).
 * :func:`mcp_rows` -- the row with the most friends in each segment, the most
   connected particle (MCP).
+* :func:`segment_max` -- the largest of each segment's non-negative values (the
+  catalog's ``r_max``).
 * :func:`grid_mbp` -- the MBP of one halo found with the grid-Poisson method:
   cloud-in-cell mass on a cubic grid over the halo, the potential solved with
   a zero (Dirichlet) boundary by discrete sine transforms, then exact
@@ -48,6 +50,7 @@ __all__ = [
     "mcp_rows",
     "member_potentials",
     "poisson_dirichlet",
+    "segment_max",
     "segment_mbp",
     "segment_potentials",
     "segmented_argmin",
@@ -1004,6 +1007,19 @@ def _mcp_rows(friends, ids, starts, out):
             ):
                 best = j
         out[s] = best
+
+
+def segment_max(values, starts) -> np.ndarray:
+    """The largest value of each segment (rows ``starts[s]:starts[s+1]``, none empty) of
+    non-negative float64 ``values`` (NaN propagates): float64 ``(h,)``, exact (a maximum
+    does not round). The CPU kernel of the contract
+    :data:`cosmo_dask.halos.dispatch.segment_max` (GPU twin:
+    :func:`cosmo_dask.halos.center_kernels_gpu.segment_max_gpu`)."""
+    values = np.asarray(values, dtype=np.float64)
+    starts = np.asarray(starts, dtype=np.int64)
+    if starts.size < 2:
+        return np.empty(0)
+    return np.maximum.reduceat(values, starts[:-1])
 
 
 def mcp_rows(friends, ids, starts) -> np.ndarray:

@@ -29,18 +29,23 @@ from ..core.backend import host
 from ..core.errors import ParameterError
 from .center_kernels import check_common, check_starts, segmented_argmin
 
-__all__ = ["segment_mbp_gpu", "segment_potentials_gpu"]
+__all__ = ["segment_max_gpu", "segment_mbp_gpu", "segment_potentials_gpu"]
 
 # Threads per block = particles per i-tile = j particles per shared-memory chunk.
 _BLOCK = 128
 
 
-def _kernel(precision: str):
-    """The ``seg_pot_f64`` / ``seg_pot_f32`` kernel of ``center.cu`` for ``precision``
-    ('float64' or 'float32') on the current device."""
+def _module(precision: str):
+    """``center.cu`` compiled for ``precision`` ('float64' or 'float32') on the current
+    device: its ``seg_pot_f64`` / ``seg_pot_f32`` kernel, and ``seg_max_nonneg``."""
     real, name = ("double", "f64") if precision == "float64" else ("float", "f32")
-    module = cuda.module("center", {"REAL": real, "SEG_POT": f"seg_pot_{name}", "BLOCK": _BLOCK})
-    return module.get_function(f"seg_pot_{name}")
+    return cuda.module("center", {"REAL": real, "SEG_POT": f"seg_pot_{name}", "BLOCK": _BLOCK})
+
+
+def _kernel(precision: str):
+    """The ``seg_pot_f64`` / ``seg_pot_f32`` kernel of ``center.cu`` for ``precision``."""
+    return _module(precision).get_function(
+        "seg_pot_f64" if precision == "float64" else "seg_pot_f32")
 
 
 def segment_potentials_gpu(pos, mass, starts, *, box_size=None, softening=0.0, G=1.0,
@@ -161,3 +166,24 @@ def segment_mbp_gpu(pos, mass, starts, *, box_size=None, softening=0.0,
                                       softening=softening, G=G))
     best = segmented_argmin(pot, host(starts))
     return best, np.where(best >= 0, pot[np.maximum(best, 0)], np.nan)
+
+
+def segment_max_gpu(values, starts):
+    """:func:`cosmo_dask.halos.center_kernels.segment_max` on the GPU (the contract
+    :data:`cosmo_dask.halos.dispatch.segment_max`): ``center.cu``'s ``seg_max_nonneg``, an
+    atomic max of each value's bits into its segment (exact, in any thread order, for
+    non-negative values). Returns a CuPy float64 ``(h,)``."""
+    import cupy
+
+    values = cupy.ascontiguousarray(cupy.asarray(values, dtype=np.float64))
+    starts = cupy.asarray(starts, dtype=np.int64)
+    h = int(starts.size) - 1
+    if h < 1:
+        return cupy.empty(0)
+    n = int(values.size)
+    seg = cupy.searchsorted(starts, cupy.arange(n, dtype=np.int64), side="right") - 1
+    out = cupy.zeros(h, dtype=np.uint64)
+    if n:
+        kern = _module("float64").get_function("seg_max_nonneg")
+        kern(((n + 255) // 256,), (256,), (values, seg.astype(np.int64), np.int64(n), out))
+    return out.view(np.float64)

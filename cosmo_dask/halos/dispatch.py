@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..core.dispatch import KernelDispatch
 from . import center_kernels, fof_kernels
 
-__all__ = ["fof_local", "group_rows", "segment_mbp", "segment_potentials"]
+__all__ = ["fof_local", "group_rows", "segment_max", "segment_mbp", "segment_potentials"]
 
 #: ``(pos (m, 3), periods, linking_length, min_friends=1, count_friends=True) ->
 #: (root int64 (m,), friends int32 (m,) or None)``: one domain's friends-of-friends
@@ -43,3 +43,8 @@ segment_potentials = KernelDispatch(
 #: member (the argmin of the exact potentials, ties to the first; -1 and NaN when empty)
 segment_mbp = KernelDispatch("segment_mbp", center_kernels.segment_mbp,
                              gpu="cosmo_dask.halos.center_kernels_gpu:segment_mbp_gpu")
+
+#: ``(values (n,) float64 >= 0, starts (h+1,)) -> float64 (h,)``: the largest value of
+#: each (non-empty) segment, exact, as an array of ``values``' kind (the catalog's r_max)
+segment_max = KernelDispatch("segment_max", center_kernels.segment_max,
+                             gpu="cosmo_dask.halos.center_kernels_gpu:segment_max_gpu")

@@ -222,38 +222,39 @@ def _halo_ids(local: dict, merged, catalog):
 
 
 def _members(local: dict, merged, catalog, particle_mass: float, box_size) -> dict:
-    """The domain's halo members sorted by halo id, on the host (what catalog tasks read);
-    positions in float64, wrapped into the periodic box. The members are chosen where
-    the domain's arrays are (on the GPU for a GPU domain): only they reach the host."""
+    """The domain's halo members sorted by halo id, where the domain's arrays are (on the
+    GPU for a GPU domain: the catalog tasks run there and send only per-halo rows to the
+    host); positions in float64, wrapped into the periodic box."""
     labels = _halo_ids(local, merged, catalog)
     xp = array_module(labels)
     sel = xp.flatnonzero(labels >= 0)
     sel = sel[xp.argsort(labels[sel], kind="stable")]
-    sel_host = host(sel)
     mass = local.get("mass")
 
     def pick(key):
         arr = local[key]
         if arr is None:
             return None
-        return arr[sel_host] if array_module(arr) is np else host(arr[sel])
+        return xp.asarray(arr[host(sel)]) if array_module(arr) is not xp else arr[sel]
 
     return {
-        "label": host(labels[sel]),
+        "label": labels[sel],
         "index": pick("index"),
         "ids": pick("ids"),
         "friends": pick("friends"),
         "pos": _wrapped64(pick("pos"), box_size),
         "vel": None if local.get("vel") is None else pick("vel"),
-        "mass": (np.full(sel.size, particle_mass) if mass is None
+        "mass": (xp.full(sel.size, particle_mass, dtype=np.float64) if mass is None
                  else pick("mass").astype(np.float64)),
     }
 
 
-def _wrapped64(pos: np.ndarray, box_size) -> np.ndarray:
+def _wrapped64(pos, box_size):
+    """``pos`` in float64 (NumPy or CuPy), wrapped into ``[0, box_size)``."""
     pos = pos.astype(np.float64)
     if box_size is not None:
-        pos = np.mod(pos, box_size)
+        xp = array_module(pos)
+        pos = xp.mod(pos, box_size)
         pos[pos >= box_size] = 0.0
     return pos
 

@@ -126,3 +126,47 @@ def test_segment_mbp(xp, rng, eps):
                                np.array([0, sizes[6]]), eps=eps, box=box, G=1.7)
     assert rows[6] == starts[6] + int(np.argmin(ref_box))
     assert pot[6] == pytest.approx(ref_box.min(), rel=1e-11)
+
+
+# ---------------------------------------------------------------- segment max
+def _segment_max_case(rng):
+    """Non-negative float64 values in segments of 1 to 5,000 (one with equal values, one
+    holding 0.0 and the largest float64), and the max of each by a Python loop."""
+    sizes = np.array([1, 7, 5000, 3, 1, 260, 2, 900])
+    starts = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    values = rng.random(starts[-1]) * rng.choice([1e-300, 1.0, 1e300], starts[-1])
+    values[starts[3]:starts[4]] = 0.25
+    values[starts[6]:starts[7]] = (0.0, np.finfo(np.float64).max)
+    want = np.array([max(values[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)])
+    return values, starts, want
+
+
+def test_segment_max(xp, rng):
+    """The largest value of each segment, bit for bit a Python loop's."""
+    values, starts, want = _segment_max_case(rng)
+    got = dispatch.segment_max(xp.asarray(values), xp.asarray(starts))
+    _chunk_type(xp, got)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(host(got), want)
+    assert host(dispatch.segment_max(xp.asarray(values[:0]), xp.asarray(starts[:1]))).size == 0
+
+
+@pytest.mark.parametrize("order", ["reversed", "concurrent"])
+def test_segment_max_cuda_text_on_host(rng, order):
+    """``center.cu``'s ``seg_max_nonneg`` (its text alone: the file's other kernel uses
+    shared memory) compiled for the host (tests/support/cuda_host.py, threads in another
+    order and at once): the maxima bit for bit, whatever the order of the atomic maxima."""
+    from tests.support import cuda_host
+
+    if cuda_host.compiler() is None:
+        pytest.skip("no host C++ compiler")
+    from cosmo_dask import cuda
+
+    text = cuda.source("center", {"REAL": "double", "SEG_POT": "seg_pot_f64", "BLOCK": 128})
+    text = text[text.index('extern "C" __global__ void seg_max_nonneg'):]  # the kernel alone
+    kern = cuda_host.HostKernels(text, order)["seg_max_nonneg"]
+    values, starts, want = _segment_max_case(rng)
+    seg = np.repeat(np.arange(starts.size - 1), np.diff(starts)).astype(np.int64)
+    out = np.zeros(starts.size - 1, np.uint64)
+    kern((3,), (5,), (values, seg, np.int64(values.size), out))
+    np.testing.assert_array_equal(out.view(np.float64), want)

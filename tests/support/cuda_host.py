@@ -46,6 +46,7 @@ from cosmo_dask.cuda import HEADER_DIR, HEADERS, header_text
 SHIM = r"""
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -74,6 +75,26 @@ template <class T> inline T host_atomic_min(T* p, T v)
 }
 inline int atomicMin(int* p, int v) { return host_atomic_min(p, v); }
 inline long long atomicMin(long long* p, long long v) { return host_atomic_min(p, v); }
+template <class T> inline T host_atomic_max(T* p, T v)
+{
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > old) {
+        const T prev = __sync_val_compare_and_swap(p, old, v);
+        if (prev == old) break;
+        old = prev;
+    }
+    return old;
+}
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
+{
+    return host_atomic_max(p, v);
+}
+inline long long __double_as_longlong(double x)
+{
+    long long r;
+    std::memcpy(&r, &x, sizeof r);
+    return r;
+}
 inline int atomicOr(int* p, int v) { return __sync_fetch_and_or(p, v); }
 inline int atomicAdd(int* p, int v) { return __sync_fetch_and_add(p, v); }
 inline unsigned __ballot_sync(unsigned, bool p) { return p ? 1u << (threadIdx.x & 31) : 0u; }
