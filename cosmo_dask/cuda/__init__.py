@@ -65,9 +65,9 @@ HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = ("periodic.cuh", "softening.cuh", "tet_clip.cuh", "truncated.cuh",
            "truncated_fit.cuh")
 #: the kernel sources (``<name>.cu``)
-KERNEL_SOURCES = ("center", "fof", "mex", "octree", "octree_morton", "p2p", "pair_count",
-                  "paint", "pm", "scf", "tessellation", "tet_volume", "tet_volume_lattice",
-                  "tree")
+KERNEL_SOURCES = ("center", "fof", "integrator", "mex", "octree", "octree_morton", "p2p",
+                  "pair_count", "paint", "pm", "scf", "tessellation", "tet_volume",
+                  "tet_volume_lattice", "tree")
 #: the options every source is compiled with: one C++ standard
 OPTIONS = ("--std=c++17",)
 #: the exactness flag of sources whose results must equal the CPU's bit for bit: no fused

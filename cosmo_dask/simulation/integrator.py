@@ -49,12 +49,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dask.array as da
-import numpy as np
 from dask.base import tokenize
 from scipy import integrate
 
 from ..models.cosmology import Cosmology
-from ..store.validation import wrap_into_box
+from .dispatch import drift_block, kick_block
 from .parameters import FACTORS_DEFAULT, check_factors
 
 
@@ -118,26 +117,23 @@ def _integral(fn, a0: float, a1: float) -> float:
 
 
 # ----------------------------------------------------------------------------- array updates
-def _kick_block(mom, acc, factor):
-    return mom + acc * mom.dtype.type(factor)
+def _kick(mom, acc, factor):
+    return kick_block(mom, acc, factor)
+
+
+def _drift(pos, mom, factor, box, dtype):
+    return drift_block(pos, mom, factor, box, dtype)
 
 
 def kick(mom: da.Array, acc: da.Array, factor: float) -> da.Array:
     """``p + factor g`` (elementwise, chunked like ``p``; tasks ``sim-kick-<token>``)."""
-    return da.map_blocks(_kick_block, mom, acc, float(factor), dtype=mom.dtype,
+    return da.map_blocks(_kick, mom, acc, float(factor), dtype=mom.dtype,
                          meta=mom._meta, name=f"sim-kick-{tokenize(mom, acc, factor)}")
-
-
-def drift_block(pos, mom, factor, box, dtype):
-    """One chunk's drift, ``pos + factor mom`` in float64 wrapped into ``[0, box)`` and
-    cast to ``dtype`` (the light cone repeats it to find where a step ends)."""
-    x = pos.astype(np.float64) + mom.astype(np.float64) * factor
-    return wrap_into_box(x, box, dtype)
 
 
 def drift(pos: da.Array, mom: da.Array, factor: float, box_size: float) -> da.Array:
     """``x + factor p`` wrapped into ``[0, box_size)`` (computed in float64, cast back)."""
-    return da.map_blocks(drift_block, pos, mom, float(factor), float(box_size), pos.dtype,
+    return da.map_blocks(_drift, pos, mom, float(factor), float(box_size), pos.dtype,
                          dtype=pos.dtype, meta=pos._meta,
                          name=f"sim-drift-{tokenize(pos, mom, factor, box_size)}")
 

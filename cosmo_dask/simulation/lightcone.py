@@ -49,7 +49,7 @@ from scipy import integrate, interpolate
 from ..core.backend import array_module, empty_meta, host
 from ..core.errors import ParameterError, SnapshotError
 from ..units import factor
-from .integrator import drift_block
+from .dispatch import drift_block
 
 #: speed of light in km/s
 SPEED_OF_LIGHT_KMS = 299792.458

@@ -35,7 +35,8 @@ GPU_MODULES = ("gravity.p2p_kernels_gpu", "gravity.pm_kernels_gpu", "gravity.tre
                "gravity.tree.let_gpu", "gravity.truncated", "density.tessellation_kernels_gpu",
                "density.paint_kernels_gpu", "density.tet_volume_gpu", "spatial.octree_gpu",
                "halos.center_kernels_gpu", "halos.fof_kernels_gpu",
-               "expansion.scf_kernels_gpu", "expansion.mex_kernels_gpu")
+               "expansion.scf_kernels_gpu", "expansion.mex_kernels_gpu",
+               "simulation.integrator_kernels_gpu")
 
 
 def _trees():
@@ -195,6 +196,8 @@ def _variants():
         ("center", {"REAL": "float", "SEG_POT": "seg_pot_f32", "BLOCK": 128}, (),
          ("seg_pot_f32",)),
         ("fof", cuda_defines("float", "double", "long long"), cuda.NO_FMAD, _KERNEL_NAMES),
+        ("integrator", {"POS_T": "float", "MOM_T": "float", "KICK_T": "float"}, cuda.NO_FMAD,
+         ("drift", "kick")),
         ("mex", {"REAL": "double", "LMAX": 8}, (), ("mex_terms", "mex_eval")),
         ("octree", {}, (), ("child_bounds", "leaf_moments", "parent_moments", "node_bmax")),
         ("octree_morton", {}, (), ()),
@@ -218,7 +221,7 @@ def test_variants_cover_every_source():
     assert sorted({v[0] for v in _variants()}) == sorted(cuda.KERNEL_SOURCES)
 
 
-@pytest.mark.parametrize("k", range(15))
+@pytest.mark.parametrize("k", range(16))
 def test_sources_preprocess_on_the_host(k):
     """The text of :func:`cosmo_dask.cuda.source` through the C preprocessor: includes
     found, no ``#error`` (a missing define), the kernels' names come out."""
@@ -239,7 +242,7 @@ def test_sources_preprocess_on_the_host(k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", range(15))
+@pytest.mark.parametrize("k", range(16))
 def test_sources_compile_through_the_loader(k):
     """Every kernel source compiles with NVRTC through :func:`cosmo_dask.cuda.module` and
     holds its kernels."""
