@@ -3,6 +3,26 @@
 // difference of a real potential slab. Defines: REAL_T
 // (k-space slab), POS_T (positions), MESH_T (meshes): "double" or "float".
 #include "periodic.cuh"
+
+// (i, j, k) of flat index t of a C-ordered (n0, n1, n2) array of `total` elements: 32-bit
+// divisions when the total fits them (several times cheaper than 64-bit ones)
+__device__ __forceinline__ void pm_index3(const long long t, const long long total,
+                                          const long long n1, const long long n2,
+                                          long long* i, long long* j, long long* k)
+{
+    if (total <= 0xffffffffLL) {
+        const unsigned int u = (unsigned int)t, u2 = (unsigned int)n2;
+        const unsigned int row = u / u2;
+        *k = u - row * u2;
+        *j = row % (unsigned int)n1;
+        *i = row / (unsigned int)n1;
+    } else {
+        *k = t % n2;
+        *j = (t / n2) % n1;
+        *i = t / (n2 * n1);
+    }
+}
+
 // fk, out: a complex k-space slab (n0, n1, nk) as interleaved (re, im) pairs of REAL_T
 // axis 0, 1, 2: times -i d[index along axis] (one acceleration component), -1: the potential
 extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restrict__ out,
@@ -17,17 +37,7 @@ extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restri
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= total) return;
     long long i, j, lz;
-    if (total <= 0xffffffffLL) {  // 32-bit division: several times cheaper than 64-bit
-        const unsigned int u = (unsigned int)t, unk = (unsigned int)nk;
-        const unsigned int row = u / unk;
-        lz = u - row * unk;
-        j = row % (unsigned int)n1;
-        i = row / (unsigned int)n1;
-    } else {
-        lz = t % nk;
-        j = (t / nk) % n1;
-        i = t / (nk * n1);
-    }
+    pm_index3(t, total, n1, nk, &i, &j, &lz);
     const double k2 = (k2x[i] + k2y[j]) + k2z[lz];
     double f = 0.0;
     if (k2 != 0.0) f = scale * (gx[i] * gy[j]) * gz[lz] / k2;
@@ -105,17 +115,7 @@ extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __r
     for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
          t += stride) {  // grid-stride (one pass with the launch of fd4_gradient_gpu)
         long long i, j, k;
-        if (total <= 0xffffffffLL) {  // 32-bit division, as in green
-            const unsigned int u = (unsigned int)t, uz = (unsigned int)nz;
-            const unsigned int row = u / uz;
-            k = u - row * uz;
-            j = row % (unsigned int)ny;
-            i = row / (unsigned int)ny;
-        } else {
-            k = t % nz;
-            j = (t / nz) % ny;
-            i = t / plane;
-        }
+        pm_index3(t, total, ny, nz, &i, &j, &k);
         double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
         const int offs[4] = {1, -1, 2, -2};
 #pragma unroll
