@@ -91,6 +91,24 @@ def cluster():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0") as c, Client(c) as client:
         yield c, client
+        _forget_a_phantom_removal(c)
+
+
+def _forget_a_phantom_removal(cluster):
+    """distributed's cluster-side watcher of worker events (``SpecCluster``) dies with a
+    KeyError when the scheduler reports the removal of a worker whose arrival it never
+    saw (a nanny's replacement for a killed worker, gone before it was announced; seen
+    once in about 30 runs of this module; dask/distributed#5407 describes the lookup), and
+    the cluster's close then raises it after stopping the workers and the scheduler. That
+    watcher only mirrors the scheduler's worker list for the cluster object; a run's
+    answer does not depend on it. Drop a watcher that died that way, so the close stops
+    everything; any other failure of it still fails the test."""
+    task = getattr(cluster, "_watch_worker_status_task", None)
+    if task is None or not task.done() or task.cancelled():
+        return
+    exc = task.exception()
+    if isinstance(exc, KeyError) and str(exc.args[0] if exc.args else "").startswith("tcp://"):
+        cluster._watch_worker_status_task = None
 
 
 def _kill_one_worker(client):
