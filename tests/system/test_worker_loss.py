@@ -98,7 +98,8 @@ def _forget_a_phantom_removal(cluster):
     """distributed's cluster-side watcher of worker events (``SpecCluster``) dies with a
     KeyError when the scheduler reports the removal of a worker whose arrival it never
     saw (a nanny's replacement for a killed worker, gone before it was announced; seen
-    once in about 30 runs of this module; dask/distributed#5407 describes the lookup), and
+    once, in a clean-clone .ci/run of 2026-12-07; dask/distributed#5407 describes the
+    lookup), and
     the cluster's close then raises it after stopping the workers and the scheduler. That
     watcher only mirrors the scheduler's worker list for the cluster object; a run's
     answer does not depend on it. Drop a watcher that died that way, so the close stops
