@@ -56,8 +56,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["HEADER_DIR", "HEADERS", "KERNEL_SOURCES", "OPTIONS", "NO_FMAD", "include_options",
-           "header_text", "source", "define_lines", "module"]
+__all__ = ["HEADER_DIR", "HEADERS", "KERNEL_SOURCES", "OPTIONS", "NO_FMAD", "C_TYPE",
+           "include_options", "header_text", "source", "define_lines", "module"]
 
 #: the folder holding the ``.cu`` sources and ``.cuh`` headers (installed with the package)
 HEADER_DIR = Path(__file__).resolve().parent
@@ -73,6 +73,8 @@ OPTIONS = ("--std=c++17",)
 #: the exactness flag of sources whose results must equal the CPU's bit for bit: no fused
 #: multiply-adds
 NO_FMAD = ("--fmad=false",)
+#: the C type of each floating NumPy dtype name, for the sources' type defines
+C_TYPE = {"float32": "float", "float64": "double"}
 
 
 def header_text(name: str) -> str:

@@ -25,16 +25,14 @@ import numpy as np
 from .. import cuda
 from .parameters import SCHEMES
 
-_CTYPE = {"float32": "float", "float64": "double"}
-
 
 @functools.lru_cache(maxsize=64)
 def _kernel(order: int, pos_t: str, mass_t: str, mesh_t: str, device_id: int):
     """The ``paint`` kernel of ``paint.cu`` for the scheme order and the position, mass and
     mesh dtypes, on the current device (``device_id``)."""
-    return cuda.module("paint", {"ORDER": order, "POS_T": _CTYPE[pos_t],
-                                 "MASS_T": _CTYPE[mass_t], "MESH_T": _CTYPE[mesh_t]}
-                       ).get_function("paint")
+    c = cuda.C_TYPE
+    return cuda.module("paint", {"ORDER": order, "POS_T": c[pos_t], "MASS_T": c[mass_t],
+                                 "MESH_T": c[mesh_t]}).get_function("paint")
 
 
 def paint_gpu(pos, mass, n: int, box_size: float, scheme: str, shift: float = 0.0,

@@ -247,6 +247,7 @@ def pm_force_meshes(mass_mesh: da.Array, *, G: float, box_size: float, r_split: 
 #: interlaced 1024^3 float32 force of 3 components peaked at 19 meshes of CuPy pool
 #: (benchmarks/RESULTS.md, mesh path in slabs), and 2 (4 + 2 c) = 20. Without one the
 #: components are differenced from the real potential (one real mesh each): 2 (4 + c)
+#: = 14, above the 8.0 meshes such a force peaked at (benchmarks/RESULTS.md, one GPU)
 GPU_ONE_SLAB_BASE_MESHES = 4
 
 

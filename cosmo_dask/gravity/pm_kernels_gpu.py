@@ -20,14 +20,13 @@ from .pm_kernels import green_axes, green_derivative
 
 __all__ = ["green_kslab_gpu", "cic_interpolate_gpu", "fd4_gradient_gpu"]
 
-_CTYPE = {"float32": "float", "float64": "double"}
 _THREADS = 256
 
 
 def _module(real_t: str, pos_t: str, mesh_t: str):
     """``pm.cu`` for the k-space slab, position and mesh dtypes (current device)."""
-    return cuda.module("pm", {"REAL_T": _CTYPE[real_t], "POS_T": _CTYPE[pos_t],
-                              "MESH_T": _CTYPE[mesh_t]})
+    return cuda.module("pm", {"REAL_T": cuda.C_TYPE[real_t], "POS_T": cuda.C_TYPE[pos_t],
+                              "MESH_T": cuda.C_TYPE[mesh_t]})
 
 
 def green_kslab_gpu(fk, kx, ky, kz, *, cell: float, rs: float, scale: float,

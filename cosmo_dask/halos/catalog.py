@@ -90,8 +90,9 @@ def partial_props(members: dict, box: float | None) -> dict:
     best = mcp_rows(friends, ids, host(starts))
     out["mcp_friends"] = friends[best]
     out["mcp_id"] = ids[best]
-    out["mcp_index"] = host(members["index"])[best]
-    out["mcp_pos"] = host(pos[xp.asarray(best)]) if halos.size else np.empty((0, 3))
+    rows = xp.asarray(best)
+    out["mcp_index"] = host(members["index"][rows])
+    out["mcp_pos"] = host(pos[rows]) if halos.size else np.empty((0, 3))
     return out
 
 

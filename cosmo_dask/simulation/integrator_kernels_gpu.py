@@ -15,13 +15,13 @@ from .integrator_kernels import drift_block, kick_block
 
 __all__ = ["drift_block_gpu", "kick_block_gpu"]
 
-_CTYPE = {"float32": "float", "float64": "double"}
 _THREADS = 256
 
 
 def _module(pos_t: str, mom_t: str, kick_t: str):
-    return cuda.module("integrator", {"POS_T": _CTYPE[pos_t], "MOM_T": _CTYPE[mom_t],
-                                      "KICK_T": _CTYPE[kick_t]}, cuda.NO_FMAD)
+    c = cuda.C_TYPE
+    return cuda.module("integrator", {"POS_T": c[pos_t], "MOM_T": c[mom_t], "KICK_T": c[kick_t]},
+                       cuda.NO_FMAD)
 
 
 def _grid(n: int) -> tuple:
@@ -35,8 +35,8 @@ def drift_block_gpu(pos, mom, factor: float, box: float, dtype):
     import cupy
 
     dtype = np.dtype(dtype)
-    if (pos.dtype.name not in _CTYPE or mom.dtype.name not in _CTYPE or dtype != pos.dtype
-            or pos.shape != mom.shape):
+    if (pos.dtype.name not in cuda.C_TYPE or mom.dtype.name not in cuda.C_TYPE
+            or dtype != pos.dtype or pos.shape != mom.shape):
         return drift_block(pos, mom, factor, box, dtype)
     pos = cupy.ascontiguousarray(pos)
     mom = cupy.ascontiguousarray(mom)
@@ -56,7 +56,7 @@ def kick_block_gpu(mom, acc, factor: float):
     dtype; otherwise CuPy's operations, as on the CPU."""
     import cupy
 
-    if mom.dtype != acc.dtype or mom.dtype.name not in _CTYPE or mom.shape != acc.shape:
+    if mom.dtype != acc.dtype or mom.dtype.name not in cuda.C_TYPE or mom.shape != acc.shape:
         return kick_block(mom, acc, factor)
     mom = cupy.ascontiguousarray(mom)
     acc = cupy.ascontiguousarray(acc)
