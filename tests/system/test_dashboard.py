@@ -1,6 +1,8 @@
 """The dashboard a user opens: cosmo_dask.connect() serves dask's Bokeh application,
 and the task stream shows tasks named by kind (docs/dashboard.md)."""
 
+import time
+import urllib.error
 import urllib.request
 
 import dask
@@ -12,6 +14,25 @@ from cosmo_dask.halos import fof
 from cosmo_dask.models import halo_blobs
 
 
+def _status_page(link: str, tries: int = 3) -> str:
+    """The page at ``link``, asked for again after an HTTP 500: building the status document
+    races with the dashboard's update callbacks over bokeh's process-wide switch of
+    property validation (``without_property_validation``; with it off a figure keeps a
+    plain-string title and distributed's memory plot then fails on ``title.text``), seen
+    once in a clean-clone .ci/run of 2026-12-07. A page that fails every time still
+    fails the test."""
+    for attempt in range(tries):
+        try:
+            with urllib.request.urlopen(link, timeout=60) as response:
+                assert response.status == 200
+                return response.read().decode()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 500 or attempt == tries - 1:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 @pytest.mark.timeout(180)
 def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
     from distributed import get_task_stream
@@ -19,9 +40,7 @@ def test_status_page_is_the_bokeh_application_and_tasks_are_named_by_kind():
     with cosmo_dask.connect(gpu=False, n_workers=1, threads_per_worker=2, quiet=True) as client:
         link = client.dashboard_link
         assert link.endswith("/status")
-        with urllib.request.urlopen(link, timeout=60) as response:
-            assert response.status == 200
-            page = response.read().decode()
+        page = _status_page(link)
         assert "needs bokeh" not in page  # distributed's page when bokeh is missing
         # the Bokeh document: BokehJS loaded and the status application embedded
         assert "static/js/bokeh.min.js" in page and "Bokeh.embed.embed_items" in page
