@@ -23,6 +23,15 @@ __device__ __forceinline__ void pm_index3(const long long t, const long long tot
     }
 }
 
+// v modulo n in [0, n): ((v % n) + n) % n, the 64-bit divisions only for v outside
+// [0, n) (a node index next to a wrapped coordinate is inside it or at n)
+__device__ __forceinline__ long long pm_wrap(long long v, const long long n)
+{
+    if (v >= 0 && v < n) return v;
+    if (v == n) return 0;
+    return ((v % n) + n) % n;
+}
+
 // fk, out: a complex k-space slab (n0, n1, nk) as interleaved (re, im) pairs of REAL_T
 // axis 0, 1, 2: times -i d[index along axis] (one acceleration component), -1: the potential
 extern "C" __global__ void green(const REAL_T* __restrict__ fk, REAL_T* __restrict__ out,
@@ -58,45 +67,46 @@ extern "C" __global__ void interp(const POS_T* __restrict__ pos,
                                   const MESH_T* __restrict__ m2, const MESH_T* __restrict__ m3,
                                   const long long m, const long long n, const int c,
                                   const double inv_h, const double off,
-                                  const long long x_lo, const long long nx,
+                                  const long long x_lo, const long long nx, const int add,
                                   double* __restrict__ out)
 {
-    long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= m) return;
     const MESH_T* meshes[4] = {m0, m1, m2, m3};
     const double fn = (double)n;
-    long long i0[3];
-    double w[3][2];
-    for (int a = 0; a < 3; ++a) {
-        double u = (double)pos[3 * p + a] * inv_h + off;
-        u = cd_wrap_box(u, fn);
-        long long i = (long long)floor(u);
-        double f = u - (double)i;
-        w[a][0] = 1.0 - f; w[a][1] = f;
-        i0[a] = i;
-    }
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int a = 0; a < 2; ++a) {
-        long long lx = (i0[0] + a + n) % n - x_lo;
-        if (lx < 0 || lx >= nx) continue;
-        long long jx = lx * n;
-        for (int b = 0; b < 2; ++b) {
-            long long jxy = (jx + (i0[1] + b + n) % n) * n;
-            double wab = w[0][a] * w[1][b];
-            for (int cc = 0; cc < 2; ++cc) {
-                long long g = jxy + (i0[2] + cc + n) % n;
-                double wt = wab * w[2][cc];
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < m; p += stride) {
+        long long i0[3];
+        double w[3][2];
+        for (int a = 0; a < 3; ++a) {
+            double u = (double)pos[3 * p + a] * inv_h + off;
+            u = cd_wrap_box(u, fn);
+            long long i = (long long)floor(u);
+            double f = u - (double)i;
+            w[a][0] = 1.0 - f; w[a][1] = f;
+            i0[a] = i;
+        }
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int a = 0; a < 2; ++a) {
+            long long lx = pm_wrap(i0[0] + a, n) - x_lo;
+            if (lx < 0 || lx >= nx) continue;
+            long long jx = lx * n;
+            for (int b = 0; b < 2; ++b) {
+                long long jxy = (jx + pm_wrap(i0[1] + b, n)) * n;
+                double wab = w[0][a] * w[1][b];
+                for (int cc = 0; cc < 2; ++cc) {
+                    long long g = jxy + pm_wrap(i0[2] + cc, n);
+                    double wt = wab * w[2][cc];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {  // constant indices: acc stays in registers
-                    if (q < c) acc[q] += wt * (double)meshes[q][g];
+                    for (int q = 0; q < 4; ++q) {  // constant indices: acc stays in registers
+                        if (q < c) acc[q] += wt * (double)meshes[q][g];
+                    }
                 }
             }
         }
-    }
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        if (q < c) out[p * c + q] = acc[q];
-    }
+        for (int q = 0; q < 4; ++q) {  // add: the earlier values plus the sums (from zero)
+            if (q < c) out[p * c + q] = add ? out[p * c + q] + acc[q] : acc[q];
+        }
+    }  // grid-stride (one pass with the launch of cic_interpolate_gpu)
 }
 
 // One acceleration component of a real potential slab (nx, n, n), planes x_lo .. x_lo + nx - 1
@@ -109,36 +119,40 @@ extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __r
                                const long long ny, const long long nz, const int axis,
                                const double coef, MESH_T* __restrict__ out)
 {
+    // a 3-D launch: planes by blockIdx.z, rows by blockIdx.y, points of a row by x (each
+    // grid-stride): no index decomposition (its divisions cost more than the memory
+    // traffic of a float32 mesh)
     const long long plane = ny * nz;
-    const long long total = nx * plane;
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
-         t += stride) {  // grid-stride (one pass with the launch of fd4_gradient_gpu)
-        long long i, j, k;
-        pm_index3(t, total, ny, nz, &i, &j, &k);
-        double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
-        const int offs[4] = {1, -1, 2, -2};
+    for (long long i = blockIdx.z; i < nx; i += gridDim.z) {
+        for (long long j = blockIdx.y; j < ny; j += gridDim.y) {
+            const long long row = i * plane + j * nz;
+            for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < nz;
+                 k += (long long)blockDim.x * gridDim.x) {
+                double v[4];  // phi at offsets +1, -1, +2, -2 along the axis
+                const int offs[4] = {1, -1, 2, -2};
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const long long o = offs[q];
-            if (axis == 0) {
-                const long long ii = i + o;
-                const long long rest = j * nz + k;
-                if (ii < 0) v[q] = (double)lo[(ii + 2) * plane + rest];
-                else if (ii >= nx) v[q] = (double)hi[(ii - nx) * plane + rest];
-                else v[q] = (double)phi[ii * plane + rest];
-            } else if (axis == 1) {  // periodic by adds (no 64-bit modulo: 4 a point made
-                long long jj = j + o;    // the kernel 4x slower than its memory traffic)
-                while (jj < 0) jj += ny;
-                while (jj >= ny) jj -= ny;
-                v[q] = (double)phi[i * plane + jj * nz + k];
-            } else {
-                long long kk = k + o;
-                while (kk < 0) kk += nz;
-                while (kk >= nz) kk -= nz;
-                v[q] = (double)phi[i * plane + j * nz + kk];
+                for (int q = 0; q < 4; ++q) {
+                    const long long o = offs[q];
+                    if (axis == 0) {
+                        const long long ii = i + o;
+                        const long long rest = j * nz + k;
+                        if (ii < 0) v[q] = (double)lo[(ii + 2) * plane + rest];
+                        else if (ii >= nx) v[q] = (double)hi[(ii - nx) * plane + rest];
+                        else v[q] = (double)phi[ii * plane + rest];
+                    } else if (axis == 1) {  // periodic by adds, no 64-bit modulo
+                        long long jj = j + o;  // (loops: an axis of 1 or 2 points)
+                        while (jj < 0) jj += ny;
+                        while (jj >= ny) jj -= ny;
+                        v[q] = (double)phi[i * plane + jj * nz + k];
+                    } else {
+                        long long kk = k + o;
+                        while (kk < 0) kk += nz;
+                        while (kk >= nz) kk -= nz;
+                        v[q] = (double)phi[row + kk];
+                    }
+                }
+                out[row + k] = (MESH_T)((8.0 * (v[0] - v[1]) - (v[2] - v[3])) * coef);
             }
         }
-        out[t] = (MESH_T)((8.0 * (v[0] - v[1]) - (v[2] - v[3])) * coef);
     }
 }

@@ -23,8 +23,9 @@ box_size, rs, r_cut, table_level, exclude, centre)``
     slab of ``phi``'s dtype (``lo``, ``hi``: the two planes before and after the slab)
     (:func:`~cosmo_dask.gravity.pm_kernels.fd4_gradient`,
     :func:`~cosmo_dask.gravity.pm_kernels_gpu.fd4_gradient_gpu`).
-``cic_interpolate(pos, meshes, box_size, shift=0.0, x_lo=0)``
-    CIC interpolation of up to four mesh slabs at particles, ``(m, c)`` float64
+``cic_interpolate(pos, meshes, box_size, shift=0.0, x_lo=0, add_to=None)``
+    CIC interpolation of up to four mesh slabs at particles, ``(m, c)`` float64, or
+    added in place to ``add_to`` (the interlaced meshes' sum without a second array)
     (:func:`~cosmo_dask.gravity.pm_kernels.cic_interpolate_numpy`,
     :func:`~cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_gpu`).
 ``tree_forces(pos, mass, *, G, theta, softening, softening_kernel, precision, potential,

@@ -125,19 +125,32 @@ def checked_particles(pos, mass, box_size: float, what: str):
     return inside_box(pos, box_size, what), m, n
 
 
-def _interp_piece(piece, lo, hi, *slabs, box, shift):
-    """``gravity-pm-interp-slab``: the slab's part of the CIC interpolation of ``slabs``
-    at one piece's particles: ``(rows, (m, c) float64)``."""
+def _interp_piece(piece, lo, hi, *slabs, box, shifts):
+    """``gravity-pm-interp-slab``: the slab's part of the CIC interpolation of ``slabs`` at
+    one piece's particles, ``(rows, (m, c) float64)``. ``slabs`` holds ``len(shifts)``
+    meshes' ``c`` components in turn, each mesh offset by its shift (cells); with several
+    the values are their sum, each mesh's sums added to the earlier ones in order (the
+    contract's ``add_to``: no second array)."""
     pos, _, rows = piece
-    return rows, cic_interpolate(pos, slabs, box, shift, x_lo=lo)
+    c = len(slabs) // len(shifts)
+    out = None
+    for k, shift in enumerate(shifts):
+        out = cic_interpolate(pos, slabs[k * c:(k + 1) * c], box, shift, x_lo=lo, add_to=out)
+    return rows, out
 
 
-def _finish(vals, mass=None, *, c, n_meshes, self_coef, mass_scalar, out_dtype):
-    """``gravity-pm-interp``: the mean over the interlaced meshes (columns side by side),
-    plus the self term ``self_coef * m`` on the potential column (4 of 4)."""
-    out = vals[:, :c].copy()
-    for k in range(1, n_meshes):
-        out += vals[:, k * c:(k + 1) * c]
+def _finish(vals, mass=None, *, c, n_meshes, summed, self_coef, mass_scalar, out_dtype):
+    """``gravity-pm-interp``: the mean over the interlaced meshes, plus the self term
+    ``self_coef * m`` on the potential column (4 of 4). ``vals``: the meshes' ``(m, c)``
+    values side by side, or (``summed``) already added up, in place (a chunk's own
+    array); the same float64 values either way (mesh 0, plus mesh 1, ..., then the
+    division)."""
+    if summed:
+        out = vals
+    else:
+        out = vals[:, :c].copy()
+        for k in range(1, n_meshes):
+            out += vals[:, k * c:(k + 1) * c]
     if n_meshes > 1:
         out *= 1.0 / n_meshes
     if self_coef and c == 4:
@@ -314,7 +327,7 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     mass_array = isinstance(mass, da.Array)
     finish = functools.partial(_finish, c=c, n_meshes=len(shifts), self_coef=float(self_coef),
                                mass_scalar=0.0 if mass_array else float(mass),
-                               out_dtype=np.dtype(dtype))
+                               out_dtype=np.dtype(dtype), summed=False)
     finish_args = [mass] if mass_array else []
     meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                     shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,
@@ -327,12 +340,15 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
         if interlace:
             meshes += paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                    shifts=shifts[1:], dtype=dtype, exchange=exchange)[0]
-        groups = [(functools.partial(_interp_piece, box=float(box_size), shift=shift),
-                   pm_force_meshes(mesh, G=G, box_size=box_size, r_split=r_split,
-                                   potential=potential), c)
-                  for mesh, shift in zip(meshes, shifts, strict=True)]
-        return exchange.interpolate(groups, name="gravity-pm-interp", dtype=dtype,
-                                    finish=finish, finish_args=finish_args)
+        # one group: every mesh's components, their values added up as they are made
+        forces = [f for mesh in meshes
+                  for f in pm_force_meshes(mesh, G=G, box_size=box_size, r_split=r_split,
+                                           potential=potential)]
+        group = [(functools.partial(_interp_piece, box=float(box_size), shifts=shifts),
+                  forces, len(forces))]
+        return exchange.interpolate(group, name="gravity-pm-interp", dtype=dtype,
+                                    finish=functools.partial(finish, summed=True),
+                                    finish_args=finish_args)
     # one pass per mesh ("shift") or per mesh and component ("component"), in order
     plan = [(shift, comps) for shift in shifts
             for comps in ([tuple(range(c))] if passes == "shift" else [(a,) for a in range(c)])]
@@ -355,8 +371,8 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
                               box_size=box_size, r_split=r_split,
                               phi=slab_after(phi, columns[-1]) if gate and phi is not None
                               else phi)
-        group = [(functools.partial(_interp_piece, box=float(box_size), shift=shift), forces,
-                  len(comps))]
+        group = [(functools.partial(_interp_piece, box=float(box_size), shifts=(shift,)),
+                  forces, len(comps))]
         if i < len(plan) - 1:
             columns.append(exchange.interpolate(group, name="gravity-pm-interp-part",
                                                 dtype=np.float64))

@@ -311,21 +311,39 @@ def cic_interpolate_nb(pos, meshes, n, box_size, shift, out, x_lo, nx):
 
 
 def cic_interpolate_numpy(pos, meshes, box_size: float, shift: float = 0.0,
-                          x_lo: int = 0) -> np.ndarray:
+                          x_lo: int = 0, add_to: np.ndarray | None = None) -> np.ndarray:
     """CIC interpolation at ``pos`` (m, 3) of mesh slabs: (m, c) float64.
 
     ``meshes`` is a sequence of ``c`` slabs ``(nx, n, n)`` of one dtype (or one
     ``(c, nx, n, n)`` array) holding planes ``x_lo .. x_lo + nx - 1`` of ``n^3``
-    meshes (default: whole meshes). The CPU kernel of the contract
-    :data:`cosmo_dask.gravity.dispatch.cic_interpolate` (GPU twin:
-    :func:`cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_gpu`).
+    meshes (default: whole meshes). With ``add_to`` (an ``(m, c)`` C-contiguous
+    float64 array) the values are added to it in place and it is returned: the float64
+    sums ``add_to + cic_interpolate_numpy(...)`` (here by a second array and one more
+    pass; the GPU kernel adds as it writes).
+    The CPU kernel of the contract :data:`cosmo_dask.gravity.dispatch.cic_interpolate`
+    (GPU twin: :func:`cosmo_dask.gravity.pm_kernels_gpu.cic_interpolate_gpu`).
     """
     pos = np.ascontiguousarray(pos)
     slabs = tuple(np.ascontiguousarray(m) for m in meshes)
     nx, n = slabs[0].shape[0], slabs[0].shape[1]
     flat = tuple(m.reshape(-1) for m in slabs)
+    check_add_to(add_to, pos.shape[0], len(flat))
     out = np.empty((pos.shape[0], len(flat)), dtype=np.float64)
     if pos.shape[0]:
         cic_interpolate_nb(pos, flat, int(n), float(box_size), float(shift), out, int(x_lo),
                            int(nx))
+    if add_to is not None:
+        add_to += out
+        return add_to
     return out
+
+
+def check_add_to(add_to, m: int, c: int):
+    """``add_to`` of :func:`cic_interpolate_numpy` (and its GPU twin) checked: ``None``,
+    or a C-contiguous ``(m, c)`` float64 array (raises ``ValueError`` otherwise)."""
+    if add_to is None:
+        return None
+    if add_to.shape != (m, c) or add_to.dtype != np.float64 or not add_to.flags.c_contiguous:
+        raise ValueError(f"cic_interpolate: add_to must be a C-contiguous ({m}, {c}) float64 "
+                         f"array, got {add_to.shape} {add_to.dtype}")
+    return add_to

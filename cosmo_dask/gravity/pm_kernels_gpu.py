@@ -16,11 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cuda
-from .pm_kernels import green_axes, green_derivative
+from .pm_kernels import check_add_to, green_axes, green_derivative
 
 __all__ = ["green_kslab_gpu", "cic_interpolate_gpu", "fd4_gradient_gpu"]
 
 _THREADS = 256
+# CUDA's limit on a launch's blocks along y and z (the kernels loop over the rest)
+_MAX_GRID_YZ = 65535
 
 
 def _module(real_t: str, pos_t: str, mesh_t: str):
@@ -57,12 +59,16 @@ def green_kslab_gpu(fk, kx, ky, kz, *, cell: float, rs: float, scale: float,
     return out
 
 
-def cic_interpolate_gpu(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0):
+def cic_interpolate_gpu(pos, meshes, box_size: float, shift: float = 0.0, x_lo: int = 0,
+                        add_to=None):
     """CIC interpolation at CuPy ``pos`` (m, 3) of CuPy mesh slabs: (m, c) float64 (the
     GPU kernel of the contract :data:`cosmo_dask.gravity.dispatch.cic_interpolate`).
 
     ``meshes``: up to four ``(nx, n, n)`` slabs of one dtype (or one ``(c, nx, n, n)``
-    array) holding planes ``x_lo .. x_lo + nx - 1`` (default: whole meshes).
+    array) holding planes ``x_lo .. x_lo + nx - 1`` (default: whole meshes). With
+    ``add_to`` (a C-contiguous ``(m, c)`` float64 CuPy array) each particle's sums are
+    added to its values in place (``add_to + sums``, the sums taken from zero first) and
+    ``add_to`` is returned.
     """
     import cupy
 
@@ -75,14 +81,17 @@ def cic_interpolate_gpu(pos, meshes, box_size: float, shift: float = 0.0, x_lo: 
         raise ValueError(f"cic_interpolate_gpu: 1 to 4 meshes, got {len(slabs)}")
     c, nx, n = len(slabs), slabs[0].shape[0], slabs[0].shape[1]
     m = pos.shape[0]
-    out = cupy.empty((m, c), dtype=np.float64)
+    out = check_add_to(add_to, m, c)
+    if out is None:
+        out = cupy.empty((m, c), dtype=np.float64)
     if m:
         mod = _module("float64", pos.dtype.name, slabs[0].dtype.name)
         kern = mod.get_function("interp")
         ptrs = slabs + [slabs[0]] * (4 - c)
         kern(((m + _THREADS - 1) // _THREADS,), (_THREADS,),
              (pos, *ptrs, np.int64(m), np.int64(n), np.int32(c), np.float64(n / box_size),
-              np.float64(shift - 0.5), np.int64(x_lo), np.int64(nx), out))
+              np.float64(shift - 0.5), np.int64(x_lo), np.int64(nx),
+              np.int32(add_to is not None), out))
     return out
 
 
@@ -94,11 +103,12 @@ def fd4_gradient_gpu(phi, lo, hi, *, axis: int, cell: float):
 
     phi, lo, hi = (cupy.ascontiguousarray(a) for a in (phi, lo, hi))
     out = cupy.empty_like(phi)
-    total = phi.size
-    if total:
+    if phi.size:
         nx, ny, nz = phi.shape
         kern = _module("float64", "float64", phi.dtype.name).get_function("fd4")
-        kern(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
+        threads = min(_THREADS, 32 * ((nz + 31) // 32))  # a row's points; planes, rows: grid
+        grid = ((nz + threads - 1) // threads, min(ny, _MAX_GRID_YZ), min(nx, _MAX_GRID_YZ))
+        kern(grid, (threads,),
              (phi, lo.astype(phi.dtype, copy=False), hi.astype(phi.dtype, copy=False),
               np.int64(nx), np.int64(ny), np.int64(nz), np.int32(axis),
               np.float64(-1.0 / (12.0 * cell)),

@@ -299,6 +299,74 @@ def test_cic_interpolate(backend, shift):
                                    rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.parametrize("mesh_t", ["float64", "float32"])
+def test_interp_cuda_text_on_host(mesh_t):
+    """The CUDA kernel ``interp`` of ``cuda/pm.cu`` compiled for the host: whole meshes and
+    a slab against the brute-force sums, particles on the box's faces and at its far edge
+    included (node indices that wrap); with ``add`` the earlier values plus the sums, bit
+    for bit the sum of two launches' results."""
+    from tests.support import cuda_host
+
+    if cuda_host.compiler() is None:
+        pytest.skip("no host C++ compiler")
+    kern = cuda_host.host_kernels("pm", {"REAL_T": "double", "POS_T": "double",
+                                         "MESH_T": "float" if mesh_t == "float32" else
+                                         "double"})["interp"]
+    rng = np.random.default_rng(5)
+    n, box = 8, 2.0
+    meshes = rng.random((3, n, n, n)).astype(mesh_t)
+    pos = rng.random((600, 3)) * box
+    pos[:6] = [[0, 0, 0], [box * (1 - 1e-16), 0.1, 0.2], [0.125, 0.125, 0.125],
+               [np.nextafter(box, 0), np.nextafter(box, 0), 0.0], [1.0, 2.0 - 1e-9, 1.5],
+               [0.0625, 1.9375, 0.0]]
+
+    def run(slabs, shift, x_lo, out, add):
+        flat = [np.ascontiguousarray(s) for s in slabs]
+        kern((1,), (1,), (pos, *flat, *[flat[0]] * (4 - len(flat)), np.int64(len(pos)),
+                          np.int64(n), np.int32(len(flat)), np.float64(n / box),
+                          np.float64(shift - 0.5), np.int64(x_lo),
+                          np.int64(flat[0].shape[0]), np.int32(add), out))
+        return out
+
+    for shift in (0.0, 0.5):
+        whole = run(meshes, shift, 0, np.zeros((len(pos), 3)), 0)
+        np.testing.assert_allclose(whole, _cic_reference(pos, meshes, box, shift),
+                                   rtol=1e-13, atol=1e-15)
+        part = run(meshes[:, 2:5], shift, 2, np.zeros((len(pos), 3)), 0)
+        np.testing.assert_allclose(part, _cic_reference(pos, meshes[:, 2:5], box, shift,
+                                                        x_lo=2), rtol=1e-13, atol=1e-15)
+        both = run(meshes[:, 2:5], shift, 2, whole.copy(), 1)
+        np.testing.assert_array_equal(both, whole + part)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cic_interpolate_add_to(backend):
+    """``add_to``: a second mesh's sums added in place equal, bit for bit, the float64 sum
+    of the two separate results (the interlaced pair's mean is taken that way), also for
+    a slab; the array returned is ``add_to`` itself; a wrong shape or dtype raises."""
+    xp = _xp(backend)
+    rng = np.random.default_rng(7)
+    m0, m1 = rng.random((3, 12, 12, 12)), rng.random((3, 12, 12, 12)).astype(np.float32)
+    pos = xp.asarray(rng.random((4000, 3)) * 2.0)
+    first = kernels.cic_interpolate(pos, xp.asarray(m0), 2.0, 0.0)
+    second = kernels.cic_interpolate(pos, xp.asarray(m1), 2.0, 0.5)
+    want = _host(first) + _host(second)
+    acc = first.copy()
+    got = kernels.cic_interpolate(pos, xp.asarray(m1), 2.0, 0.5, add_to=acc)
+    assert got is acc
+    np.testing.assert_array_equal(_host(got), want)
+    assert np.abs(want - _host(first)).min() > 0  # the second mesh did add something
+    part = kernels.cic_interpolate(pos, [xp.asarray(s) for s in m0[:, 2:7]], 2.0, 0.5, x_lo=2)
+    acc = first.copy()
+    kernels.cic_interpolate(pos, [xp.asarray(s) for s in m0[:, 2:7]], 2.0, 0.5, x_lo=2,
+                            add_to=acc)
+    np.testing.assert_array_equal(_host(acc), _host(first) + _host(part))
+    with pytest.raises(ValueError, match="add_to"):
+        kernels.cic_interpolate(pos, xp.asarray(m0), 2.0, 0.0, add_to=first[:, :2].copy())
+    with pytest.raises(ValueError, match="add_to"):
+        kernels.cic_interpolate(pos, xp.asarray(m0), 2.0, 0.0, add_to=first.astype(np.float32))
+
+
 # --------------------------------------------------------------------------- tree_forces
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tree_forces(backend):

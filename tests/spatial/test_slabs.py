@@ -99,7 +99,7 @@ def test_interpolate_matches_whole_mesh(rng, n_slabs, shift):
     slabs = [da.from_array(m, chunks=(layout.chunks, n, n)) for m in meshes]
     import functools
 
-    out = ex.interpolate([(functools.partial(_interp_piece, box=box, shift=shift), slabs, 2)],
+    out = ex.interpolate([(functools.partial(_interp_piece, box=box, shifts=(shift,)), slabs, 2)],
                          name="test-interp", dtype=np.float64)
     assert out.chunks == (p.chunks[0], (2,))
     np.testing.assert_allclose(out.compute(), ref, rtol=0, atol=1e-13 * np.abs(ref).max())
@@ -248,8 +248,8 @@ def test_two_stage_interpolate_matches_whole_mesh(monkeypatch, rng, n_slabs, chu
     p = da.from_array(pos, chunks=(chunks, 3))
     w = da.from_array(scale, chunks=chunks)
     slabs = [da.from_array(m, chunks=(layout.chunks, n, n)) for m in meshes]
-    groups = [(functools.partial(_interp_piece, box=box, shift=0.0), slabs[:2], 2),
-              (functools.partial(_interp_piece, box=box, shift=0.5), slabs[2:], 1)]
+    groups = [(functools.partial(_interp_piece, box=box, shifts=(0.0,)), slabs[:2], 2),
+              (functools.partial(_interp_piece, box=box, shifts=(0.5,)), slabs[2:], 1)]
 
     def interp():
         out = SlabExchange(p, 1.0, layout).interpolate(
