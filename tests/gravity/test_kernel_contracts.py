@@ -229,7 +229,8 @@ def test_fd4_gradient(backend, axis, x_lo, nx):
 def test_fd4_cuda_text_on_host(mesh_t):
     """The CUDA kernel ``fd4`` of ``cuda/pm.cu`` compiled for the host
     (tests/support/cuda_host.py) gives the CPU kernel's values bit for bit, slab and
-    ghosts as in the graph (a 9 x 6 x 5 mesh, planes 4 .. 6, each axis)."""
+    ghosts as in the graph, each axis: a 9 x 6 x 5 mesh (planes 4 .. 6), axes of one and
+    two points (every neighbour wraps more than once), a whole mesh as one slab."""
     from cosmo_dask.gravity.pm_kernels import fd4_gradient
     from tests.support import cuda_host
 
@@ -239,15 +240,20 @@ def test_fd4_cuda_text_on_host(mesh_t):
                                          "MESH_T": "float" if mesh_t == "float32" else
                                          "double"})["fd4"]
     rng = np.random.default_rng(11)
-    phi = rng.standard_normal((9, 6, 5)).astype(mesh_t)
-    slab, lo, hi = (np.ascontiguousarray(phi[r]) for r in (slice(4, 7), slice(2, 4),
-                                                           slice(7, 9)))
-    for axis in range(3):
-        out = np.zeros_like(slab)
-        kern((4,), (7,), (slab, lo, hi, np.int64(3), np.int64(6), np.int64(5), np.int32(axis),
-                          np.float64(-1.0 / (12.0 * 0.7)), out))
-        ref = fd4_gradient(slab, lo, hi, axis=axis, cell=0.7)
-        np.testing.assert_array_equal(out, ref)
+    for shape, planes in (((9, 6, 5), (4, 7)), ((5, 2, 1), (2, 3)), ((6, 1, 3), (0, 6))):
+        phi = rng.standard_normal(shape).astype(mesh_t)
+        a, b = planes
+        n0 = shape[0]
+        slab = np.ascontiguousarray(phi[a:b])
+        lo = np.ascontiguousarray(phi[[(a - 2) % n0, (a - 1) % n0]])
+        hi = np.ascontiguousarray(phi[[b % n0, (b + 1) % n0]])
+        for axis in range(3):
+            out = np.zeros_like(slab)
+            kern((4,), (7,), (slab, lo, hi, np.int64(b - a), np.int64(shape[1]),
+                              np.int64(shape[2]), np.int32(axis),
+                              np.float64(-1.0 / (12.0 * 0.7)), out))
+            ref = fd4_gradient(slab, lo, hi, axis=axis, cell=0.7)
+            np.testing.assert_array_equal(out, ref)
 
 
 # --------------------------------------------------------------------------- cic_interpolate
