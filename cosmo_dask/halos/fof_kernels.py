@@ -520,51 +520,6 @@ def _cell_axes(key, dims):
     return cx, cy, rem - cy * dims[2]
 
 
-@numba.njit(cache=True, nogil=True)
-def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
-    """Friend counts: every particle pair of neighbouring cells tested once (each
-    unordered pair of cells once, by :func:`_neighbour_blocks`), without the
-    minimum-image step where no pair needs it (see :func:`_count_block`)."""
-    nocc = cell_keys.shape[0]
-    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
-    ll2 = ll * ll
-    few = False  # a periodic axis of fewer than four cells: every block takes the shift
-    for a in range(3):
-        if periods[a] > 0.0 and dims[a] < 4:
-            few = True
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
-    for a in range(nocc):
-        sa = cell_start[a]
-        ea = cell_start[a + 1]
-        _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2, h0, h1, h2, ll2,
-                     bool(few), friends)
-        ax, ay, az = _cell_axes(cell_keys[a], dims)
-        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
-        for t in range(nb):
-            wrap = few
-            for b in (blocks[t, 0], blocks[t, 1] - 1):  # a run along the last axis
-                bx, by, bz = _cell_axes(cell_keys[b], dims)
-                if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
-                    wrap = True
-            _count_block(x, y, z, sa, ea, np.int64(cell_start[blocks[t, 0]]),
-                         np.int64(cell_start[blocks[t, 1]]), L0, L1, L2, h0, h1, h2, ll2,
-                         bool(wrap), friends)
-
-
-def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
-    """int32 friend count of every particle (sorted order; cells contiguous): every pair
-    of neighbouring cells tested once (:func:`_count_pass`)."""
-    friends = np.zeros(spos.shape[0], dtype=np.int32)
-    x, y, z = (np.ascontiguousarray(spos[:, a], dtype=np.float64) for a in range(3))
-    _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends)
-    return friends
-
-
 # ----------------------------------------------------------------------------- dense cells
 # Fine cells ("units") for plain FOF without friend counts; see the module docstring.
 
@@ -998,6 +953,134 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
                         break
 
 
+# A cell pair whose particles make fewer than this many pairs per pair of units is
+# counted pair by pair (:func:`_count_block`, vectorised), not unit by unit (read at
+# each call: 0 sends every cell pair through the units, a huge value none).
+_PAIRS_PER_UNIT_PAIR = 64
+
+
+@numba.njit(cache=True)
+def _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                 L0, L1, L2, h0, h1, h2, ll2, wrap, friends, unit_add):
+    """Friends between units ``u != v``, added to both sides: all at once when the two
+    bounding boxes decide every pair (:func:`_box_status`; a friend to each member of a
+    unit goes to ``unit_add``), else each row of the smaller unit against the other's
+    box (the same exact test), and the rows left undecided pair by pair
+    (:func:`_count_block`, with ``wrap`` as there)."""
+    i0 = np.int64(unit_start[u])
+    i1 = np.int64(unit_start[u + 1])
+    j0 = np.int64(unit_start[v])
+    j1 = np.int64(unit_start[v + 1])
+    if i1 - i0 == 1 and j1 - j0 == 1:
+        _count_block(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
+        return
+    a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
+    c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, v)
+    st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                     L0, L1, L2, h0, h1, h2, ll2)
+    if st < 0:
+        return
+    if st > 0:
+        unit_add[u] += j1 - j0
+        unit_add[v] += i1 - i0
+        return
+    if i1 - i0 > j1 - j0:  # rows from the smaller unit, against the larger one's box
+        i0, i1, j0, j1 = j0, j1, i0, i1
+        c0, e0, c1, e1, c2, e2 = a0, b0, a1, b1, a2, b2
+        v = u
+    if i1 - i0 == 1:  # one row: the box test above was its test
+        _count_block(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
+        return
+    nj = j1 - j0
+    for i in range(i0, i1):
+        sp = _box_status(x[i], x[i], y[i], y[i], z[i], z[i], c0, e0, c1, e1, c2, e2,
+                         L0, L1, L2, h0, h1, h2, ll2)
+        if sp < 0:
+            continue
+        if sp > 0:
+            friends[i] += nj
+            unit_add[v] += 1
+            continue
+        _count_block(x, y, z, i, i + 1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, unit_box,
+                boxes, dims, periods, ll, min_pairs, friends):
+    """Friend counts over units: each unordered pair of neighbouring cells once (by
+    :func:`_neighbour_blocks`); a unit's inner pairs are all friends (``size - 1`` to
+    each member), unit pairs go through :func:`_count_units`, and cell pairs with few
+    particles per unit pair (below ``min_pairs`` pairs per unit pair) take the pair loop
+    :func:`_count_block` directly, without the minimum-image step where no pair needs
+    it (see there)."""
+    nocc = cell_keys.shape[0]
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
+    ll2 = ll * ll
+    few = False  # a periodic axis of fewer than four cells: every block takes the shift
+    for a in range(3):
+        if periods[a] > 0.0 and dims[a] < 4:
+            few = True
+    xs = np.empty(3, dtype=np.int64)
+    ys = np.empty(3, dtype=np.int64)
+    zlo = np.empty(2, dtype=np.int64)
+    zhi = np.empty(2, dtype=np.int64)
+    hints = np.zeros(18, dtype=np.int64)
+    blocks = np.empty((18, 2), dtype=np.int64)
+    nunit = unit_start.shape[0] - 1
+    unit_add = np.zeros(nunit, dtype=np.int32)  # friends of every member of a unit
+    for a in range(nocc):
+        sa = np.int64(cell_start[a])
+        ea = np.int64(cell_start[a + 1])
+        ua = np.int64(cell_unit[a])
+        ub = np.int64(cell_unit[a + 1])
+        if (ea - sa) * (ea - sa) < min_pairs * (ub - ua) * (ub - ua):
+            _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2,
+                         h0, h1, h2, ll2, few, friends)
+        else:
+            for u in range(ua, ub):
+                unit_add[u] += unit_start[u + 1] - unit_start[u] - 1
+                for v in range(u + 1, ub):
+                    _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                                 L0, L1, L2, h0, h1, h2, ll2, few, friends, unit_add)
+        ax, ay, az = _cell_axes(cell_keys[a], dims)
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            wrap = few
+            for b in (blocks[t, 0], blocks[t, 1] - 1):  # a run along the last axis
+                bx, by, bz = _cell_axes(cell_keys[b], dims)
+                if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
+                    wrap = True
+            sb = np.int64(cell_start[blocks[t, 0]])
+            eb = np.int64(cell_start[blocks[t, 1]])
+            va = np.int64(cell_unit[blocks[t, 0]])
+            vb = np.int64(cell_unit[blocks[t, 1]])
+            if (ea - sa) * (eb - sb) < min_pairs * (ub - ua) * (vb - va):
+                _count_block(x, y, z, sa, ea, sb, eb, L0, L1, L2, h0, h1, h2, ll2, wrap,
+                             friends)
+                continue
+            for u in range(ua, ub):
+                for v in range(va, vb):
+                    _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                                 L0, L1, L2, h0, h1, h2, ll2, wrap, friends, unit_add)
+    for u in range(nunit):
+        add = unit_add[u]
+        if add:
+            for i in range(unit_start[u], unit_start[u + 1]):
+                friends[i] += add
+
+
+def _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous, each cut
+    into ``units = (unit_start, cell_unit, unit_box, boxes)`` by :func:`_build_units`):
+    every pair of neighbouring cells once, over units (:func:`_count_pass`)."""
+    friends = np.zeros(spos.shape[0], dtype=np.int32)
+    x, y, z = (np.ascontiguousarray(spos[:, a], dtype=np.float64) for a in range(3))
+    unit_start, cell_unit, unit_box, boxes = units
+    _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, unit_box,
+                boxes, dims, periods, ll, np.int64(_PAIRS_PER_UNIT_PAIR), friends)
+    return friends
+
+
 def _sub_cells(periods, inv, ll):
     """Fine cells per coarse cell along each axis: sides at most ``ll / sqrt(3)``."""
     ks = np.ones(3, dtype=np.int64)
@@ -1126,25 +1209,26 @@ def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     cell_keys, cell_start = _occupied_cells(skeys, perm)
     del skeys
     parent = np.arange(m, dtype=itype)
+    # units (fine cells, see the module docstring) for the links and the counts;
+    # sorting particles by fine cell keeps every coarse cell's rows in place
+    units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
+                         _sub_cells(periods, inv, ll), ll)
     if min_friends > 1:
-        friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
+        friends = _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll)
+        del units
         _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent,
                    min_friends)
         del spos, cell_keys, cell_start
         return _input_order(parent, perm, friends)
-    # plain FOF: units link; sorting particles by fine cell keeps every coarse cell's
-    # rows in place, so the friend counts below still find the cells at cell_start
-    units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
-                         _sub_cells(periods, inv, ll), ll)
-    unit_start, cell_unit, unit_box, boxes = units
-    del units
+    unit_start, cell_unit, unit_box, boxes = units  # plain FOF: units link
     _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
                 ll, parent)
     del cell_unit, unit_start, unit_box, boxes
     if not count_friends:
+        del units
         return _input_labels(parent, perm), None
-    friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
-    del spos, cell_keys, cell_start
+    friends = _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll)
+    del spos, cell_keys, cell_start, units
     return _input_order(parent, perm, friends)
 
 
