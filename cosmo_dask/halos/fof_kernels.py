@@ -22,21 +22,33 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    so each unordered pair of cells, and each pair of particles, is examined
    once. Periodic axes with fewer than three cells have their neighbour
    offsets deduplicated.
-4. Friend counts (``count_friends``, the default, or ``min_friends > 1``): every
-   particle pair of neighbouring cells is tested once, a branch-free loop over float64
-   coordinate arrays (so that it vectorises) with :func:`_pair`'s arithmetic (distance
-   ``<= ll``, minimum image on periodic axes) adding one to both counts of each friend
-   pair; blocks of cells that are neighbours without wrapping around a period (at
-   least four cells per period) skip the minimum-image step, which cannot change
-   their answer. The cost follows the pairs of neighbouring cells' particles (a few ns a pair
-   on one core: ``docs/halos.md``); counting over pairs of tree nodes whose bounding
-   boxes decide many pairs at once was tried and was 2x slower at up to 2,400 friends
-   a particle. With ``min_friends = k > 1`` a
+4. Friend counts (``count_friends``, the default, or ``min_friends > 1``) are made
+   over the units of step 5 (built on both paths): each unordered pair of
+   neighbouring cells once, as in step 3. Every pair inside a unit is a friend
+   pair, so a unit adds ``size - 1`` to each member; a pair of units whose bounding
+   boxes prove all pairs friends adds the other's size to each member of both (into a
+   per-unit accumulator, handed to the members once at the end), one that proves none
+   is skipped, and an undecided one tests each row of the smaller unit against the
+   other's box (skip it, or count the whole unit) before testing the rows left pair by
+   pair. The box tests are step 5's exact ones, so the counts are the pair path's.
+   Pair tests are a branch-free loop over float64 coordinate arrays (so that it
+   vectorises) with :func:`_pair`'s arithmetic (distance ``<= ll``, minimum image on
+   periodic axes) adding one to both counts of each friend pair; blocks of cells that
+   are neighbours without wrapping around a period (at least four cells per period)
+   skip the minimum-image step, which cannot change their answer. That loop is
+   cheap (a few ns a pair, long runs), so a pair of cells with fewer than
+   ``_PAIRS_PER_UNIT_PAIR`` (64) particle pairs per unit pair takes it directly, whole:
+   per unit pair a box test costs about as much as a few dozen pair tests, and the
+   loops over single units are short. Work thus drops where cells are dense (on the
+   Plummer-cores set, 155 friends a particle, 2,379 at most, the box tests decide about
+   half of the pairs and the count takes 0.75x the pair path's CPU time) and stays the
+   pair path's elsewhere (the blobs set, 29 friends a particle: equal); it still grows
+   with the pairs near the ``ll`` sphere's surface. With ``min_friends = k > 1`` a
    second pass links the friend pairs whose two members both have at least ``k``
    friends in a union-find forest (path halving, the smaller index becomes the
    root).
 5. Plain FOF (``min_friends == 1``; with or without counts, which are then a
-   separate pass) links *units*, so that its cost is bounded by particles and
+   separate pass over the same units) links *units*, so that its cost is bounded by particles and
    occupied cells rather than by pairs:
 
    * Each coarse cell is cut into fine cells of side at most ``ll / sqrt(3)``
@@ -70,7 +82,7 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
      answers "undecided" and the pairs are tested one by one. The result is
      thus identical to the pair path's.
    * Extra memory: unit offsets and box indices (O(particles)) and 48 bytes
-     per multi-particle unit.
+     per multi-particle unit (and 4 bytes a unit for the counts' accumulator).
 
 The labels returned are canonical: each particle's label is the smallest input
 index in its group.
@@ -521,7 +533,8 @@ def _cell_axes(key, dims):
 
 
 # ----------------------------------------------------------------------------- dense cells
-# Fine cells ("units") for plain FOF without friend counts; see the module docstring.
+# Fine cells ("units") for the links of plain FOF and for the friend counts; see the
+# module docstring.
 
 # Fine cells per coarse cell along an axis are capped (sub-cell keys stay small);
 # a fine cell too large to be linked internally is split into single particles.
@@ -971,36 +984,34 @@ def _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
     i1 = np.int64(unit_start[u + 1])
     j0 = np.int64(unit_start[v])
     j1 = np.int64(unit_start[v + 1])
-    if i1 - i0 == 1 and j1 - j0 == 1:
-        _count_block(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
-        return
-    a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
-    c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, v)
-    st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
-                     L0, L1, L2, h0, h1, h2, ll2)
-    if st < 0:
-        return
-    if st > 0:
-        unit_add[u] += j1 - j0
-        unit_add[v] += i1 - i0
-        return
-    if i1 - i0 > j1 - j0:  # rows from the smaller unit, against the larger one's box
-        i0, i1, j0, j1 = j0, j1, i0, i1
-        c0, e0, c1, e1, c2, e2 = a0, b0, a1, b1, a2, b2
-        v = u
-    if i1 - i0 == 1:  # one row: the box test above was its test
-        _count_block(x, y, z, i0, i1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
-        return
-    nj = j1 - j0
-    for i in range(i0, i1):
-        sp = _box_status(x[i], x[i], y[i], y[i], z[i], z[i], c0, e0, c1, e1, c2, e2,
+    rows = False  # test each row against the other unit's box
+    if i1 - i0 > 1 or j1 - j0 > 1:
+        a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
+        c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, v)
+        st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
                          L0, L1, L2, h0, h1, h2, ll2)
-        if sp < 0:
-            continue
-        if sp > 0:
-            friends[i] += nj
-            unit_add[v] += 1
-            continue
+        if st < 0:
+            return
+        if st > 0:
+            unit_add[u] += j1 - j0
+            unit_add[v] += i1 - i0
+            return
+        if i1 - i0 > j1 - j0:  # rows from the smaller unit, against the larger one's box
+            i0, i1, j0, j1 = j0, j1, i0, i1
+            c0, e0, c1, e1, c2, e2 = a0, b0, a1, b1, a2, b2
+            v = u
+        rows = i1 - i0 > 1  # one row: the box test above was its test
+    nj = j1 - j0
+    for i in range(i0, i1):  # one call site of each helper: less to compile
+        if rows:
+            sp = _box_status(x[i], x[i], y[i], y[i], z[i], z[i], c0, e0, c1, e1, c2, e2,
+                             L0, L1, L2, h0, h1, h2, ll2)
+            if sp < 0:
+                continue
+            if sp > 0:
+                friends[i] += nj
+                unit_add[v] += 1
+                continue
         _count_block(x, y, z, i, i + 1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
 
 
@@ -1035,13 +1046,13 @@ def _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, uni
         ub = np.int64(cell_unit[a + 1])
         if (ea - sa) * (ea - sa) < min_pairs * (ub - ua) * (ub - ua):
             _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2,
-                         h0, h1, h2, ll2, few, friends)
+                         h0, h1, h2, ll2, bool(few), friends)
         else:
             for u in range(ua, ub):
                 unit_add[u] += unit_start[u + 1] - unit_start[u] - 1
                 for v in range(u + 1, ub):
                     _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
-                                 L0, L1, L2, h0, h1, h2, ll2, few, friends, unit_add)
+                                 L0, L1, L2, h0, h1, h2, ll2, bool(few), friends, unit_add)
         ax, ay, az = _cell_axes(cell_keys[a], dims)
         nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
         for t in range(nb):
@@ -1055,13 +1066,14 @@ def _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, uni
             va = np.int64(cell_unit[blocks[t, 0]])
             vb = np.int64(cell_unit[blocks[t, 1]])
             if (ea - sa) * (eb - sb) < min_pairs * (ub - ua) * (vb - va):
-                _count_block(x, y, z, sa, ea, sb, eb, L0, L1, L2, h0, h1, h2, ll2, wrap,
-                             friends)
+                _count_block(x, y, z, sa, ea, sb, eb, L0, L1, L2, h0, h1, h2, ll2,
+                             bool(wrap), friends)
                 continue
             for u in range(ua, ub):
                 for v in range(va, vb):
                     _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
-                                 L0, L1, L2, h0, h1, h2, ll2, wrap, friends, unit_add)
+                                 L0, L1, L2, h0, h1, h2, ll2, bool(wrap), friends,
+                                 unit_add)
     for u in range(nunit):
         add = unit_add[u]
         if add:
@@ -1195,8 +1207,8 @@ def _input_order(parent, perm, friends):
 def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
-    about 24 bytes per particle, or the friend counts: 24 bytes of float64 coordinates
-    and 4 of counts beside the sorted positions).
+    about 24 bytes per particle, or the friend counts: 24 bytes of float64 coordinates,
+    4 of counts and the units, up to 12 more, beside the sorted positions).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
