@@ -39,10 +39,10 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    cheap (a few ns a pair, long runs), so a pair of cells with fewer than
    ``_PAIRS_PER_UNIT_PAIR`` (64) particle pairs per unit pair takes it directly, whole:
    per unit pair a box test costs about as much as a few dozen pair tests, and the
-   loops over single units are short. Work thus drops where cells are dense (on the
-   Plummer-cores set, 155 friends a particle, 2,379 at most, the box tests decide about
-   half of the pairs and the count takes 0.75x the pair path's CPU time) and stays the
-   pair path's elsewhere (the blobs set, 29 friends a particle: equal); it still grows
+   loops over single units are short. Work thus drops where cells are dense (Plummer
+   cores of 155 friends a particle, 2,379 at most: the box tests decide half of the
+   pairs, the count takes about 0.8x the pair path's CPU time) and stays the pair
+   path's elsewhere (29 friends a particle: equal; ``docs/halos.md``); it still grows
    with the pairs near the ``ll`` sphere's surface. With ``min_friends = k > 1`` a
    second pass links the friend pairs whose two members both have at least ``k``
    friends in a union-find forest (path halving, the smaller index becomes the
@@ -1288,10 +1288,10 @@ def fof_local(
         with fewer friends stay single (DBSCAN-like variant).
     count_friends : bool, optional
         Whether to return the friend counts (default True); they cost a pass of
-        their own (over the pairs of neighbouring cells, see the module docstring), so ask
-        only when a result reads them. With ``False`` and ``min_friends == 1``
-        ``friends`` is ``None``. With ``min_friends > 1`` the counts are
-        computed anyway (they decide the links) and returned.
+        their own (over the units and pairs of neighbouring cells, see the module
+        docstring), so ask only when a result reads them. With ``False`` and
+        ``min_friends == 1`` ``friends`` is ``None``. With ``min_friends > 1`` the
+        counts are computed anyway (they decide the links) and returned.
 
     Returns
     -------
