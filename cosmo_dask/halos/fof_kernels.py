@@ -434,6 +434,14 @@ def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, bloc
 
 
 @numba.njit(cache=True)
+def _stencil_scratch():
+    """Scratch of :func:`_neighbour_blocks`: ``(xs, ys, zlo, zhi, hints, blocks)``."""
+    return (np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64),
+            np.empty(2, dtype=np.int64), np.empty(2, dtype=np.int64),
+            np.zeros(18, dtype=np.int64), np.empty((18, 2), dtype=np.int64))
+
+
+@numba.njit(cache=True)
 def _half_periods(periods):
     """``(L0, L1, L2, h0, h1, h2)``: periods and half periods (inf on open axes)."""
     L0 = periods[0]
@@ -452,12 +460,7 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent, 
     nocc = cell_keys.shape[0]
     L0, L1, L2, h0, h1, h2 = _half_periods(periods)
     ll2 = ll * ll
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
 
     for a in range(nocc):
         sa = cell_start[a]
@@ -872,12 +875,7 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
         for i in range(s + 1, unit_start[u + 1]):
             parent[i] = s
 
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
     cell_set = np.full(nocc, -1, dtype=parent.dtype)
 
     for a in range(nocc):
@@ -1031,12 +1029,7 @@ def _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, uni
     for a in range(3):
         if periods[a] > 0.0 and dims[a] < 4:
             few = True
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
     nunit = unit_start.shape[0] - 1
     unit_add = np.zeros(nunit, dtype=np.int32)  # friends of every member of a unit
     for a in range(nocc):
