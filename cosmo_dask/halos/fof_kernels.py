@@ -22,21 +22,33 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
    so each unordered pair of cells, and each pair of particles, is examined
    once. Periodic axes with fewer than three cells have their neighbour
    offsets deduplicated.
-4. Friend counts (``count_friends``, the default, or ``min_friends > 1``): every
-   particle pair of neighbouring cells is tested once, a branch-free loop over float64
-   coordinate arrays (so that it vectorises) with :func:`_pair`'s arithmetic (distance
-   ``<= ll``, minimum image on periodic axes) adding one to both counts of each friend
-   pair; blocks of cells that are neighbours without wrapping around a period (at
-   least four cells per period) skip the minimum-image step, which cannot change
-   their answer. The cost follows the pairs of neighbouring cells' particles (a few ns a pair
-   on one core: ``docs/halos.md``); counting over pairs of tree nodes whose bounding
-   boxes decide many pairs at once was tried and was 2x slower at up to 2,400 friends
-   a particle. With ``min_friends = k > 1`` a
+4. Friend counts (``count_friends``, the default, or ``min_friends > 1``) are made
+   over the units of step 5 (built on both paths): each unordered pair of
+   neighbouring cells once, as in step 3. Every pair inside a unit is a friend
+   pair, so a unit adds ``size - 1`` to each member; a pair of units whose bounding
+   boxes prove all pairs friends adds the other's size to each member of both (into a
+   per-unit accumulator, handed to the members once at the end), one that proves none
+   is skipped, and an undecided one tests each row of the smaller unit against the
+   other's box (skip it, or count the whole unit) before testing the rows left pair by
+   pair. The box tests are step 5's exact ones, so the counts are the pair path's.
+   Pair tests are a branch-free loop over float64 coordinate arrays (so that it
+   vectorises) with :func:`_pair`'s arithmetic (distance ``<= ll``, minimum image on
+   periodic axes) adding one to both counts of each friend pair; blocks of cells that
+   are neighbours without wrapping around a period (at least four cells per period)
+   skip the minimum-image step, which cannot change their answer. That loop is
+   cheap (a few ns a pair, long runs), so a pair of cells with fewer than
+   ``_PAIRS_PER_UNIT_PAIR`` (64) particle pairs per unit pair takes it directly, whole:
+   per unit pair a box test costs about as much as a few dozen pair tests, and the
+   loops over single units are short. Work thus drops where cells are dense (Plummer
+   cores of 155 friends a particle, 2,379 at most: the box tests decide half of the
+   pairs, the count takes about 0.8x the pair path's CPU time) and stays the pair
+   path's elsewhere (29 friends a particle: equal; ``docs/halos.md``); it still grows
+   with the pairs near the ``ll`` sphere's surface. With ``min_friends = k > 1`` a
    second pass links the friend pairs whose two members both have at least ``k``
    friends in a union-find forest (path halving, the smaller index becomes the
    root).
 5. Plain FOF (``min_friends == 1``; with or without counts, which are then a
-   separate pass) links *units*, so that its cost is bounded by particles and
+   separate pass over the same units) links *units*, so that its cost is bounded by particles and
    occupied cells rather than by pairs:
 
    * Each coarse cell is cut into fine cells of side at most ``ll / sqrt(3)``
@@ -70,7 +82,7 @@ The method is the cell-list scheme used by HACC's PISTON halo finder:
      answers "undecided" and the pairs are tested one by one. The result is
      thus identical to the pair path's.
    * Extra memory: unit offsets and box indices (O(particles)) and 48 bytes
-     per multi-particle unit.
+     per multi-particle unit (and 4 bytes a unit for the counts' accumulator).
 
 The labels returned are canonical: each particle's label is the smallest input
 index in its group.
@@ -422,6 +434,14 @@ def _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, bloc
 
 
 @numba.njit(cache=True)
+def _stencil_scratch():
+    """Scratch of :func:`_neighbour_blocks`: ``(xs, ys, zlo, zhi, hints, blocks)``."""
+    return (np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64),
+            np.empty(2, dtype=np.int64), np.empty(2, dtype=np.int64),
+            np.zeros(18, dtype=np.int64), np.empty((18, 2), dtype=np.int64))
+
+
+@numba.njit(cache=True)
 def _half_periods(periods):
     """``(L0, L1, L2, h0, h1, h2)``: periods and half periods (inf on open axes)."""
     L0 = periods[0]
@@ -440,12 +460,7 @@ def _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent, 
     nocc = cell_keys.shape[0]
     L0, L1, L2, h0, h1, h2 = _half_periods(periods)
     ll2 = ll * ll
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
 
     for a in range(nocc):
         sa = cell_start[a]
@@ -520,53 +535,9 @@ def _cell_axes(key, dims):
     return cx, cy, rem - cy * dims[2]
 
 
-@numba.njit(cache=True, nogil=True)
-def _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends):
-    """Friend counts: every particle pair of neighbouring cells tested once (each
-    unordered pair of cells once, by :func:`_neighbour_blocks`), without the
-    minimum-image step where no pair needs it (see :func:`_count_block`)."""
-    nocc = cell_keys.shape[0]
-    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
-    ll2 = ll * ll
-    few = False  # a periodic axis of fewer than four cells: every block takes the shift
-    for a in range(3):
-        if periods[a] > 0.0 and dims[a] < 4:
-            few = True
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
-    for a in range(nocc):
-        sa = cell_start[a]
-        ea = cell_start[a + 1]
-        _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2, h0, h1, h2, ll2,
-                     bool(few), friends)
-        ax, ay, az = _cell_axes(cell_keys[a], dims)
-        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
-        for t in range(nb):
-            wrap = few
-            for b in (blocks[t, 0], blocks[t, 1] - 1):  # a run along the last axis
-                bx, by, bz = _cell_axes(cell_keys[b], dims)
-                if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
-                    wrap = True
-            _count_block(x, y, z, sa, ea, np.int64(cell_start[blocks[t, 0]]),
-                         np.int64(cell_start[blocks[t, 1]]), L0, L1, L2, h0, h1, h2, ll2,
-                         bool(wrap), friends)
-
-
-def _friend_counts(spos, cell_keys, cell_start, dims, periods, ll) -> np.ndarray:
-    """int32 friend count of every particle (sorted order; cells contiguous): every pair
-    of neighbouring cells tested once (:func:`_count_pass`)."""
-    friends = np.zeros(spos.shape[0], dtype=np.int32)
-    x, y, z = (np.ascontiguousarray(spos[:, a], dtype=np.float64) for a in range(3))
-    _count_pass(x, y, z, cell_keys, cell_start, dims, periods, ll, friends)
-    return friends
-
-
 # ----------------------------------------------------------------------------- dense cells
-# Fine cells ("units") for plain FOF without friend counts; see the module docstring.
+# Fine cells ("units") for the links of plain FOF and for the friend counts; see the
+# module docstring.
 
 # Fine cells per coarse cell along an axis are capped (sub-cell keys stay small);
 # a fine cell too large to be linked internally is split into single particles.
@@ -904,12 +875,7 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
         for i in range(s + 1, unit_start[u + 1]):
             parent[i] = s
 
-    xs = np.empty(3, dtype=np.int64)
-    ys = np.empty(3, dtype=np.int64)
-    zlo = np.empty(2, dtype=np.int64)
-    zhi = np.empty(2, dtype=np.int64)
-    hints = np.zeros(18, dtype=np.int64)
-    blocks = np.empty((18, 2), dtype=np.int64)
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
     cell_set = np.full(nocc, -1, dtype=parent.dtype)
 
     for a in range(nocc):
@@ -996,6 +962,128 @@ def _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, p
                                      np.int64(ra), v, L0, L1, L2, h0, h1, h2, ll2)
                     if _find(parent, unit_start[v]) == ra:
                         break
+
+
+# A cell pair whose particles make fewer than this many pairs per pair of units is
+# counted pair by pair (:func:`_count_block`, vectorised), not unit by unit (read at
+# each call: 0 sends every cell pair through the units, a huge value none).
+_PAIRS_PER_UNIT_PAIR = 64
+
+
+@numba.njit(cache=True)
+def _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                 L0, L1, L2, h0, h1, h2, ll2, wrap, friends, unit_add):
+    """Friends between units ``u != v``, added to both sides: all at once when the two
+    bounding boxes decide every pair (:func:`_box_status`; a friend to each member of a
+    unit goes to ``unit_add``), else each row of the smaller unit against the other's
+    box (the same exact test), and the rows left undecided pair by pair
+    (:func:`_count_block`, with ``wrap`` as there)."""
+    i0 = np.int64(unit_start[u])
+    i1 = np.int64(unit_start[u + 1])
+    j0 = np.int64(unit_start[v])
+    j1 = np.int64(unit_start[v + 1])
+    rows = False  # test each row against the other unit's box
+    if i1 - i0 > 1 or j1 - j0 > 1:
+        a0, b0, a1, b1, a2, b2 = _unit_lohi(spos, unit_start, unit_box, boxes, u)
+        c0, e0, c1, e1, c2, e2 = _unit_lohi(spos, unit_start, unit_box, boxes, v)
+        st = _box_status(a0, b0, a1, b1, a2, b2, c0, e0, c1, e1, c2, e2,
+                         L0, L1, L2, h0, h1, h2, ll2)
+        if st < 0:
+            return
+        if st > 0:
+            unit_add[u] += j1 - j0
+            unit_add[v] += i1 - i0
+            return
+        if i1 - i0 > j1 - j0:  # rows from the smaller unit, against the larger one's box
+            i0, i1, j0, j1 = j0, j1, i0, i1
+            c0, e0, c1, e1, c2, e2 = a0, b0, a1, b1, a2, b2
+            v = u
+        rows = i1 - i0 > 1  # one row: the box test above was its test
+    nj = j1 - j0
+    for i in range(i0, i1):  # one call site of each helper: less to compile
+        if rows:
+            sp = _box_status(x[i], x[i], y[i], y[i], z[i], z[i], c0, e0, c1, e1, c2, e2,
+                             L0, L1, L2, h0, h1, h2, ll2)
+            if sp < 0:
+                continue
+            if sp > 0:
+                friends[i] += nj
+                unit_add[v] += 1
+                continue
+        _count_block(x, y, z, i, i + 1, j0, j1, L0, L1, L2, h0, h1, h2, ll2, wrap, friends)
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, unit_box,
+                boxes, dims, periods, ll, min_pairs, friends):
+    """Friend counts over units: each unordered pair of neighbouring cells once (by
+    :func:`_neighbour_blocks`); a unit's inner pairs are all friends (``size - 1`` to
+    each member), unit pairs go through :func:`_count_units`, and cell pairs with few
+    particles per unit pair (below ``min_pairs`` pairs per unit pair) take the pair loop
+    :func:`_count_block` directly, without the minimum-image step where no pair needs
+    it (see there)."""
+    nocc = cell_keys.shape[0]
+    L0, L1, L2, h0, h1, h2 = _half_periods(periods)
+    ll2 = ll * ll
+    few = False  # a periodic axis of fewer than four cells: every block takes the shift
+    for a in range(3):
+        if periods[a] > 0.0 and dims[a] < 4:
+            few = True
+    xs, ys, zlo, zhi, hints, blocks = _stencil_scratch()
+    nunit = unit_start.shape[0] - 1
+    unit_add = np.zeros(nunit, dtype=np.int32)  # friends of every member of a unit
+    for a in range(nocc):
+        sa = np.int64(cell_start[a])
+        ea = np.int64(cell_start[a + 1])
+        ua = np.int64(cell_unit[a])
+        ub = np.int64(cell_unit[a + 1])
+        if (ea - sa) * (ea - sa) < min_pairs * (ub - ua) * (ub - ua):
+            _count_block(x, y, z, sa, ea, np.int64(-1), np.int64(-1), L0, L1, L2,
+                         h0, h1, h2, ll2, bool(few), friends)
+        else:
+            for u in range(ua, ub):
+                unit_add[u] += unit_start[u + 1] - unit_start[u] - 1
+                for v in range(u + 1, ub):
+                    _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                                 L0, L1, L2, h0, h1, h2, ll2, bool(few), friends, unit_add)
+        ax, ay, az = _cell_axes(cell_keys[a], dims)
+        nb = _neighbour_blocks(cell_keys, a, dims, periods, xs, ys, zlo, zhi, hints, blocks)
+        for t in range(nb):
+            wrap = few
+            for b in (blocks[t, 0], blocks[t, 1] - 1):  # a run along the last axis
+                bx, by, bz = _cell_axes(cell_keys[b], dims)
+                if abs(bx - ax) > 1 or abs(by - ay) > 1 or abs(bz - az) > 1:
+                    wrap = True
+            sb = np.int64(cell_start[blocks[t, 0]])
+            eb = np.int64(cell_start[blocks[t, 1]])
+            va = np.int64(cell_unit[blocks[t, 0]])
+            vb = np.int64(cell_unit[blocks[t, 1]])
+            if (ea - sa) * (eb - sb) < min_pairs * (ub - ua) * (vb - va):
+                _count_block(x, y, z, sa, ea, sb, eb, L0, L1, L2, h0, h1, h2, ll2,
+                             bool(wrap), friends)
+                continue
+            for u in range(ua, ub):
+                for v in range(va, vb):
+                    _count_units(x, y, z, spos, unit_start, unit_box, boxes, u, v,
+                                 L0, L1, L2, h0, h1, h2, ll2, bool(wrap), friends,
+                                 unit_add)
+    for u in range(nunit):
+        add = unit_add[u]
+        if add:
+            for i in range(unit_start[u], unit_start[u + 1]):
+                friends[i] += add
+
+
+def _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll) -> np.ndarray:
+    """int32 friend count of every particle (sorted order; cells contiguous, each cut
+    into ``units = (unit_start, cell_unit, unit_box, boxes)`` by :func:`_build_units`):
+    every pair of neighbouring cells once, over units (:func:`_count_pass`)."""
+    friends = np.zeros(spos.shape[0], dtype=np.int32)
+    x, y, z = (np.ascontiguousarray(spos[:, a], dtype=np.float64) for a in range(3))
+    unit_start, cell_unit, unit_box, boxes = units
+    _count_pass(x, y, z, spos, cell_keys, cell_start, cell_unit, unit_start, unit_box,
+                boxes, dims, periods, ll, np.int64(_PAIRS_PER_UNIT_PAIR), friends)
+    return friends
 
 
 def _sub_cells(periods, inv, ll):
@@ -1112,8 +1200,8 @@ def _input_order(parent, perm, friends):
 def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     """The kernel on checked input; the steps run as separate calls so that each
     buffer is released as soon as it is done with (the memory peak is the sort,
-    about 24 bytes per particle, or the friend counts: 24 bytes of float64 coordinates
-    and 4 of counts beside the sorted positions).
+    about 24 bytes per particle, or the friend counts: 24 bytes of float64 coordinates,
+    4 of counts and the units, up to 12 more, beside the sorted positions).
     """
     m = pos.shape[0]
     itype = np.int32 if m < 2**31 - 1 else np.int64
@@ -1126,25 +1214,26 @@ def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     cell_keys, cell_start = _occupied_cells(skeys, perm)
     del skeys
     parent = np.arange(m, dtype=itype)
+    # units (fine cells, see the module docstring) for the links and the counts;
+    # sorting particles by fine cell keeps every coarse cell's rows in place
+    units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
+                         _sub_cells(periods, inv, ll), ll)
     if min_friends > 1:
-        friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
+        friends = _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll)
+        del units
         _pair_pass(spos, cell_keys, cell_start, dims, periods, ll, friends, parent,
                    min_friends)
         del spos, cell_keys, cell_start
         return _input_order(parent, perm, friends)
-    # plain FOF: units link; sorting particles by fine cell keeps every coarse cell's
-    # rows in place, so the friend counts below still find the cells at cell_start
-    units = _build_units(spos, perm, cell_start, periods, dims, origin, inv,
-                         _sub_cells(periods, inv, ll), ll)
-    unit_start, cell_unit, unit_box, boxes = units
-    del units
+    unit_start, cell_unit, unit_box, boxes = units  # plain FOF: units link
     _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
                 ll, parent)
     del cell_unit, unit_start, unit_box, boxes
     if not count_friends:
+        del units
         return _input_labels(parent, perm), None
-    friends = _friend_counts(spos, cell_keys, cell_start, dims, periods, ll)
-    del spos, cell_keys, cell_start
+    friends = _friend_counts(spos, cell_keys, cell_start, units, dims, periods, ll)
+    del spos, cell_keys, cell_start, units
     return _input_order(parent, perm, friends)
 
 
@@ -1192,10 +1281,10 @@ def fof_local(
         with fewer friends stay single (DBSCAN-like variant).
     count_friends : bool, optional
         Whether to return the friend counts (default True); they cost a pass of
-        their own (over the pairs of neighbouring cells, see the module docstring), so ask
-        only when a result reads them. With ``False`` and ``min_friends == 1``
-        ``friends`` is ``None``. With ``min_friends > 1`` the counts are
-        computed anyway (they decide the links) and returned.
+        their own (over the units and pairs of neighbouring cells, see the module
+        docstring), so ask only when a result reads them. With ``False`` and
+        ``min_friends == 1`` ``friends`` is ``None``. With ``min_friends > 1`` the
+        counts are computed anyway (they decide the links) and returned.
 
     Returns
     -------

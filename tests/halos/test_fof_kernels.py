@@ -345,6 +345,72 @@ def test_friend_counts_min_friends_cores_dense(rng, k):
     _check(pos, [1.0, 1.0, 1.0], 0.01, min_friends=k)
 
 
+# ---------------------------------------------------------------- friend counts over units
+# Counts are made over the dense-cell units (whole unit pairs added or skipped by exact
+# box bounds, rows against a unit's box, the rest pair by pair); cell pairs with few
+# particles per unit pair take the pair loop. ``_PAIRS_PER_UNIT_PAIR`` 0 sends every
+# cell pair through the units, 10**9 none (the pair path): all three equal the
+# independent reference, as do the labels.
+
+
+def _plummer_core(rng, n, centre, a, box=0.0):
+    u = rng.uniform(0.0, 0.98, n)
+    r = a / np.sqrt(u ** (-2 / 3) - 1)
+    v = rng.normal(size=(n, 3))
+    pos = np.asarray(centre) + v * (r / np.linalg.norm(v, axis=1))[:, None]
+    return np.mod(pos, box) if box else pos
+
+
+def _count_set(rng, name):
+    """``(pos, periods, ll)`` of the named test set."""
+    if name == "uniform":
+        return rng.random((20_000, 3)), (1.0, 1.0, 1.0), 0.02
+    if name in ("clustered", "open"):  # very dense cores (thousands of friends), background
+        per = (1.0, 1.0, 1.0) if name == "clustered" else (0.0, 0.0, 0.0)
+        parts = [rng.random((3000, 3)), _plummer_core(rng, 6000, (0.3, 0.6, 0.5), 0.01),
+                 _plummer_core(rng, 3000, (0.7, 0.2, 0.8), 0.03)]
+        return np.concatenate(parts), per, 0.01
+    if name == "across-edges":  # cores on a face, an edge and a corner of the box
+        parts = [rng.random((2000, 3))]
+        for centre in ((0.0, 0.5, 0.5), (0.999, 0.001, 0.4), (0.0, 0.0, 0.999)):
+            parts.append(_plummer_core(rng, 3000, centre, 0.01, 1.0))
+        return np.concatenate(parts), (1.0, 1.0, 1.0), 0.01
+    if name.startswith("tiny"):  # fewer than four cells per period
+        cells = float(name.split("-")[1])
+        ll = 0.1
+        L = cells * ll
+        pos = np.concatenate([rng.random((1500, 3)) * L,
+                              _plummer_core(rng, 2500, (0.0, 0.0, 0.0), 0.01, L)])
+        return pos, (L, L, L), ll
+    if name == "duplicates":  # stacks of coincident points, apart and together
+        base = rng.random((500, 3))
+        pos = np.concatenate([base, base, np.repeat(base[:20], 40, axis=0),
+                              np.zeros((200, 3))])
+        return pos[rng.permutation(len(pos))], (1.0, 1.0, 1.0), 0.03
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("min_pairs", [0, None, 10**9], ids=["units", "default", "pairs"])
+@pytest.mark.parametrize("name", ["uniform", "clustered", "open", "across-edges", "tiny-1.5",
+                                  "tiny-2.5", "tiny-3.5", "duplicates"])
+def test_friend_counts_over_units_equal_reference(rng, monkeypatch, name, min_pairs):
+    if min_pairs is not None:
+        monkeypatch.setattr(fof_kernels, "_PAIRS_PER_UNIT_PAIR", min_pairs)
+    pos, periods, ll = _count_set(rng, name)
+    for dt in (np.float64, np.float32):
+        p = pos.astype(dt)
+        ref_root, ref_friends = scipy_reference(p.astype(np.float64), periods, ll)
+        root, friends = fof_local(p, periods, ll)
+        np.testing.assert_array_equal(friends, ref_friends)
+        np.testing.assert_array_equal(root, ref_root)
+        root3, friends3 = fof_local(p, periods, ll, min_friends=3)
+        np.testing.assert_array_equal(friends3, ref_friends)
+        np.testing.assert_array_equal(root3, scipy_reference(p.astype(np.float64), periods,
+                                                             ll, min_friends=3)[0])
+    if name in ("clustered", "open", "across-edges"):
+        assert ref_friends.max() > 1000  # dense: fine cells of dozens of members
+
+
 # -------------------- on the GPU (formerly tests/test_fof_kernels_gpu.py)
 # The GPU friends-of-friends kernel against the CPU kernel and the scipy reference:
 # identical labels and friend counts, on both paths (dense-cell labels without counts,
