@@ -783,7 +783,10 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
     halo; the first bounds come from one tree walk per group (:func:`_group_bounds`,
     opening angles ``_GROUP_THETAS``); the rows left are bounded again by one walk each
     (:func:`_bound_sums`) with the opening angles ``_TREE_THETAS`` in turn. A halo
-    leaves the rounds once it has at most ``16 * _SEEDS`` rows left."""
+    leaves the rounds once it has at most ``16 * _SEEDS`` rows left (they are all
+    candidates), or, with ``approx``, before round ``r >= 1`` when it has fewer than
+    ``_DIRECT_BELOW[r - 1]`` members: then its rows left are picked by float32 direct
+    sums (:func:`_mbp_prefilter`, with the threshold of the rounds so far)."""
     from ..spatial.octree import build_forest, node_second_moment
 
     n = rel.shape[0]
@@ -929,10 +932,15 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     Notes
     -----
     The first bounds cost one tree walk per group of at most 32 members (opening
-    angle 0.7, then 0.5 for the members left; the group's accepted nodes summed as
-    one local expansion, its own neighbourhood directly), then one walk per member
-    left (0.3, then 0.2); the threshold is the best lower bound or the exact
-    potential of one of the four members with the best lower bounds. What remains
+    angle 0.7, then 0.5 and 0.35 for the members left; the group's accepted nodes
+    summed as one local expansion, its own neighbourhood directly), then one walk per
+    member left (0.3, then 0.2); the threshold is the best lower bound or the exact
+    potential of one of the four members with the best lower bounds. A halo leaves
+    the rounds for float32 direct sums of its members left (``O(r n)`` for ``r``
+    rows, 0.72 ns a pair) where these cost less than the rounds to come: before the
+    second round below 9,000 members, the third 30,000, the fourth 90,000, the fifth
+    200,000 (the rounds from the second, third, fourth and fifth on cost some 6, 21,
+    63 and 140 us a row on the blobs catalog of issue 30, one thread). What remains
     is ``O(r n)`` for the ``r`` members left, a few dozen in a Plummer or NFW core.
     Every tree-sized halo shares one forest and each round is one kernel call for all
     of them. The direct sums (smaller halos, the neighbourhoods in the group walks)
