@@ -255,9 +255,10 @@ def _unwrapped(pos, starts, L):
     if not (L > 0.0 and n > 0 and h > 0):
         return pos, wrap_seg
     counts = np.diff(starts)
-    ref = np.arange(n, dtype=np.int64)
-    ref[starts[0]:starts[-1]] = np.repeat(starts[:-1], counts)
-    rel = pos - pos[ref]
+    rel = pos.copy()  # rows outside every segment: relative to themselves
+    rel[starts[0]:starts[-1]] -= np.repeat(pos[starts[:-1]], counts, axis=0)
+    rel[:starts[0]] = 0.0
+    rel[starts[-1]:] = 0.0
     rel -= L * np.rint(rel / L)
     full = np.flatnonzero(counts > 0)
     if full.size:
