@@ -896,9 +896,11 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     the segment (one forest for all of them) bounds each member's potential from
     above and below (rigorous bounds from each node's mass, centre of mass, second
     moments and bounding box, nearby members summed with float32 reciprocal square
-    roots within a rigorous relative error), and in smaller segments every
-    member's sum is taken that way; only the members whose lower bound reaches the
-    best upper bound get their exact potential. Segments spanning half a periodic
+    roots within a rigorous relative error), in rounds of tighter bounds for the
+    members left, until the float32 sums of those members over the whole segment
+    cost less (Notes); in smaller segments every member's sum is taken that way. Only
+    the members whose lower bound reaches the best upper bound get their exact
+    potential. Segments spanning half a periodic
     box or more, any negative mass, or ``G <= 0`` evaluate every member exactly.
 
     Parameters
