@@ -44,9 +44,10 @@ if __package__ in (None, ""):  # run as a file: the repository root, after PYTHO
 
 from benchmarks.common import emit, parser, start  # noqa: E402
 
-#: the pruning of before (commit a6583bb): no group round, one walk per member
+#: the pruning of before (commit a6583bb): no group round, one walk per member, no
+#: hand-over to direct sums
 BEFORE = {"_TREE_MIN": 3000, "_TREE_LEAF": 32, "_TREE_GROUP": 64, "_GROUP_THETAS": (),
-          "_TREE_THETAS": (0.5, 0.3, 0.2)}
+          "_TREE_THETAS": (0.5, 0.3, 0.2), "_DIRECT_BELOW": ()}
 
 
 def clustered(n: int, n_spheres: int, seed: int = 1, background: float = 0.2):

@@ -17,7 +17,8 @@ halos; the reductions see one small row per (domain, halo) pair.
   :data:`~cosmo_dask.halos.dispatch.segment_mbp` contract, chosen by the
   snapshot's chunk type (``like``, a zero-size array of it): on CPU
   :func:`center_kernels.segment_mbp` (exact potentials only for the members that
-  octree bounds cannot rule out; the same answer as every potential), on GPU
+  octree bounds and float32 sums within a rigorous error cannot rule out; the same
+  answer as every potential), on GPU
   :func:`center_kernels_gpu.segment_mbp_gpu` (every potential, on the GPU);
   with a ``grid_threshold`` (default None: none), halos above it use the
   grid-Poisson approximation :func:`center_kernels.grid_mbp` (on the host).

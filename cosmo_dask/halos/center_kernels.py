@@ -85,6 +85,12 @@ _F32_HUGE = 2.0**100
 # ... and the exact potentials of this many members with the best lower bounds seed
 # the pruning threshold.
 _SEEDS = 4
+# Before round r >= 1 of those (_GROUP_THETAS then _TREE_THETAS), a halo with fewer
+# members than _DIRECT_BELOW[r - 1] (none where the tuple has no entry) leaves the rounds:
+# its rows left get float32 direct sums (as the small halos' prefilter), which cost
+# n * 0.72 ns a row against some 6, 21, 63 and 140 us a row for the rest of the rounds
+# from the second, third, fourth and fifth on (the blobs catalog, one thread).
+_DIRECT_BELOW = (9000, 30000, 90000, 200000)
 # grid_mbp prunes its candidates only when it has more than this many (below, their
 # exact potentials cost less than the octree)
 _GRID_PRUNE = 512
@@ -197,15 +203,15 @@ def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, approx, 
             if wrap[k]:
                 acc = _sum_periodic(x, y, z, m, xi, yi, zi, lo[k], i, eps2, L, inv_L)
                 acc += _sum_periodic(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2, L, inv_L)
-            elif approx:
-                acc, tiny = _sum_open_f32(x, y, z, m, xi, yi, zi, lo[k], hi[k], eps2)
-                if tiny > 0:  # float32 cannot serve
+            else:  # the exact sum inlined once, also where float32 cannot serve
+                acc = 0.0
+                tiny = 1
+                if approx:
+                    acc, tiny = _sum_open_f32(x, y, z, m, xi, yi, zi, lo[k], hi[k], eps2)
+                if tiny > 0:
                     acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
                     acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
-                    acc += _self_f32(m[i], eps2)
-            else:
-                acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
-                acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
+                    acc += _self_f32(m[i], eps2) if approx else 0.0
             out[k] = -G * acc
 
 
@@ -249,9 +255,10 @@ def _unwrapped(pos, starts, L):
     if not (L > 0.0 and n > 0 and h > 0):
         return pos, wrap_seg
     counts = np.diff(starts)
-    ref = np.arange(n, dtype=np.int64)
-    ref[starts[0]:starts[-1]] = np.repeat(starts[:-1], counts)
-    rel = pos - pos[ref]
+    rel = pos.copy()  # rows outside every segment: relative to themselves
+    rel[starts[0]:starts[-1]] -= np.repeat(pos[starts[:-1]], counts, axis=0)
+    rel[:starts[0]] = 0.0
+    rel[starts[-1]:] = 0.0
     rel -= L * np.rint(rel / L)
     full = np.flatnonzero(counts > 0)
     if full.size:
@@ -722,10 +729,10 @@ def _group_bounds(x, y, z, pmass, start, count, first_child, n_child, com, bmax,
 
 def _approx_ok(rel, eps):
     """Whether every squared separation (softened) among ``rel`` stays below
-    ``_F32_HUGE``, so that :func:`_near_sum` may serve for bounds."""
+    ``_F32_HUGE``, so that float32 sums (:func:`_sum_open_f32`) may serve for bounds."""
     if rel.shape[0] == 0:
         return False
-    span = float(np.max(rel.max(axis=0) - rel.min(axis=0)))
+    span = max(float(np.ptp(rel[:, a])) for a in range(3))  # per column: a fast reduction
     return 3.0 * span * span + eps * eps < _F32_HUGE
 
 
@@ -777,7 +784,10 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
     halo; the first bounds come from one tree walk per group (:func:`_group_bounds`,
     opening angles ``_GROUP_THETAS``); the rows left are bounded again by one walk each
     (:func:`_bound_sums`) with the opening angles ``_TREE_THETAS`` in turn. A halo
-    leaves the rounds once it has at most ``16 * _SEEDS`` rows left."""
+    leaves the rounds once it has at most ``16 * _SEEDS`` rows left (they are all
+    candidates), or, with ``approx``, before round ``r >= 1`` when it has fewer than
+    ``_DIRECT_BELOW[r - 1]`` members: then its rows left are picked by float32 direct
+    sums (:func:`_mbp_prefilter`, with the threshold of the rounds so far)."""
     from ..spatial.octree import build_forest, node_second_moment
 
     n = rel.shape[0]
@@ -799,8 +809,16 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
     x, y, z = _soa(pos_s)
     best = np.full(h, -np.inf)
     done = []
+    direct = []
+    sizes = np.diff(starts)
     rounds = [(True, t) for t in _GROUP_THETAS] + [(False, t) for t in _TREE_THETAS]
-    for per_group, theta in rounds:
+    for r, (per_group, theta) in enumerate(rounds):
+        if approx and 0 < r <= len(_DIRECT_BELOW):  # small enough for direct sums
+            small = sizes[seg_of[rows]] < _DIRECT_BELOW[r - 1]
+            direct.append(rows[small])
+            rows = rows[~small]
+            if rows.shape[0] == 0:
+                break
         rseg = seg_of[rows]
         if per_group:  # the rows, one walk per group holding some
             want = np.zeros(n, dtype=np.bool_)
@@ -842,15 +860,20 @@ def _mbp_candidates(rel, mass, eps, starts, rows, approx):
         if rows.shape[0] == 0:
             break
     done.append(rows)
+    direct = np.concatenate(direct) if direct else rows[:0]
+    if direct.shape[0]:
+        done.append(_mbp_prefilter(rel, mass, eps, starts, np.sort(direct), approx, best))
     return np.sort(np.concatenate(done))
 
 
-def _mbp_prefilter(rel, mass, eps, starts, rows, approx):
-    """The rows (all of ``rows``, every member of the halos ``starts[s]:starts[s+1]``
-    that tile ``rel``) whose sum ``sum_q m_q f(r_pq)`` may be their halo's largest, from
-    float32 sums (:func:`_potentials` with ``approx``, needs ``approx``) within a
-    relative ``_APPROX_ERR``: a row is kept when its upper bound reaches its halo's best
-    lower bound, less a relative ``_BOUND_MARGIN``."""
+def _mbp_prefilter(rel, mass, eps, starts, rows, approx, known=None):
+    """The rows, among ``rows`` (sorted; of the halos ``starts[s]:starts[s+1]`` that
+    tile ``rel``, holding every member of a halo that may have its largest sum), whose
+    sum ``sum_q m_q f(r_pq)`` may be their halo's largest, from float32 sums
+    (:func:`_potentials` with ``approx``, needs ``approx``) within a relative
+    ``_APPROX_ERR``: a row is kept when its upper bound reaches its halo's best lower
+    bound (the largest of those sums' lower bounds and ``known[s]``, a lower bound on
+    halo ``s``'s largest sum where given), less a relative ``_BOUND_MARGIN``."""
     full = _potentials(rel, mass, starts, rows, 0.0, eps, -1.0, approx=True)
     err = full * _APPROX_ERR  # also covers taking off the self terms
     if eps > 0.0:
@@ -858,6 +881,8 @@ def _mbp_prefilter(rel, mass, eps, starts, rows, approx):
     seg = np.repeat(np.arange(starts.shape[0] - 1), np.diff(starts))[rows]
     first, end = _segment_runs(seg)
     best = np.repeat(np.maximum.reduceat(full - err, first), end - first)
+    if known is not None:
+        best = np.maximum(best, known[seg])
     return rows[full + err >= best * (1.0 - _BOUND_MARGIN)]
 
 
@@ -871,9 +896,11 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     the segment (one forest for all of them) bounds each member's potential from
     above and below (rigorous bounds from each node's mass, centre of mass, second
     moments and bounding box, nearby members summed with float32 reciprocal square
-    roots within a rigorous relative error), and in smaller segments every
-    member's sum is taken that way; only the members whose lower bound reaches the
-    best upper bound get their exact potential. Segments spanning half a periodic
+    roots within a rigorous relative error), in rounds of tighter bounds for the
+    members left, until the float32 sums of those members over the whole segment
+    cost less (Notes); in smaller segments every member's sum is taken that way. Only
+    the members whose lower bound reaches the best upper bound get their exact
+    potential. Segments spanning half a periodic
     box or more, any negative mass, or ``G <= 0`` evaluate every member exactly.
 
     Parameters
@@ -908,10 +935,15 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     Notes
     -----
     The first bounds cost one tree walk per group of at most 32 members (opening
-    angle 0.7, then 0.5 for the members left; the group's accepted nodes summed as
-    one local expansion, its own neighbourhood directly), then one walk per member
-    left (0.3, then 0.2); the threshold is the best lower bound or the exact
-    potential of one of the four members with the best lower bounds. What remains
+    angle 0.7, then 0.5 and 0.35 for the members left; the group's accepted nodes
+    summed as one local expansion, its own neighbourhood directly), then one walk per
+    member left (0.3, then 0.2); the threshold is the best lower bound or the exact
+    potential of one of the four members with the best lower bounds. A halo leaves
+    the rounds for float32 direct sums of its members left (``O(r n)`` for ``r``
+    rows, 0.72 ns a pair) where these cost less than the rounds to come: before the
+    second round below 9,000 members, the third 30,000, the fourth 90,000, the fifth
+    200,000 (the rounds from the second, third, fourth and fifth on cost some 6, 21,
+    63 and 140 us a row on the blobs catalog of issue 30, one thread). What remains
     is ``O(r n)`` for the ``r`` members left, a few dozen in a Plummer or NFW core.
     Every tree-sized halo shares one forest and each round is one kernel call for all
     of them. The direct sums (smaller halos, the neighbourhoods in the group walks)

@@ -365,8 +365,8 @@ def build_forest(pos: np.ndarray, mass: np.ndarray, starts: np.ndarray, *,
         span = np.maximum.reduceat(pos, first, axis=0) - lo[full]
         scale = np.maximum(np.abs(lo[full]).max(axis=1), 1e-300)
         ext[full] = np.maximum(span.max(axis=1) * 1.0001, np.maximum(scale * 1e-12, 1e-300))
-    seg = np.repeat(np.arange(sizes.shape[0]), sizes)
-    unit = (pos - lo[seg]) / ext[seg][:, None]
+    unit = pos - np.repeat(lo, sizes, axis=0)  # repeat: faster than a gather by segment
+    unit /= np.repeat(ext, sizes)[:, None]
     keys = morton_keys(unit, np.zeros(3), 1.0)
     order = _segment_argsort(keys, starts)
     return _assemble(np.zeros(3), 1.0, int(max_leaf), int(max_group), order,

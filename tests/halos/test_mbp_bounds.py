@@ -299,6 +299,50 @@ def test_prefilter_and_forest_keep_every_tie(monkeypatch):
     assert set(centre[1]) <= set(rows)
 
 
+@pytest.mark.parametrize("hand_over", [1, 2, 3, 4, None])
+@pytest.mark.parametrize("periodic, eps", [(True, 0.02), (False, 0.0)])
+def test_halos_handed_to_direct_sums_after_each_round_stay_exact(monkeypatch, hand_over,
+                                                                 periodic, eps):
+    # the forest's halos leave the bound rounds for the float32 direct sums before round
+    # 1 .. 4 (every tree halo at once: _DIRECT_BELOW huge there, 0 before), or never
+    # (None): Plummer / NFW halos with clumps, a shuffled 14**3 lattice (8 central points
+    # tie up to the summation order) and exactly tied clusters (every row of a cluster
+    # ties in any order), in one call; rows and potentials bit for bit as the argmin
+    # of every exact potential
+    monkeypatch.setattr(ck, "_TREE_MIN", 1000)
+    big = 10**9
+    below = () if hand_over is None else (0,) * (hand_over - 1) + (big,)
+    monkeypatch.setattr(ck, "_DIRECT_BELOW", below)
+    rng = np.random.default_rng(13 + int(periodic))
+    box = 80.0 if periodic else None
+    pos, starts = _catalog(rng, [6000, 1500, 300, 2500], box, straddle=(0,))
+    g = np.arange(14, dtype=np.float64)
+    lat = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    tied, tmass, _ = _tied_halo(rng, 700, 700, 400)
+    mass = np.concatenate([rng.uniform(0.5, 1.5, len(pos)), np.ones(len(lat)), tmass])
+    pos = np.concatenate([pos, lat[rng.permutation(len(lat))] + 20.0, tied + 40.0])
+    starts = np.concatenate([starts, starts[-1] + np.cumsum([len(lat), len(tied)])])
+    if box is not None:
+        pos = np.mod(pos, box)
+    soft = eps if periodic else 4.0  # the tied clusters tie exactly with softening 4
+    rows = _assert_exact(pos, mass, starts, box_size=box, softening=soft)
+    c = pos[rows[4]] - pos[starts[4]:starts[5]].min(axis=0)
+    assert np.all(np.abs(c - 6.5) == 0.5)  # one of the central points
+
+
+def test_direct_sums_keep_every_tie_with_a_known_threshold(monkeypatch):
+    # the candidates themselves: in a 12**3 lattice the 8 central points tie in exact
+    # arithmetic; handed to the direct sums after the first round (with that round's
+    # threshold), all 8 must stay candidates
+    monkeypatch.setattr(ck, "_DIRECT_BELOW", (10**9,))
+    g = np.arange(12, dtype=np.float64)
+    pos = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    centre = np.flatnonzero(np.all(np.abs(pos - 5.5) == 0.5, axis=1))
+    rows = ck._mbp_candidates(pos, np.ones(len(pos)), 0.0, np.array([0, len(pos)]),
+                              np.arange(len(pos)), True)
+    assert set(centre) <= set(rows) and len(rows) < 100
+
+
 @pytest.mark.slow
 def test_mbp_of_a_1e5_halo_among_others_equals_direct_summation():
     # 1e10 pair terms for the reference (about 10 s on 2 cores): a 1e5-member halo in a
