@@ -111,9 +111,9 @@ extern "C" __global__ void fd4(const MESH_T* __restrict__ phi, const MESH_T* __r
                                const double coef, MESH_T* __restrict__ out)
 {
     // a 3-D launch: planes by blockIdx.z, rows by blockIdx.y, points of a row by x (each
-    // grid-stride): no index decomposition. About 8 ms a 1024^3 float32 component on an
-    // H100 on every axis (7.8-9.7 ms with the flat index), 2.8x a copy of the mesh; the
-    // four neighbours' addresses by selects and their loads together was slower (13-15 ms)
+    // grid-stride): no index decomposition (a little faster than the flat index; still
+    // about 3x a copy of the mesh: benchmarks/RESULTS.md, one GPU). The four neighbours'
+    // addresses by selects and their loads together was slower (the same place)
     const long long plane = ny * nz;
     for (long long i = blockIdx.z; i < nx; i += gridDim.z) {
         for (long long j = blockIdx.y; j < ny; j += gridDim.y) {

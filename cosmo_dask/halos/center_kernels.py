@@ -943,7 +943,8 @@ def segment_mbp(pos, mass, starts, *, box_size=None, softening=0.0,
     rows, 0.72 ns a pair) where these cost less than the rounds to come: before the
     second round below 9,000 members, the third 30,000, the fourth 90,000, the fifth
     200,000 (the rounds from the second, third, fourth and fifth on cost some 6, 21,
-    63 and 140 us a row on the blobs catalog of issue 30, one thread). What remains
+    63 and 140 us a row on a clustered catalog of Plummer blobs, one thread:
+    benchmarks/RESULTS.md, catalogs). What remains
     is ``O(r n)`` for the ``r`` members left, a few dozen in a Plummer or NFW core.
     Every tree-sized halo shares one forest and each round is one kernel call for all
     of them. The direct sums (smaller halos, the neighbourhoods in the group walks)
