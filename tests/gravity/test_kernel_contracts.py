@@ -225,6 +225,18 @@ def test_fd4_gradient(backend, axis, x_lo, nx):
         assert np.abs(_host(out) - ref[rows[2:-2]]).max() <= tol * np.abs(ref).max()
 
 
+def _pm_host_kernel(name: str, mesh_t: str):
+    """Kernel ``name`` of ``cuda/pm.cu`` compiled for the host (float64 positions, meshes
+    of ``mesh_t``); skips without a host C++ compiler."""
+    from tests.support import cuda_host
+
+    if cuda_host.compiler() is None:
+        pytest.skip("no host C++ compiler")
+    return cuda_host.host_kernels("pm", {"REAL_T": "double", "POS_T": "double",
+                                         "MESH_T": "float" if mesh_t == "float32" else
+                                         "double"})[name]
+
+
 @pytest.mark.parametrize("mesh_t", ["float64", "float32"])
 def test_fd4_cuda_text_on_host(mesh_t):
     """The CUDA kernel ``fd4`` of ``cuda/pm.cu`` compiled for the host
@@ -232,13 +244,8 @@ def test_fd4_cuda_text_on_host(mesh_t):
     ghosts as in the graph, each axis: a 9 x 6 x 5 mesh (planes 4 .. 6), axes of one and
     two points (every neighbour wraps more than once), a whole mesh as one slab."""
     from cosmo_dask.gravity.pm_kernels import fd4_gradient
-    from tests.support import cuda_host
 
-    if cuda_host.compiler() is None:
-        pytest.skip("no host C++ compiler")
-    kern = cuda_host.host_kernels("pm", {"REAL_T": "double", "POS_T": "double",
-                                         "MESH_T": "float" if mesh_t == "float32" else
-                                         "double"})["fd4"]
+    kern = _pm_host_kernel("fd4", mesh_t)
     rng = np.random.default_rng(11)
     for shape, planes in (((9, 6, 5), (4, 7)), ((5, 2, 1), (2, 3)), ((6, 1, 3), (0, 6))):
         phi = rng.standard_normal(shape).astype(mesh_t)
@@ -311,13 +318,7 @@ def test_interp_cuda_text_on_host(mesh_t):
     a slab against the brute-force sums, particles on the box's faces and at its far edge
     included (node indices that wrap); with ``add`` the earlier values plus the sums, bit
     for bit the sum of two launches' results."""
-    from tests.support import cuda_host
-
-    if cuda_host.compiler() is None:
-        pytest.skip("no host C++ compiler")
-    kern = cuda_host.host_kernels("pm", {"REAL_T": "double", "POS_T": "double",
-                                         "MESH_T": "float" if mesh_t == "float32" else
-                                         "double"})["interp"]
+    kern = _pm_host_kernel("interp", mesh_t)
     rng = np.random.default_rng(5)
     n, box = 8, 2.0
     meshes = rng.random((3, n, n, n)).astype(mesh_t)
