@@ -139,7 +139,7 @@ def _interp_piece(piece, lo, hi, *slabs, box, shifts):
     return rows, out
 
 
-def _finish(vals, mass=None, *, c, n_meshes, summed, self_coef, mass_scalar, out_dtype):
+def _finish(vals, mass=None, *, c, n_meshes, self_coef, mass_scalar, out_dtype, summed=False):
     """``gravity-pm-interp``: the mean over the interlaced meshes, plus the self term
     ``self_coef * m`` on the potential column (4 of 4). ``vals``: the meshes' ``(m, c)``
     values side by side, or (``summed``) already added up, in place (a chunk's own
@@ -327,7 +327,7 @@ def long_range(pos: da.Array, mass, *, G: float, box_size: float, n_mesh: int, r
     mass_array = isinstance(mass, da.Array)
     finish = functools.partial(_finish, c=c, n_meshes=len(shifts), self_coef=float(self_coef),
                                mass_scalar=0.0 if mass_array else float(mass),
-                               out_dtype=np.dtype(dtype), summed=False)
+                               out_dtype=np.dtype(dtype))
     finish_args = [mass] if mass_array else []
     meshes, exchange = paint_meshes(pos, mass, n_mesh=n_mesh, box_size=box_size, scheme="cic",
                                     shifts=shifts[:1], layout_shifts=shifts, dtype=dtype,

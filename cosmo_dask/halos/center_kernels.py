@@ -211,7 +211,8 @@ def _pot_rows(x, y, z, m, rows, lo, hi, wrap, chunk_bounds, eps2, L, G, approx, 
                 if tiny > 0:
                     acc = _sum_open(x, y, z, m, xi, yi, zi, lo[k], i, eps2)
                     acc += _sum_open(x, y, z, m, xi, yi, zi, i + 1, hi[k], eps2)
-                    acc += _self_f32(m[i], eps2) if approx else 0.0
+                    if approx:  # as the float32 sum, which holds the self term
+                        acc += _self_f32(m[i], eps2)
             out[k] = -G * acc
 
 

@@ -1228,7 +1228,7 @@ def _fof_impl(pos, periods, ll, min_friends, count_friends=True):
     unit_start, cell_unit, unit_box, boxes = units  # plain FOF: units link
     _dense_pass(spos, cell_keys, cell_unit, unit_start, unit_box, boxes, dims, periods,
                 ll, parent)
-    del cell_unit, unit_start, unit_box, boxes
+    del cell_unit, unit_start, unit_box, boxes  # units holds them until the counts
     if not count_friends:
         del units
         return _input_labels(parent, perm), None
