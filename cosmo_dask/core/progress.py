@@ -574,7 +574,10 @@ def _await_distributed(client, futures, display: StageProgress | None,
     try:
         failed = _settle(client, keys, timeout)
         ok = failed is None
-        if ok and shown is not None:  # the last counts (the scheduler says "finished")
+        if shown is not None and (ok or not display._begun):
+            # the last counts (the scheduler says "finished" or "error"); after a failure
+            # only when nothing was drawn yet: a task that failed before the bar's first
+            # update would otherwise leave the stage without a line
             with contextlib.suppress(Exception):
                 shown.result(timeout=FINAL_DRAW_WAIT)
     finally:
