@@ -29,6 +29,10 @@ from .backend import gpu_available, gpu_count
 from .errors import ClusterError, DeviceError, ParameterError
 
 ENV_VAR = "COSMO_DASK_SCHEDULER"
+#: the environment a nanny sets before it starts its worker process: cosmo_dask's
+#: ``worker_malloc_trim_threshold`` replaces dask's 65536 there (None leaves it unset;
+#: :mod:`cosmo_dask.core.config`)
+_TRIM_KEY = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 
 
 def _dask_cuda_installed() -> bool:
@@ -275,19 +279,21 @@ def connect(
                 and gpu_available()
                 and (n_workers is None or n_workers <= gpu_count())
             )
-        if use_gpu:
-            cluster = _local_cuda_cluster(
-                n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **cluster_kwargs
-            )
-        else:
-            if rmm_pool_size is not None or rmm_cupy:
-                raise ParameterError("rmm_pool_size/rmm_cupy apply only to a GPU cluster")
-            options = dict(cluster_kwargs)
-            if n_workers is not None:
-                options["n_workers"] = n_workers
-            if threads_per_worker is not None:
-                options["threads_per_worker"] = threads_per_worker
-            cluster = LocalCluster(**options)
+        if not use_gpu and (rmm_pool_size is not None or rmm_cupy):
+            raise ParameterError("rmm_pool_size/rmm_cupy apply only to a GPU cluster")
+        with dask.config.set({_TRIM_KEY: dask.config.get(
+                "cosmo_dask.worker_malloc_trim_threshold", None)}):  # read by each nanny
+            if use_gpu:
+                cluster = _local_cuda_cluster(
+                    n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **cluster_kwargs
+                )
+            else:
+                options = dict(cluster_kwargs)
+                if n_workers is not None:
+                    options["n_workers"] = n_workers
+                if threads_per_worker is not None:
+                    options["threads_per_worker"] = threads_per_worker
+                cluster = LocalCluster(**options)
         client = _owning_client(cluster, quiet)
         _compile_once(client)
     if not quiet:

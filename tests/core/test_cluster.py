@@ -279,3 +279,22 @@ def test_worker_count_against_gpu_count(cupy):
     with connect(gpu="auto", n_workers=n + 1, processes=False, quiet=True) as client:
         assert type(client.cluster).__name__ == "LocalCluster"
         assert len(client.scheduler_info()["workers"]) == n + 1
+
+
+@pytest.mark.parametrize("setting", [None, 131072])
+def test_worker_processes_get_the_malloc_trim_setting(setting, monkeypatch):
+    """The worker processes of a local cluster see ``cosmo_dask.worker_malloc_trim_threshold``
+    as ``MALLOC_TRIM_THRESHOLD_`` (None: unset, not dask's 65536, which fixes glibc's mmap
+    threshold and faults every large temporary array in page by page)."""
+    import os
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)  # the workers inherit ours
+    assert dask.config.get("distributed.nanny.pre-spawn-environ")[
+        "MALLOC_TRIM_THRESHOLD_"] == 65536  # dask's default, which connect() replaces
+    with dask.config.set({"cosmo_dask.worker_malloc_trim_threshold": setting}), \
+            connect(gpu=False, n_workers=1, threads_per_worker=1, quiet=True,
+                    dashboard_address=":0") as client:
+        seen = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert list(seen.values()) == [None if setting is None else str(setting)]
+    assert dask.config.get("distributed.nanny.pre-spawn-environ")[
+        "MALLOC_TRIM_THRESHOLD_"] == 65536  # dask's own setting is left as it was
