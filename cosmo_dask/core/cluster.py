@@ -281,6 +281,12 @@ def connect(
             )
         if not use_gpu and (rmm_pool_size is not None or rmm_cupy):
             raise ParameterError("rmm_pool_size/rmm_cupy apply only to a GPU cluster")
+        # pandas fully imported before the scheduler's dashboard exists: its bokeh callbacks
+        # (run in the event-loop thread once a page is open, dashboard_of's check included)
+        # test `pandas.Series`, and met a pandas half imported by this thread (xarray's
+        # import), an AttributeError with a traceback on stderr
+        import pandas  # noqa: F401
+
         with dask.config.set({_TRIM_KEY: dask.config.get(
                 "cosmo_dask.worker_malloc_trim_threshold", None)}):  # read by each nanny
             if use_gpu:
