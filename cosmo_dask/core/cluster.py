@@ -288,7 +288,7 @@ def connect(
         import pandas  # noqa: F401
 
         with dask.config.set({_TRIM_KEY: dask.config.get(
-                "cosmo_dask.worker_malloc_trim_threshold", None)}):  # read by each nanny
+                "cosmo_dask.worker_malloc_trim_threshold")}):  # read by each nanny
             if use_gpu:
                 cluster = _local_cuda_cluster(
                     n_workers, threads_per_worker, rmm_pool_size, rmm_cupy, **cluster_kwargs
