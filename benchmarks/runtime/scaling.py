@@ -10,7 +10,11 @@ the 1-worker run:
 * ``pm``      a PM force on an ``--mesh``^3 mesh;
 * ``power``   P(k) on an ``--mesh``^3 mesh;
 * ``scf``     SCF fit (nmax 8, lmax 4) + accelerations of a Hernquist sphere;
-* ``pse``     the phase-space-element density (``max_level`` 3).
+* ``pse``     the phase-space-element density (``max_level`` 3);
+* ``pm_step`` / ``treepm_step``  steps of :func:`cosmo_dask.simulation.run` (PM on an
+  ``--mesh``^3 mesh, TreePM on a mesh of the particles per side) from 2LPT initial
+  conditions at z = 9 (written once per size): the median of the log's step seconds
+  after the first (three steps to z = 8), compared by the particles' displacements.
 
 Strong scaling: ``--n-side-strong``^3 particles for every worker count (efficiency
 ``t_1 / (w t_w)``); weak scaling: about ``--n-side-weak``^3 particles per worker
@@ -25,7 +29,11 @@ compiles kernels); the stores are written once per size before any cluster start
     python -m benchmarks scaling --gpu --workers 1 2 4 8 --n-side-strong 512 \\
         --n-side-weak 256 --mesh 1024
 
-Prints one JSON line per (task, kind, workers).
+Prints one JSON line per (task, kind, workers), appended to ``<--out>/scaling.jsonl``
+(``benchmarks/results/scaling.jsonl`` by default) with the fields the tables read:
+``workload`` (the task; ``pm_step``, ``treepm_step``, ``fof``, ``power``, ...), ``n``
+(particles), ``gpus`` (workers with ``--gpu``, else 0), ``kind`` (strong or weak),
+``seconds``, ``efficiency``, ``device``, ``date``.
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ if __package__ in (None, ""):  # run as a file: the repository root, after PYTHO
 
 from benchmarks.common import emit, parser, start  # noqa: E402
 
-TASKS = ("fof", "treepm", "pm", "power", "scf", "pse")
+TASKS = ("fof", "treepm", "pm", "power", "scf", "pse", "pm_step", "treepm_step")
+#: the step workloads: simulation.run from z = STEP_Z0 in STEP_COUNT steps to STEP_Z1
+STEP_Z0, STEP_Z1, STEP_COUNT = 9.0, 8.0, 3
 
 
 #: the workers' transfer logs keep this many entries (dask's default, 1000, dropped the
@@ -64,9 +74,33 @@ def _host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 
 
+def _step(task: str, ics, mesh: int):
+    """Steps of ``simulation.run`` from ``ics``: ``({"displacement": ...}, seconds)``, the
+    particles' minimum-image displacements and the median step time after the first."""
+    from cosmo_dask.simulation import run
+
+    n_side = round(ics.n_particles ** (1 / 3))
+    method = task.split("_")[0]
+    res = run(ics, z_final=STEP_Z1, n_steps=STEP_COUNT, method=method, steps="a",
+              n_mesh=mesh if method == "pm" else n_side, precision="float32")
+    box = ics.box_size
+    d = (_host(res.snapshot.pos.compute()).astype(np.float64)
+         - _host(ics.pos.compute()).astype(np.float64))
+    d -= box * np.rint(d / box)
+    return {"displacement": d}, float(np.median([r["seconds"] for r in res.log[1:]]))
+
+
 def _run(task: str, snap, halo, mesh: int):
-    """The task's computed result (host arrays) on the current client."""
+    """The task's computed result (host arrays) on the current client, and the seconds
+    to report instead of the call's wall time (None: the wall time)."""
+    if task.endswith("_step"):
+        return _step(task, snap, mesh)
+    return _result(task, snap, halo, mesh), None
+
+
+def _result(task: str, snap, halo, mesh: int):
     import dask
+
 
     if task == "fof":
         from cosmo_dask.halos import fof
@@ -116,7 +150,7 @@ def _run(task: str, snap, halo, mesh: int):
 #: the domain split depend on the worker count through the domain count; the sums of
 #: FFTs and reductions only through their order)
 TOLERANCE = {"fof": 1e-12, "treepm": 5e-3, "pm": 1e-5, "power": 1e-5, "scf": 1e-5,
-             "pse": 1e-6}
+             "pse": 1e-6, "pm_step": 1e-4, "treepm_step": 5e-3}
 
 
 def _max_difference(task: str, ref: dict, got: dict) -> float:
@@ -137,9 +171,11 @@ def _max_difference(task: str, ref: dict, got: dict) -> float:
     return worst
 
 
-def _datasets(args, workdir):
-    """{(kind, workers): (snapshot path, n_side)} and the SCF halo path, written once."""
-    from cosmo_dask.models import hernquist, zeldovich
+def _datasets(args, workdir, steps: bool):
+    """{(kind, workers): (snapshot path, n_side, initial conditions path or None)} and the
+    SCF halo path, written once (the initial conditions of the step workloads with
+    ``steps``)."""
+    from cosmo_dask.models import hernquist, lpt_ics, zeldovich
     from cosmo_dask.spatial.fft import smooth_size_below
 
     paths = {}
@@ -156,8 +192,13 @@ def _datasets(args, workdir):
             zeldovich(n_side, box_size=float(n_side), redshift=0.0, seed=1,
                       precision="float32", device="gpu" if args.gpu else "cpu",
                       ).to_zarr(path, progress=False)
-            written[n_side] = path
-        paths[key] = (written[n_side], n_side)
+            ics = None
+            if steps:
+                ics = os.path.join(workdir, f"ics{n_side}.zarr")
+                lpt_ics(n_side, box_size=float(n_side), redshift=STEP_Z0, seed=1,
+                        precision="float32").to_zarr(ics, progress=False)
+            written[n_side] = (path, ics)
+        paths[key] = (written[n_side][0], n_side, written[n_side][1])
     halo_path = os.path.join(workdir, "hernquist.zarr")
     hernquist(args.n_scf, seed=2, precision="float64").to_zarr(halo_path, progress=False)
     if args.gpu:  # give GPU 0 back to its worker
@@ -206,7 +247,7 @@ def main(argv=None):
 
         env["device_name"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     with tempfile.TemporaryDirectory(dir=args.dir) as workdir:
-        paths, halo_path = _datasets(args, workdir)
+        paths, halo_path = _datasets(args, workdir, any(t.endswith("_step") for t in tasks))
         reference, first_time = {}, {}
         for w in workers:
             kw = {} if args.gpu else {"threads_per_worker": 1, "processes": True,
@@ -221,16 +262,18 @@ def main(argv=None):
                 runs = [(kind, w, paths[(kind, w)]) for kind in ("strong", "weak")]
                 if w == 1:
                     runs += [("reference", v, paths[("weak", v)]) for v in workers if v > 1]
-                for kind, _w, (path, n_side) in runs:
+                for kind, _w, (path, n_side, ics_path) in runs:
                     snap = open_snapshot(path, device=device)
+                    ics = None if ics_path is None else open_snapshot(ics_path, device=device)
                     for task in tasks:
                         if kind != "strong" and task == "scf":
                             continue  # one halo: strong scaling only
-                        _run(task, snap, halo, args.mesh)  # warm-up
+                        data = ics if task.endswith("_step") else snap
+                        _run(task, data, halo, args.mesh)  # warm-up
                         before = _bytes_received(client)
                         t0 = time.perf_counter()
-                        got = _run(task, snap, halo, args.mesh)
-                        seconds = time.perf_counter() - t0
+                        got, seconds = _run(task, data, halo, args.mesh)
+                        seconds = time.perf_counter() - t0 if seconds is None else seconds
                         moved = _bytes_received(client) - before
                         n = snap.n_particles if task != "scf" else halo.n_particles
                         ref_key = (task, n if task != "scf" else -1)
@@ -243,9 +286,11 @@ def main(argv=None):
                         t1, n1 = first_time[(task, kind)]
                         eff = (t1 / (w * seconds) if kind == "strong"
                                else (t1 / n1) / (seconds / n) / w)
-                        emit(env, task=task, kind=kind, workers=w, n_side=n_side,
-                             n_particles=n, seconds=round(seconds, 4),
-                             efficiency=round(eff, 3), bytes_moved=moved,
+                        emit(env, workload=task, n=n, gpus=w if args.gpu else 0,
+                             kind=kind, seconds=round(seconds, 4),
+                             efficiency=round(eff, 3), device=env.get("device_name", "cpu"),
+                             task=task, workers=w, n_side=n_side, n_particles=n,
+                             bytes_moved=moved,
                              max_rel_difference_vs_1=diff,
                              equal_to_1_worker=bool(diff <= TOLERANCE[task]))
 
