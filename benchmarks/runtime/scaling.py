@@ -101,7 +101,6 @@ def _run(task: str, snap, halo, mesh: int):
 def _result(task: str, snap, halo, mesh: int):
     import dask
 
-
     if task == "fof":
         from cosmo_dask.halos import fof
 
@@ -196,7 +195,8 @@ def _datasets(args, workdir, steps: bool):
             if steps:
                 ics = os.path.join(workdir, f"ics{n_side}.zarr")
                 lpt_ics(n_side, box_size=float(n_side), redshift=STEP_Z0, seed=1,
-                        precision="float32").to_zarr(ics, progress=False)
+                        precision="float32", device="gpu" if args.gpu else "cpu",
+                        ).to_zarr(ics, progress=False)
             written[n_side] = (path, ics)
         paths[key] = (written[n_side][0], n_side, written[n_side][1])
     halo_path = os.path.join(workdir, "hernquist.zarr")
