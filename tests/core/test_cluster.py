@@ -33,6 +33,35 @@ def test_local_cluster_is_started_printed_and_closed(capsys):
     assert own.status.name == "closed"
 
 
+def test_the_dashboard_check_builds_no_page(monkeypatch):
+    """dashboard_of asks with HEAD: the status page's handler answers 405 without building
+    a Bokeh document (a GET builds one, 0.7-0.9 s of CPU); a page that is not there is
+    404, and no dashboard is then named."""
+    import urllib.request
+
+    from cosmo_dask.core.cluster import dashboard_of
+
+    methods = []
+    real = urllib.request.urlopen
+
+    def spy(req, *a, **k):
+        methods.append(req.get_method() if isinstance(req, urllib.request.Request) else "GET")
+        return real(req, *a, **k)
+
+    monkeypatch.setattr(urllib.request, "urlopen", spy)
+    with connect(gpu=False, n_workers=1, threads_per_worker=1, processes=False,
+                 dashboard_address="127.0.0.1:0", quiet=True) as client:
+        # (an in-process cluster's dashboard_link names the host's address, whatever the
+        # socket: the page is asked for where the socket listens)
+        port = client.cluster.scheduler.http_server.port
+        for page, said in (("status", f"http://127.0.0.1:{port}/status"),
+                           ("no-such-page", "none (the scheduler runs without a dashboard)")):
+            monkeypatch.setattr(type(client), "dashboard_link",
+                                property(lambda self, p=page: f"http://127.0.0.1:{port}/{p}"))
+            assert dashboard_of(client) == said
+    assert methods == ["HEAD", "HEAD"]
+
+
 def test_explicit_address_does_not_close_the_cluster(cluster):
     with connect(cluster.scheduler_address, quiet=True) as client:
         assert client.submit(sum, [1, 2]).result() == 3
