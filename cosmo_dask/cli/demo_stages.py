@@ -241,15 +241,28 @@ def stage_expansion(ctx) -> None:
 
 
 def _reference_forces(targets: np.ndarray, pos: np.ndarray, mass: float, G: float,  # noqa: N803
-                      eps: float, block: int = 100) -> np.ndarray:
-    """float64 Plummer-softened pull of all of ``pos`` on ``pos[targets]`` (self excluded)."""
+                      eps: float, block: int = 8) -> np.ndarray:
+    """float64 Plummer-softened pull of all of ``pos`` on ``pos[targets]`` (self excluded).
+
+    Coordinates as separate contiguous arrays and a few targets a block, so that the
+    temporaries stay in cache: some 10 times faster than whole ``(block, n, 3)`` offsets."""
+    x, y, z = (np.ascontiguousarray(pos[:, a], dtype=np.float64) for a in range(3))
     out = np.empty((len(targets), 3))
     for lo in range(0, len(targets), block):
         idx = targets[lo:lo + block]
-        d = pos[idx, None, :] - pos[None, :, :]
-        r2 = (d * d).sum(-1) + eps * eps
-        r2[np.arange(len(idx)), idx] = np.inf
-        out[lo:lo + block] = -G * mass * np.einsum("ij,ijk->ik", r2**-1.5, d)
+        dx = x[idx, None] - x
+        dy = y[idx, None] - y
+        dz = z[idx, None] - z
+        r2 = dx * dx
+        r2 += dy * dy
+        r2 += dz * dz
+        r2 += eps * eps
+        r2[np.arange(len(idx)), idx] = np.inf  # no self term
+        w = np.sqrt(r2)
+        w *= r2
+        np.reciprocal(w, out=w)  # 1 / r**3
+        for k, d in enumerate((dx, dy, dz)):
+            out[lo:lo + block, k] = -G * mass * (w * d).sum(axis=1)
     return out
 
 
