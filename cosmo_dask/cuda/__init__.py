@@ -5,7 +5,8 @@ source are preprocessor defines given by its module):
 
 * ``p2p.cu`` (:mod:`cosmo_dask.gravity.p2p_kernels_gpu`), ``pm.cu``
   (:mod:`~cosmo_dask.gravity.pm_kernels_gpu`), ``tree.cu``
-  (:mod:`~cosmo_dask.gravity.tree.forces_gpu`);
+  (:mod:`~cosmo_dask.gravity.tree.forces_gpu`), ``let.cu``
+  (:mod:`~cosmo_dask.gravity.tree.let_gpu`);
 * ``paint.cu`` (:mod:`cosmo_dask.density.paint_kernels_gpu`), ``tessellation.cu``
   (:mod:`~cosmo_dask.density.tessellation_kernels_gpu`), ``tet_volume.cu`` and
   ``tet_volume_lattice.cu`` (:mod:`~cosmo_dask.density.tet_volume_gpu`);
@@ -65,7 +66,7 @@ HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = ("periodic.cuh", "softening.cuh", "tet_clip.cuh", "truncated.cuh",
            "truncated_fit.cuh")
 #: the kernel sources (``<name>.cu``)
-KERNEL_SOURCES = ("center", "fof", "integrator", "mex", "octree", "octree_morton", "p2p",
+KERNEL_SOURCES = ("center", "fof", "integrator", "let", "mex", "octree", "octree_morton", "p2p",
                   "pair_count", "paint", "pm", "scf", "tessellation", "tet_volume",
                   "tet_volume_lattice", "tree")
 #: the options every source is compiled with: one C++ standard

@@ -198,6 +198,7 @@ def _variants():
         ("fof", cuda_defines("float", "double", "long long"), cuda.NO_FMAD, _KERNEL_NAMES),
         ("integrator", {"POS_T": "float", "MOM_T": "float", "KICK_T": "float"}, cuda.NO_FMAD,
          ("drift", "kick")),
+        ("let", {}, cuda.NO_FMAD, ("let_mark",)),
         ("mex", {"REAL": "double", "LMAX": 8}, (), ("mex_terms", "mex_eval")),
         ("octree", {}, (), ("child_bounds", "leaf_moments", "parent_moments", "node_bmax")),
         ("octree_morton", {}, (), ()),
@@ -221,7 +222,7 @@ def test_variants_cover_every_source():
     assert sorted({v[0] for v in _variants()}) == sorted(cuda.KERNEL_SOURCES)
 
 
-@pytest.mark.parametrize("k", range(16))
+@pytest.mark.parametrize("k", range(17))
 def test_sources_preprocess_on_the_host(k):
     """The text of :func:`cosmo_dask.cuda.source` through the C preprocessor: includes
     found, no ``#error`` (a missing define), the kernels' names come out."""
@@ -242,7 +243,7 @@ def test_sources_preprocess_on_the_host(k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", range(16))
+@pytest.mark.parametrize("k", range(17))
 def test_sources_compile_through_the_loader(k):
     """Every kernel source compiles with NVRTC through :func:`cosmo_dask.cuda.module` and
     holds its kernels."""

@@ -12,15 +12,17 @@ signatures; ``opts`` is the tree options mapping of
     (:func:`~cosmo_dask.spatial.octree_gpu.build_with_moments`).
 :func:`domain_let_gpu`
     The part of a source domain's tree that a target box needs, cut on the source's
-    GPU by a level-by-level walk (CuPy, one pass per tree level) with the opening rule of
-    the GPU walk kernel (:mod:`cosmo_dask.gravity.tree.forces_gpu`) applied to the whole target
-    box: a node is kept as a multipole (no children, no particles) when every group
-    inside the box would accept it, dropped (kept as an empty stub) when every group
-    would drop it (the truncated kernel's ``r_cut``), otherwise opened: its children
-    follow on the next level, or, for a leaf, its particles are copied. Each test is
-    made stricter by a relative margin of ``LET_MARGIN`` so that rounding cannot make a
-    group open a node the LET cut short. Only this pruned tree (node moments and the
-    particles of opened leaves) moves between workers.
+    GPU (:func:`let_cut`) with the opening rule of the GPU walk kernel
+    (:mod:`cosmo_dask.gravity.tree.forces_gpu`) applied to the whole target box: a node
+    is kept as a multipole (no children, no particles) when every group inside the box
+    would accept it, dropped (kept as an empty stub) when every group would drop it (the
+    truncated kernel's ``r_cut``), otherwise opened: its children are kept, or, for a
+    leaf, its particles are copied. Each test is made stricter by a relative margin of
+    ``LET_MARGIN`` so that rounding cannot make a group open a node the LET cut short.
+    One kernel launch (``let.cu``: a thread per node tests it and climbs its ancestors,
+    a node being kept when all of them are opened) replaces a pass per tree level, then
+    scans and gathers lay the LET out with one host round trip. Only this pruned tree
+    (node moments and the particles of opened leaves) moves between workers.
 :func:`domain_forces_gpu`
     The domain's groups against its own tree and against every LET received, each with
     the walk and force kernels of :mod:`cosmo_dask.gravity.tree.forces_gpu` (the LET nodes and
@@ -41,12 +43,15 @@ from typing import Any
 
 import numpy as np
 
+from ... import cuda
 from ...core.task_graph import task_payload
 from .forces_gpu import KernelSettings, kernel_settings, walk_forces
 
 #: relative margin by which the LET's box-level accept and drop tests are stricter than
 #: the group-level tests of the walk kernel (float64 rounding is ~1e-16)
 LET_MARGIN = 1e-9
+#: threads per block of the LET cut kernel (``let.cu``, grid-stride over the nodes)
+LET_BLOCK = 256
 
 
 @task_payload
@@ -110,91 +115,76 @@ def domain_tree_gpu(pos, mass, index, opts: Mapping[str, Any]) -> GPUDomainTree:
     return GPUDomainTree(tree, s2, pos64, cp.asarray(index))
 
 
-def _box_terms(cp, centres, lo, hi, c, hw, box: float):
-    """Per node: distance of ``centres`` from the box ``(c, hw)`` (min, farthest) and,
-    from the nodes' boxes ``lo``/``hi``, the box gap and the farthest box distance
-    (squares), with the periodic minimum image when ``box > 0``."""
-    def wrap(d):
-        return d - box * cp.rint(d / box) if box > 0 else d
-
-    dc = cp.abs(wrap(centres - c))
-    dmin = cp.sqrt((cp.maximum(dc - hw, 0.0) ** 2).sum(axis=1))
-    dmax = cp.sqrt(((dc + hw) ** 2).sum(axis=1))
-    half = 0.5 * (hi - lo)
-    bc = cp.abs(wrap(0.5 * (lo + hi) - c))
-    gap2 = (cp.maximum(bc - hw - half, 0.0) ** 2).sum(axis=1)
-    far2 = ((bc + hw + half) ** 2).sum(axis=1)
-    return dmin, dmax, gap2, far2
-
-
-def _expand(cp, first, counts, total: int):
-    """``concatenate([arange(f, f + c) for f, c in zip(first, counts)])`` on the GPU."""
-    ends = cp.cumsum(counts)
-    k = cp.arange(total, dtype=cp.int64)
-    j = cp.searchsorted(ends, k, side="right")
+def _expand(xp, first, counts, total: int):
+    """``concatenate([arange(f, f + c) for f, c in zip(first, counts)])`` without a loop."""
+    ends = xp.cumsum(counts)
+    k = xp.arange(total, dtype=np.int64)
+    j = xp.searchsorted(ends, k, side="right")
     return first[j] + (k - (ends[j] - counts[j]))
+
+
+def let_cut(xp, mark, tree, box_lo, box_hi, st, margin: float = LET_MARGIN):
+    """Which nodes and particles of ``tree`` the LET for the box ``[box_lo, box_hi]`` holds.
+
+    ``mark`` is the ``let_mark`` kernel of ``let.cu`` (a CuPy kernel, or its host build in
+    the tests, with ``xp`` NumPy): one launch gives every node its state in the LET (-1
+    out, 0 dropped, 1 accepted, 2 opened); scans and gathers then lay the kept nodes out
+    in the source's breadth-first order (children stay consecutive) with one host round
+    trip (the sizes). ``st`` holds the walk settings (``box``, ``theta``, ``bcap``,
+    ``h_guard``, ``r_cut``, ``trunc``; see :func:`settings_of`).
+
+    Returns None when the root is dropped (nothing of the tree acts on the box), else
+    ``(src, first_child, n_child, start, count, pidx)``: the source node of every LET
+    node, its children in the LET (-1 and 0 unless opened), the range of its particles
+    in the LET's particle list (opened leaves only) and the source particle (sorted
+    order) of every LET particle.
+    """
+    box_lo = np.asarray(box_lo, np.float64).reshape(3)
+    box_hi = np.asarray(box_hi, np.float64).reshape(3)
+    n_nodes = int(tree.first_child.shape[0])
+    state = xp.empty(n_nodes, dtype=np.int32)
+    grid = max(1, min(-(-n_nodes // LET_BLOCK), 1 << 16))
+    mark((grid,), (LET_BLOCK,),
+         (np.int64(n_nodes), tree.lo, tree.hi, tree.com, tree.bmax, tree.parent,
+          xp.asarray(0.5 * (box_lo + box_hi)), xp.asarray(0.5 * (box_hi - box_lo)),
+          np.float64(st.box), np.float64(st.theta), np.float64(st.bcap),
+          np.float64(st.h_guard), np.float64(st.r_cut), np.int32(bool(st.trunc)),
+          np.float64(margin), state))
+    opened = state == 2
+    leaf = tree.first_child < 0
+    slot = xp.cumsum(state >= 0)  # 1 + the LET index of each kept node
+    cnt = xp.where(opened & leaf, tree.count, 0)
+    sizes = xp.stack([slot[-1], cnt.sum(), state[0].astype(np.int64)])
+    n_let, n_parts, root = (int(v) for v in getattr(xp, "asnumpy", np.asarray)(sizes))
+    if root == 0:
+        return None
+    src = xp.searchsorted(slot, xp.arange(1, n_let + 1, dtype=slot.dtype), side="left")
+    inner = (opened & ~leaf)[src]
+    first_child = xp.where(inner, slot[xp.maximum(tree.first_child[src], 0)] - 1, -1)
+    n_child = xp.where(inner, tree.n_child[src], 0).astype(np.int8)
+    count = cnt[src]
+    start = xp.where(count > 0, xp.cumsum(count) - count, 0)
+    pidx = _expand(xp, tree.start[src], count, n_parts)
+    return src, first_child.astype(np.int64), n_child, start.astype(np.int64), count, pidx
 
 
 def domain_let_gpu(dt: GPUDomainTree, box_lo, box_hi, opts: Mapping[str, Any]) -> GPULET | None:
     """The LET of ``dt``'s tree for the target box ``[box_lo, box_hi]`` (host (3,) arrays),
     or None when nothing of it can act on the box (an empty source, or every node beyond
-    the cut)."""
+    the cut): :func:`let_cut` on the source's GPU."""
     import cupy as cp
 
     if dt.tree is None:
         return None
-    st = settings_of(opts)
     tree = dt.tree
-    c = cp.asarray(0.5 * (np.asarray(box_lo, np.float64) + np.asarray(box_hi, np.float64)))
-    hw = cp.asarray(0.5 * (np.asarray(box_hi, np.float64) - np.asarray(box_lo, np.float64)))
-    m = LET_MARGIN
-    rc = st.r_cut
-    frontier = cp.zeros(1, dtype=cp.int64)
-    levels, parts = [], []
-    node_off = part_off = 0
-    while frontier.size:
-        dmin, dmax, gap2, far2 = _box_terms(cp, tree.com[frontier], tree.lo[frontier],
-                                            tree.hi[frontier], c, hw, st.box)
-        b = tree.bmax[frontier]
-        if st.trunc:
-            drop = (gap2 >= rc * rc * (1 + m)) | (dmin - b >= rc * (1 + m))
-        else:
-            drop = cp.zeros(frontier.shape, dtype=bool)
-        accept = (~drop & (dmin * st.theta > b * (1 + m)) & (b < st.bcap)
-                  & (dmin - b > st.h_guard + m * dmin))
-        if st.trunc:
-            accept &= (far2 < rc * rc * (1 - m)) | (dmax + b < rc * (1 - m))
-        opened = ~drop & ~accept
-        if node_off == 0:
-            root_dropped = bool(drop[0])
-        leaf = tree.first_child[frontier] < 0
-        inner, leaves = opened & ~leaf, opened & leaf
-        nch = cp.where(inner, tree.n_child[frontier].astype(cp.int64), 0)
-        cnt = cp.where(leaves, tree.count[frontier], 0)
-        ex_nch = cp.cumsum(nch) - nch
-        ex_cnt = cp.cumsum(cnt) - cnt
-        n_children, n_parts = (int(v) for v in cp.asnumpy(cp.stack([nch.sum(), cnt.sum()])))
-        next_base = node_off + int(frontier.size)
-        levels.append((frontier, cp.where(inner, next_base + ex_nch, -1), nch,
-                       cp.where(leaves, part_off + ex_cnt, 0), cnt))
-        if n_parts:
-            parts.append(_expand(cp, tree.start[frontier][leaves], cnt[leaves], n_parts))
-        if n_children:
-            frontier = _expand(cp, tree.first_child[frontier][inner], nch[inner], n_children)
-        else:
-            frontier = frontier[:0]
-        node_off, part_off = next_base, part_off + n_parts
-    if root_dropped:
+    mark = cuda.module("let", (), cuda.NO_FMAD).get_function("let_mark")
+    cut = let_cut(cp, mark, tree, box_lo, box_hi, settings_of(opts))
+    if cut is None:
         return None
-    src = cp.concatenate([lv[0] for lv in levels])
-    count = cp.concatenate([lv[4] for lv in levels])
-    first_child = cp.concatenate([lv[1] for lv in levels])
-    pidx = cp.concatenate(parts) if parts else cp.zeros(0, dtype=cp.int64)
+    src, first_child, n_child, start, count, pidx = cut
     return GPULET(lo=tree.lo[src], hi=tree.hi[src], com=tree.com[src], bmax=tree.bmax[src],
                   mass=tree.mass[src], quad=tree.quad[src], s2=dt.s2[src],
-                  first_child=first_child,
-                  n_child=cp.concatenate([lv[2] for lv in levels]).astype(cp.int8),
-                  start=cp.concatenate([lv[3] for lv in levels]), count=count,
+                  first_child=first_child, n_child=n_child, start=start, count=count,
                   pos=dt.pos64[pidx], pmass=tree.pmass[pidx])
 
 
@@ -257,4 +247,4 @@ def domain_forces_gpu(dt: GPUDomainTree, lets: Sequence, batch: tuple[int, int],
     return dt.index, acc, pot
 
 __all__ = ["GPULET", "LET_MARGIN", "GPUDomainTree", "domain_forces_gpu", "domain_tree_gpu",
-           "domain_let_gpu", "settings_of"]
+           "domain_let_gpu", "let_cut", "settings_of"]

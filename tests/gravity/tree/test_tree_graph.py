@@ -336,8 +336,8 @@ def test_gpu_treepm_block_lets_equal_pair_lets(monkeypatch):
     """TreePM's short range on 64 GPU domains: LETs cut for neighbouring 2x2x2 blocks (896
     LET tasks) give the per-pair LETs' forces (1,664 tasks) to float64 rounding (a GPU
     walk sums in a fixed order, so bit for bit is expected but not required), and the
-    truncated direct sum to the tree's error. Slow: ~2,600 GPU LET cuts (each syncs
-    with the host per level)."""
+    truncated direct sum to the tree's error. Slow: ~2,600 GPU LET cuts and 64 domains'
+    walks."""
     cupy = pytest.importorskip("cupy")
     import cosmo_dask.gravity.tree.graph as tg
 
