@@ -5,12 +5,17 @@
    (two with ``min_friends > 1``, so ghosts' friend counts are complete).
 2. ``fof-local``: the kernel links each domain's particles; every particle gets
    a representative (the global index of its local component's root).
-3. ``fof-merge``: a ghost particle and its owner's copy must end in one group,
-   so each (representative in the ghost's domain, representative in the owner's
-   domain) pair is an edge of a small graph whose nodes are the representatives
-   of boundary particles; its connected components merge groups across domains
-   and the periodic boundary exactly. Only ghost and exported particles (a thin
-   surface layer) reach this task.
+3. ``fof-ghosts``/``fof-match``/``fof-merge``: a ghost particle and its owner's copy
+   must end in one group. Each domain lists its ghosts' ``(index, representative)``
+   rows by owning domain (``fof-ghosts``; owners are domains that touch it, up to 26);
+   each owner's ``fof-match`` reads those lists (16 bytes a ghost row; a list reaches
+   every domain it names), joins its pieces with its exported rows, in parallel, and
+   keeps the
+   distinct (representative there, representative here) pairs of different groups.
+   Those links are the edges of a small graph whose connected components, in the
+   one ``fof-merge`` task, merge groups across domains and the periodic boundary
+   exactly. A group whose ghost copies elsewhere link to nothing else makes no edge:
+   it is complete in its own domain.
 4. ``fof-count``/``fof-catalog``: per-domain group sizes and smallest member ids
    (only groups that are large enough or cross a domain face), reduced into the
    halo order: decreasing size, ties by smallest member id.
@@ -34,7 +39,7 @@ from ..core.backend import array_module, empty_meta, host
 from ..core.errors import SnapshotError
 from ..core.progress import compute, worker_count, worker_threads
 from ..core.task_graph import TaskGraph
-from ..spatial import DomainLayout, DomainPart, decompose, domain_grid, rows_by_chunk
+from ..spatial import DomainGrid, DomainLayout, DomainPart, decompose, domain_grid, rows_by_chunk
 from . import dispatch as kernels
 from .parameters import (
     LINKING_LENGTH_DEFAULT,
@@ -90,11 +95,11 @@ class FOFLabels:
 # ----------------------------------------------------------------------------- tasks
 # Per-domain functions work on NumPy or CuPy arrays (following the chunks); the
 # cross-domain tables (_merge, _count output, _catalog) are small and on the host.
-def _local(part: DomainPart, periods, ll: float, min_friends: int,
+def _local(part: DomainPart, grid: DomainGrid, ll: float, min_friends: int,
            with_members: bool = False, count_friends: bool = False) -> dict:
     # friend counts are read only by the members tables (the catalog's MCP); the kernel
     # counts them only when asked (or with min_friends > 1, where they decide the links)
-    root, friends = kernels.fof_local(part.pos, periods, ll, min_friends,
+    root, friends = kernels.fof_local(part.pos, grid.kernel_periods, ll, min_friends,
                                       count_friends=with_members and count_friends)
     rep = part.index[root]
     n_own = part.n_owned  # owned rows come first, ghosts after
@@ -104,14 +109,16 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
     if with_members:
         extra["pos"] = part.pos[:n_own]
     # the boundary tables in one copy to the host (on a GPU: one read of the exported
-    # count and one copy, not two masked selections and four copies)
+    # count and one copy, not masked selections and copies of each); a ghost's owner is
+    # the domain whose fof-match joins it with that domain's exported copy
     xp = array_module(part.index)
     exported = xp.flatnonzero(part.exported)
     n_ghost, n_exp = int(part.index.shape[0]) - n_own, int(exported.shape[0])
-    boundary = host(xp.concatenate([part.index[n_own:], rep[n_own:], part.index[exported],
+    boundary = host(xp.concatenate([part.index[n_own:], rep[n_own:],
+                                    grid.owner_of(part.pos[n_own:]), part.index[exported],
                                     rep[exported]]))
-    ghost_index, ghost_rep, export_index, export_rep = np.split(
-        boundary, np.cumsum([n_ghost, n_ghost, n_exp]))
+    ghost_index, ghost_rep, ghost_owner, export_index, export_rep = np.split(
+        boundary, np.cumsum([n_ghost, n_ghost, n_ghost, n_exp]))
     return {
         **extra,
         "index": part.index[:n_own],
@@ -120,6 +127,7 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
         "friends": None if friends is None else friends[:n_own],
         "ghost_index": ghost_index,
         "ghost_rep": ghost_rep,
+        "ghost_owner": ghost_owner,
         "export_index": export_index,
         "export_rep": export_rep,
         # the owned rows' local groups, so that fof-count needs no sort (group_rows)
@@ -127,33 +135,60 @@ def _local(part: DomainPart, periods, ll: float, min_friends: int,
     }
 
 
-#: what fof-merge needs of a domain (host arrays, a thin surface layer)
-_BOUNDARY = ("ghost_index", "ghost_rep", "export_index", "export_rep")
+def _ghosts_by_owner(local: dict, neighbours: tuple[int, ...]) -> list:
+    """One domain's ghost rows ``(index, rep)``, one piece per neighbouring domain (in the
+    order of ``neighbours``): the rows that domain owns, for its ``fof-match``."""
+    owner = local["ghost_owner"]
+    order = np.argsort(owner, kind="stable")
+    owner = owner[order]
+    nb = np.asarray(neighbours, dtype=np.int64)
+    lo, hi = np.searchsorted(owner, nb, side="left"), np.searchsorted(owner, nb, side="right")
+    if int((hi - lo).sum()) != owner.size:
+        raise RuntimeError("fof-ghosts: a ghost particle is owned by a domain that does not "
+                           "touch its own (decomposition bug)")
+    index, rep = local["ghost_index"][order], local["ghost_rep"][order]
+    return [(index[a:b], rep[a:b]) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
 
 
-def _boundary(local: dict) -> dict:
-    """The ghost and exported rows of one domain: all that ``fof-merge`` reads. A task of
-    its own, so that the merge task's inputs (moved to one worker) are these, not every
-    domain's particles."""
-    return {k: local[k] for k in _BOUNDARY}
+def _match(local: dict, slots: tuple[int, ...], *ghosts: list) -> tuple[np.ndarray, np.ndarray]:
+    """The links one domain's groups make across its faces: each ghost of one of its
+    particles held by a neighbour (piece ``slots[k]`` of that neighbour's
+    :func:`_ghosts_by_owner` list ``ghosts[k]``: ``(index, rep)``) joins the ghost's group
+    there (``rep``) to the particle's group here. Returns the distinct pairs ``(rep
+    there, rep here)`` of different groups (a ghost alone in its group there, or with
+    only this domain's particles, links nothing new), sorted."""
+    pieces = [lst[k] for lst, k in zip(ghosts, slots, strict=True)]
+    empty = np.empty(0, np.int64)
+    g_idx = np.concatenate([empty, *[p[0] for p in pieces]])
+    g_rep = np.concatenate([empty, *[p[1] for p in pieces]])
+    if g_idx.size == 0:
+        return empty, empty
+    e_idx, e_rep = local["export_index"], local["export_rep"]
+    order = np.argsort(e_idx, kind="stable")
+    e_idx, e_rep = e_idx[order], e_rep[order]
+    at = np.minimum(np.searchsorted(e_idx, g_idx), max(e_idx.size - 1, 0))
+    if e_idx.size == 0 or np.any(e_idx[at] != g_idx):
+        raise RuntimeError("fof-match: a ghost particle has no owner copy (decomposition bug)")
+    here = e_rep[at]
+    keep = g_rep != here
+    a, b = g_rep[keep], here[keep]
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])][:a.size]
+    return a[first], b[first]
 
 
-def _merge(*boundaries: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Representatives joined across domains -> their merged class (sorted keys)."""
+def _merge(*links: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Representatives joined across domains -> their merged class (sorted keys): the
+    connected components of every domain's links (:func:`_match`)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    g_idx, g_rep, e_idx, e_rep = (np.concatenate([b[k] for b in boundaries])
-                                  for k in _BOUNDARY)
-    if g_idx.size == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    order = np.argsort(e_idx, kind="stable")
-    e_idx, e_rep = e_idx[order], e_rep[order]
-    at = np.searchsorted(e_idx, g_idx)
-    if np.any(at >= e_idx.size) or np.any(e_idx[np.minimum(at, e_idx.size - 1)] != g_idx):
-        raise RuntimeError("fof-merge: a ghost particle has no owner copy (decomposition bug)")
-    owner_rep = e_rep[at]
-    a, b = g_rep, owner_rep
+    empty = np.empty(0, np.int64)
+    a = np.concatenate([empty, *[lk[0] for lk in links]])
+    b = np.concatenate([empty, *[lk[1] for lk in links]])
+    if a.size == 0:
+        return empty, empty
     # the distinct representatives, sorted: an explicit sort (NumPy 2.4's plain np.unique
     # hashes, some 25 times slower on these large-valued int64 arrays)
     nodes = np.sort(np.concatenate([a, b]))
@@ -168,7 +203,8 @@ def _merge(*boundaries: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _classes(local: dict, merged):
-    """Class of each owned particle and whether it crosses a domain face."""
+    """Class of each owned particle and whether its group is joined to another domain's
+    (then the catalog sums its rows from every domain)."""
     rep = local["rep"]
     xp = array_module(rep)
     nodes, cls = (xp.asarray(a) for a in merged)
@@ -365,11 +401,18 @@ def run_fof(snap, linking_length: float = LINKING_LENGTH_DEFAULT, *, absolute: b
     token = tokenize([p.key for p in parts], periods, ll, min_members, min_friends,
                      with_members, count_friends, device, bounds, pm, snap.box_size)
     g = TaskGraph(parts)
-    locals_ = [g.add((f"fof-local-{token}", d), _local, g.ref(p), periods, ll, min_friends,
+    locals_ = [g.add((f"fof-local-{token}", d), _local, g.ref(p), grid, ll, min_friends,
                      with_members, count_friends) for d, p in enumerate(parts)]
-    edges = [g.add((f"fof-boundary-{token}", d), _boundary, lo_)
+    # the cross-domain links: each domain's ghosts go to their owners' fof-match (only
+    # domains that touch), each match joins them with its own exported rows, in parallel;
+    # the one fof-merge reads only the distinct links between different groups
+    near = [grid.neighbours(d) for d in range(len(parts))]
+    ghosts = [g.add((f"fof-ghosts-{token}", d), _ghosts_by_owner, lo_, near[d])
+              for d, lo_ in enumerate(locals_)]
+    links = [g.add((f"fof-match-{token}", d), _match, lo_,
+                   tuple(near[s].index(d) for s in near[d]), *[ghosts[s] for s in near[d]])
              for d, lo_ in enumerate(locals_)]
-    merged = g.add(f"fof-merge-{token}", _merge, *edges)
+    merged = g.add(f"fof-merge-{token}", _merge, *links)
     tables = [g.add((f"fof-count-{token}", d), _count, lo_, merged, min_members)
               for d, lo_ in enumerate(locals_)]
     catalog = g.add(f"fof-catalog-{token}", _catalog, min_members, *tables)

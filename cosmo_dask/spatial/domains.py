@@ -28,6 +28,7 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -90,18 +91,36 @@ class DomainGrid:
                 f"domains or a {what} below {maximum:g}"
             )
 
-    def cell_of(self, pos):
-        """(m, 3) integer domain coordinates of positions (clipped into the grid).
+    def owner_of(self, pos):
+        """(m,) int64 domain owning each position, as :func:`split_chunk` assigns it
+        (periodic coordinates wrapped first, cells clipped into the grid).
 
         NumPy or CuPy, following ``pos``."""
         xp = array_module(pos)
-        rel = (pos - xp.asarray(self.origin)) / xp.asarray(self.width)
-        cell = xp.floor(rel).astype(np.int64)
-        return xp.clip(cell, 0, xp.asarray(self.shape) - 1)
+        cells = [_axis_cell(self, pos, a, xp)[1] for a in range(3)]
+        return self.flat(cells)
 
-    def flat(self, cell: np.ndarray) -> np.ndarray:
+    def flat(self, cells) -> Any:
+        """The domain index of integer cell coordinates ``(cx, cy, cz)`` (arrays or ints)."""
         nx, ny, nz = self.shape
-        return (cell[..., 0] * ny + cell[..., 1]) * nz + cell[..., 2]
+        return (cells[0] * ny + cells[1]) * nz + cells[2]
+
+    def neighbours(self, domain: int) -> tuple[int, ...]:
+        """The other domains that touch ``domain`` (across faces, edges and corners, and
+        across periodic faces), sorted: the only domains whose particles can be ghosts
+        in it (a ghost width is below a domain's side, :meth:`check_ghost_width`)."""
+        nx, ny, nz = self.shape
+        cell = (domain // (ny * nz), (domain // nz) % ny, domain % nz)
+        out = set()
+        for offset in _OFFSETS:
+            moved = [c + o for c, o in zip(cell, offset, strict=True)]
+            if self.box_size is None and any(not 0 <= v < n for v, n in
+                                             zip(moved, self.shape, strict=True)):
+                continue
+            other = self.flat([v % n for v, n in zip(moved, self.shape, strict=True)])
+            if other != domain:
+                out.add(int(other))
+        return tuple(sorted(out))
 
 
 def _factor3(n: int) -> tuple[int, int, int]:
@@ -200,6 +219,18 @@ def _like(xp, x):
     return host(x) if xp is np else xp.asarray(x)
 
 
+def _axis_cell(grid: DomainGrid, pos, a: int, xp):
+    """Along axis ``a``: the float64 coordinates (wrapped into ``[0, box)`` in a periodic
+    box) and the owner cell of every row, clipped into the grid."""
+    x = pos[:, a].astype(np.float64)
+    if grid.box_size is not None:
+        x = xp.mod(x, grid.box_size)
+        x[x >= grid.box_size] = 0.0
+    c = xp.clip(xp.floor((x - grid.origin[a]) / grid.width[a]).astype(np.int64), 0,
+                grid.shape[a] - 1)
+    return x, c
+
+
 def _axis_offsets(grid: DomainGrid, pos, ghost_width: float, xp):
     """Owner cell coordinate of every particle along each axis, and per axis the
     (offset, mask) pairs saying which particles go to the neighbour at that offset.
@@ -212,11 +243,7 @@ def _axis_offsets(grid: DomainGrid, pos, ghost_width: float, xp):
     shape, width = grid.shape, grid.width
     cells, options = [], []
     for a in range(3):
-        x = pos[:, a].astype(np.float64)
-        if grid.box_size is not None:
-            x = xp.mod(x, grid.box_size)
-            x[x >= grid.box_size] = 0.0
-        c = xp.clip(xp.floor((x - grid.origin[a]) / width[a]).astype(np.int64), 0, shape[a] - 1)
+        x, c = _axis_cell(grid, pos, a, xp)
         cells.append(c)
         opts = [(0, None)]
         if shape[a] > 1:
@@ -248,7 +275,7 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
                  xp.zeros(m, dtype=bool), *[e.copy() for e in extra])]
     (cx, cy, cz), options = _axis_offsets(grid, pos, ghost_width, xp)
     nx, ny, nz = grid.shape
-    owner = (cx * ny + cy) * nz + cz
+    owner = grid.flat((cx, cy, cz))
     ghost_rows: list[list] = [[] for _ in range(grid.n_domains)]
     exported = xp.zeros(m, dtype=bool)
     for (ox, mx), (oy, my), (oz, mz) in itertools.product(*options):

@@ -33,6 +33,27 @@ def test_uniform_64cubed_matches_scipy(rng, client):
     assert sizes.size > 100  # the test has groups to get wrong
 
 
+@pytest.mark.parametrize("n_domains", [8, (2, 1, 1)])
+def test_groups_at_a_face_whose_ghost_copies_link_nothing_new(rng, n_domains):
+    """Chains at the face x = 5 of a 10-box: one crossing it (6 members on each side, 12
+    in all, min_members 12), one wholly in the lower domain whose last members are ghost
+    copies in the upper one (10 members, min_members 10: those copies form a group of
+    ghosts there, which links nothing new), one crossing the periodic face x = 0, and a
+    uniform background in a bar clear of them; the partition equals scipy's."""
+    box, ll = 10.0, 0.15
+    chains = [np.c_[4.45 + 0.1 * np.arange(12), np.full(12, 2.5), np.full(12, 2.5)],
+              np.c_[3.97 + 0.1 * np.arange(10), np.full(10, 7.5), np.full(10, 2.5)],
+              np.c_[(9.55 + 0.1 * np.arange(10)) % box, np.full(10, 2.5), np.full(10, 7.5)]]
+    background = rng.random((400, 3)) * [box, 2.0, 2.0] + [0.0, 4.0, 4.0]  # clear of them
+    pos = np.concatenate(chains + [background])
+    snap = Snapshot.from_arrays(pos, box_size=box, chunks=1000)
+    for min_members in (10, 12):
+        result = fof_labels(snap, ll, absolute=True, min_members=min_members,
+                            n_domains=n_domains)
+        sizes = _check(snap, result, ll, min_members)
+        assert sizes.tolist() == ([12, 10, 10] if min_members == 10 else [12])
+
+
 @pytest.mark.parametrize("n_domains", [1, 8, 27])
 @pytest.mark.parametrize("chunks", [997, 4096])
 def test_clustered_straddling_every_face_and_corner(rng, client, n_domains, chunks):

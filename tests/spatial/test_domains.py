@@ -74,6 +74,33 @@ def test_owned_once_and_ghosts_complete(rng, n_domains, periodic, dtype, gw):
             set(part.index[part.owned].tolist()) & exported_elsewhere
         assert not (ghosts & set(part.index[part.owned].tolist()))
         np.testing.assert_array_equal(part.extra["ids"], part.index * 7 + 3)
+    # owner_of gives every row the domain that owns it (what FOF routes ghosts by), and a
+    # ghost's owner is always one of the domain's neighbours
+    owner = np.empty(n, np.int64)
+    for d, part in enumerate(parts):
+        owner[part.index[:part.n_owned]] = d
+    for d, part in enumerate(parts):
+        np.testing.assert_array_equal(grid.owner_of(part.pos), owner[part.index])
+        assert set(owner[part.index[part.n_owned:]].tolist()) <= set(grid.neighbours(d))
+
+
+@pytest.mark.parametrize("shape, periodic, d, want", [
+    ((1, 1, 1), True, 0, ()),
+    ((2, 1, 1), True, 0, (1,)),                       # both faces lead to the one neighbour
+    ((2, 2, 2), True, 5, (0, 1, 2, 3, 4, 6, 7)),
+    ((3, 3, 3), False, 0, (1, 3, 4, 9, 10, 12, 13)),  # a corner: 7 of the 26 offsets
+    ((3, 3, 3), False, 13, tuple(d for d in range(27) if d != 13)),
+    ((3, 3, 3), True, 0, tuple(range(1, 27))),        # across periodic faces: all 26
+    ((4, 1, 1), False, 0, (1,)),
+])
+def test_neighbours(shape, periodic, d, want):
+    """The domains that touch one domain (faces, edges, corners, across periodic faces),
+    and the relation is symmetric."""
+    grid = (domain_grid(shape, box_size=12.0) if periodic
+            else domain_grid(shape, bounds=(np.zeros(3), np.full(3, 12.0))))
+    assert grid.neighbours(d) == want
+    for e in range(grid.n_domains):
+        assert all(e in grid.neighbours(f) for f in grid.neighbours(e))
 
 
 def test_kernel_periods_and_ghost_width_limit():
