@@ -186,7 +186,7 @@ def test_fof_way_back_reads_only_the_domains_holding_a_chunk():
     res = fof_labels(snap, 1.2, n_domains=(4, 2, 2), min_members=2)
     kinds = _kinds(res.labels)
     grid = domain_grid((4, 2, 2), box_size=box)
-    owner = grid.flat(grid.cell_of(x))
+    owner = grid.owner_of(x)
     pairs = {(int(o), i // chunk) for i, o in enumerate(owner)}
     assert len(pairs) == 16 * 4  # a chunk lies in one x-column of 2 x 2 domains
     assert kinds["fof-piece"] == len(pairs) < 16 * 16
