@@ -275,40 +275,26 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
                  xp.zeros(m, dtype=bool), *[e.copy() for e in extra])]
     (cx, cy, cz), options = _axis_offsets(grid, pos, ghost_width, xp)
     nx, ny, nz = grid.shape
-    owner = grid.flat((cx, cy, cz)).astype(_domain_dtype(grid))
+    owner = grid.flat((cx, cy, cz))
     ghost_rows: list[list] = [[] for _ in range(grid.n_domains)]
     exported = xp.zeros(m, dtype=bool)
-    # the rows near some face first (most rows are not), then every neighbour offset's
-    # mask over those rows at once: one selection and one sort for all the ghost copies
-    # (on a GPU: three host reads in all, not two per offset)
-    near = functools.reduce(operator.or_, [mk for opts in options for _, mk in opts
-                                           if mk is not None])
-    rows_near = xp.flatnonzero(near)
-    del near
-    if rows_near.size:
-        options = [[(o, None if mk is None else mk[rows_near]) for o, mk in opts]
-                   for opts in options]
-        combos = [c for c in itertools.product(*options) if any(o for o, _ in c)]
-        stack = xp.stack([functools.reduce(operator.and_, [mk for _, mk in c if mk is not None])
-                          for c in combos])
-        which, at = xp.nonzero(stack)  # offset-major, rows increasing within an offset
-        sel = rows_near[at]
+    for (ox, mx), (oy, my), (oz, mz) in itertools.product(*options):
+        if ox == oy == oz == 0:
+            continue
+        mask = functools.reduce(operator.and_, [mk for mk in (mx, my, mz) if mk is not None])
+        sel = xp.nonzero(mask)[0]
+        if sel.size == 0:
+            continue
         exported[sel] = True
-        # the neighbour of every domain at every offset, looked up per ghost copy
-        shift = np.array([[o for o, _ in c] for c in combos], dtype=np.int64)
-        cell = np.stack(np.unravel_index(np.arange(grid.n_domains), grid.shape), axis=1)
-        table = grid.flat([(cell[:, a, None] + shift[None, :, a]) % grid.shape[a]
-                           for a in range(3)])
-        dom = xp.asarray(table.astype(_domain_dtype(grid)))[owner[sel], which]
-        order = _stable_argsort(dom)  # per domain: by offset, then by row, as listed
+        dom = (((cx[sel] + ox) % nx) * ny + (cy[sel] + oy) % ny) * nz + (cz[sel] + oz) % nz
+        order = _stable_argsort(dom)
         dom, sel = dom[order], sel[order]
-        bounds = host(xp.searchsorted(dom, xp.arange(grid.n_domains + 1, dtype=dom.dtype)))
+        bounds = host(xp.searchsorted(dom, xp.arange(grid.n_domains + 1)))
         for d in np.flatnonzero(np.diff(bounds)):
             ghost_rows[d].append(sel[int(bounds[d]):int(bounds[d + 1])])
     del cx, cy, cz
     order = _stable_argsort(owner)
-    bounds = host(xp.searchsorted(owner[order], xp.arange(grid.n_domains + 1,
-                                                          dtype=owner.dtype)))
+    bounds = host(xp.searchsorted(owner[order], xp.arange(grid.n_domains + 1)))
     del owner
     out = []
     for d in range(grid.n_domains):
@@ -318,11 +304,6 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
         exp[:own.size] = exported[own]
         out.append((pos[rows], rows + start, int(own.size), exp, *[e[rows] for e in extra]))
     return out
-
-
-def _domain_dtype(grid: DomainGrid):
-    """The narrowest integer type of domain numbers (a 16-bit key sorts in linear time)."""
-    return np.int16 if grid.n_domains < np.iinfo(np.int16).max else np.int64
 
 
 def _stable_argsort(a):
