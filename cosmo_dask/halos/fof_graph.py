@@ -10,10 +10,9 @@
    rows by owning domain (``fof-ghosts``; owners are domains that touch it, up to 26);
    each owner's ``fof-match`` reads those lists (16 bytes a ghost row; a list reaches
    every domain it names), joins its pieces with its exported rows, in parallel, and
-   keeps the
-   distinct (representative there, representative here) pairs of different groups.
-   Those links are the edges of a small graph whose connected components, in the
-   one ``fof-merge`` task, merge groups across domains and the periodic boundary
+   keeps the distinct (representative there, representative here) pairs of different
+   groups. Those links are the edges of a small graph whose connected components, in
+   the one ``fof-merge`` task, merge groups across domains and the periodic boundary
    exactly. A group whose ghost copies elsewhere link to nothing else makes no edge:
    it is complete in its own domain.
 4. ``fof-count``/``fof-catalog``: per-domain group sizes and smallest member ids

@@ -286,7 +286,7 @@ def split_chunk(pos, start: int, grid: DomainGrid, ghost_width: float, *extra) -
         if sel.size == 0:
             continue
         exported[sel] = True
-        dom = (((cx[sel] + ox) % nx) * ny + (cy[sel] + oy) % ny) * nz + (cz[sel] + oz) % nz
+        dom = grid.flat(((cx[sel] + ox) % nx, (cy[sel] + oy) % ny, (cz[sel] + oz) % nz))
         order = _stable_argsort(dom)
         dom, sel = dom[order], sel[order]
         bounds = host(xp.searchsorted(dom, xp.arange(grid.n_domains + 1)))
