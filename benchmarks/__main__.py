@@ -53,6 +53,7 @@ WORKLOADS = {
     "simulation-boost": "benchmarks.simulation.boost",
     "simulation-halos": "benchmarks.simulation.halos",
     "simulation-treepm": "benchmarks.simulation.treepm",
+    "simulation-domains": "benchmarks.simulation.domains",
     "lightcone": "benchmarks.simulation.lightcone",
     "ics": "benchmarks.simulation.ics",
     # io

@@ -83,11 +83,21 @@ def _step(task: str, ics, mesh: int):
     method = task.split("_")[0]
     res = run(ics, z_final=STEP_Z1, n_steps=STEP_COUNT, method=method, steps="a",
               n_mesh=mesh if method == "pm" else n_side, precision="float32")
+    return ({"displacement": displacements(ics, res.snapshot)},
+            float(np.median([r["seconds"] for r in res.log[1:]])))
+
+
+def displacements(ics, snap) -> np.ndarray:
+    """Minimum-image displacements from ``ics`` to ``snap``, float64, in id order (a run
+    on several workers keeps its particles in domain order: rows are matched by id)."""
     box = ics.box_size
-    d = (_host(res.snapshot.pos.compute()).astype(np.float64)
-         - _host(ics.pos.compute()).astype(np.float64))
+    pos = []
+    for s in (ics, snap):
+        ids = _host(s.ids.compute())
+        pos.append(_host(s.pos.compute()).astype(np.float64)[np.argsort(ids, kind="stable")])
+    d = pos[1] - pos[0]
     d -= box * np.rint(d / box)
-    return {"displacement": d}, float(np.median([r["seconds"] for r in res.log[1:]]))
+    return d
 
 
 def _run(task: str, snap, halo, mesh: int):

@@ -72,6 +72,15 @@ def worker_count() -> int:
     return max(1, len(client.scheduler_info().get("workers", {})))
 
 
+def worker_addresses() -> list[str]:
+    """Addresses of the active distributed client's workers, sorted (empty without one):
+    where tasks pinned one per worker go."""
+    client = active_client()
+    if client is None:
+        return []
+    return sorted(client.scheduler_info(n_workers=-1).get("workers", {}))
+
+
 def worker_threads() -> int:
     """Threads of the active distributed client's workers (this machine's cores without
     one): what a computation's tasks run on."""

@@ -46,6 +46,11 @@ from .schedule import midpoint, step_schedule
 
 #: tolerance on the particles' mean density against Omega_m rho_crit
 DENSITY_TOL = 1e-2
+#: keep the state in domain order between steps where it can be (:func:`_state_grid`):
+#: off, the ICs' row order. Read at each run (side-by-side measurements,
+#: ``benchmarks/simulation/domains.py``); off by default until it moves fewer bytes than
+#: the ICs' order (on CPU workers the tree's own tasks do not follow the domains)
+KEEP_BY_DOMAIN = False
 
 
 class SimulationInterrupted(RuntimeError):
@@ -204,6 +209,22 @@ def _persist(*arrays):
     return out
 
 
+def _state_grid(snap, ids):
+    """The domains a run keeps its particles in between steps (each domain's rows on one
+    worker: :meth:`~cosmo_dask.spatial.layout.DomainLayout.by_domain`), or None to keep
+    the ICs' order: the force's own domain grid (one domain per GPU worker, one per
+    ``DOMAIN_PARTICLES`` on CPU workers) when it has several, the active client several
+    workers, and the ICs ids (rows reordered are known by their ids)."""
+    from ..core.progress import worker_count
+    from ..gravity.tree.graph import default_n_domains
+    from ..spatial.domains import domain_grid
+
+    if not KEEP_BY_DOMAIN or ids is None or worker_count() < 2:
+        return None
+    nd = default_n_domains(snap.n_particles, device_of(snap.pos) == "gpu")
+    return domain_grid(nd, box_size=float(snap.box_size)) if nd > 1 else None
+
+
 def _snapshot_of(ics, pos, mom, ids, a: float, mass):
     from ..store.snapshot import Snapshot
 
@@ -337,6 +358,13 @@ def run(ics, *, z_final: float = Z_FINAL_DEFAULT, n_steps: int | None = None,
         cell, ``out`` existing without ``overwrite``/``resume``, a checkpoint
         whose parameters differ, bad method/steps/analyses, a lightcone reaching past
         the ICs' redshift or with its observer outside the box.
+
+    Notes
+    -----
+    With :data:`KEEP_BY_DOMAIN` set (off by default), a run with ids on a client of
+    several workers, whose force has several domains, keeps its particles in domain
+    order between steps (each domain's rows on one worker): its snapshots, outputs and
+    checkpoints then hold the particles in that order, known by their ids.
     """
     snap = _ics_snapshot(ics)
     cosmo, h0 = _check_ics(snap)
@@ -436,9 +464,21 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
     mass = snap.mass
     if mass is not None:
         (mass,) = _persist(*_gpu_rows(mass.astype(dtype)))
-    m_force = mass if mass is not None else float(snap.particle_mass)
+    grid = _state_grid(snap, ids)
+
+    def by_domain(pos, **columns):
+        """The state in domain order (as it is without a state grid)."""
+        if grid is None:
+            return pos, columns
+        from ..spatial.layout import decompose
+
+        kept = {k: v for k, v in columns.items() if v is not None}
+        out = decompose(pos, grid, name="state").by_domain(**kept)
+        held = dict(zip(out, _persist(*out.values()), strict=True))
+        return held.pop("pos"), {k: held.get(k) for k in columns}
 
     def force(pos):
+        m_force = mass if mass is not None else float(snap.particle_mass)
         if method == "pm":
             from ..gravity.pm import pm_accelerations
 
@@ -463,6 +503,10 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         pos, mom, acc = _persist(*_gpu_rows(arrays["pos"], arrays["mom"], arrays["acc"]))
         if "ids" in arrays:
             (ids,) = _persist(*_gpu_rows(arrays["ids"]))
+        if "mass" in arrays:  # a run kept by domain: its masses in the state's order
+            (mass,) = _persist(*_gpu_rows(arrays["mass"].astype(dtype)))
+        pos, cols = by_domain(pos, mom=mom, acc=acc, ids=ids, mass=mass)
+        mom, acc, ids, mass = cols["mom"], cols["acc"], cols["ids"], cols["mass"]
         doc["log"] = log
         doc["parameters"] = params
         if cone is not None:
@@ -475,6 +519,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         if ids is not None:
             (ids,) = _persist(*_gpu_rows(ids))
         pos, mom = _persist(*_gpu_rows(pos, mom))
+        pos, cols = by_domain(pos, mom=mom, ids=ids, mass=mass)
+        mom, ids, mass = cols["mom"], cols["ids"], cols["mass"]
         (acc,) = _persist(force(pos))
         if write is not None:
             doc = st.create_store(write.start(), params)
@@ -546,7 +592,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
         if cone is not None:  # crossings within this drift, from the unwrapped path
             cone.step(i + 1, a0, a1, ah, pos, p_half, ids if ids is not None else rows(pos),
                       root=None if path is None else root)
-        pos = pos_next
+        pos, cols = by_domain(pos_next, p_half=p_half, ids=ids, mass=mass)
+        p_half, ids, mass = cols["p_half"], cols["ids"], cols["mass"]
         t1 = time.perf_counter()
         (acc,) = _persist(force(pos))
         t_force = time.perf_counter() - t1
@@ -568,7 +615,8 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
                 doc["lightcone"] = cone.manifest()
             st.write_json(root / st.MANIFEST, doc)
         if checkpoint_every is not None and (i + 1) % checkpoint_every == 0 and i + 1 < n_total:
-            st.write_checkpoint(root, {"pos": pos, "mom": mom, "acc": acc, "ids": ids},
+            st.write_checkpoint(root, {"pos": pos, "mom": mom, "acc": acc, "ids": ids,
+                                       "mass": mass if grid is not None else None},
                                 {"step": i + 1, "scale_factor": a1, "parameters": params,
                                  "log": log})
             committed()

@@ -333,6 +333,13 @@ def gather_domain(domain: int, names: tuple[str, ...], *pieces) -> DomainPart:
                       dict(zip(names, extra, strict=True)))
 
 
+def owned_rows(part: DomainPart, names: tuple[str, ...]) -> tuple:
+    """``(n_owned, pos, *columns)``: a domain's own rows of its positions and of the
+    extra columns ``names`` (:meth:`~.layout.DomainLayout.by_domain`)."""
+    n = part.n_owned
+    return (n, part.pos[:n], *[part.extra[k][:n] for k in names])
+
+
 def split_chunk_grouped(pos, start: int, grid: DomainGrid, ghost_width: float,
                         groups: tuple[tuple[int, int], ...], *extra) -> list:
     """:func:`split_chunk`, its per-domain pieces grouped: one list per domain range

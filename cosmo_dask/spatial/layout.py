@@ -172,6 +172,67 @@ class DomainLayout:
                       *of_domain[d]).key for d in range(n_dom)]
         return [g.delayed(key) for key in keys]
 
+    # ------------------------------------------------------------------ kept by domain
+    def by_domain(self, **columns: da.Array) -> dict[str, da.Array]:
+        """The particles reordered by domain and held in memory: chunk ``d`` of every
+        returned array is domain ``d``'s own rows (in increasing input index).
+
+        A simulation keeps its state this way between steps (:func:`cosmo_dask.simulation.run`):
+        the rows of domain ``d`` stay on one worker (``d mod W`` of the active client's
+        ``W`` workers, sorted by address), and the next step's exchange, over chunks that
+        are already domains, moves only the particles that crossed into another domain;
+        the other tasks of the step follow their data there.
+
+        Parameters
+        ----------
+        **columns : dask.array.Array
+            Per-particle arrays of ``N`` rows to reorder with the positions, by name.
+
+        Returns
+        -------
+        dict of dask.array.Array
+            ``"pos"`` and every column, by name, in ``n_domains`` row chunks (some may be
+            empty), NumPy or CuPy chunks as given; their tasks have run (the values are
+            in worker memory under a client).
+
+        Raises
+        ------
+        ParameterError
+            A layout with ghosts (``ghost_width > 0``), or a column named ``pos``.
+
+        Notes
+        -----
+        Two graph rounds: the exchange and the owned rows (one task per domain, pinned to
+        its worker), then their sizes (one integer per domain) for the chunks.
+        """
+        if self.ghost_width:
+            raise ParameterError("by_domain: the layout must have no ghosts "
+                                 f"(ghost_width={self.ghost_width:g})")
+        if "pos" in columns:
+            raise ParameterError("by_domain: 'pos' is the positions' name; name the "
+                                 "other columns otherwise")
+        from ..core.progress import worker_addresses
+
+        names = tuple(columns)
+        parts = self.exchange(**columns)
+        token = tokenize(self.pos, self.grid, names, *columns.values())
+        workers = worker_addresses()
+        g = TaskGraph(parts)
+        kind = f"{self.name}-owned-{token}"
+        keys = [g.add((kind, d), domains.owned_rows, g.ref(p), names,
+                      worker=workers[d % len(workers)] if workers else None).key
+                for d, p in enumerate(parts)]
+        held = g.persist(keys, label=None)
+        h = TaskGraph(held)
+        sizes = h.compute([h.add((f"{self.name}-owned-rows-{token}", d), operator.getitem,
+                                 h.ref(x), 0).key for d, x in enumerate(held)],
+                          label=None, show=False)
+        metas = [("pos", self.pos)] + list(columns.items())
+        outputs = [(f"{self.name}-{key}-{token}", k + 1, arr.shape[1:], arr._meta)
+                   for k, (key, arr) in enumerate(metas)]
+        arrays = h.item_arrays([x.key for x in held], [int(n) for n in sizes], outputs)
+        return {key: arr for (key, _), arr in zip(metas, arrays, strict=True)}
+
     # ------------------------------------------------------------------ the way back
     def _pieces(self, g: TaskGraph, per_domain: Sequence[Any], name: str,
                 chunks_of: Sequence[Sequence[int]] | None = None) -> list[list]:

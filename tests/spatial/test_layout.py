@@ -158,3 +158,45 @@ def test_gpu_round_trip(monkeypatch, two_stage):
         assert isinstance(got, cupy.ndarray)
         np.testing.assert_array_equal(got.get(), ref)
     assert sum(sizes) > N
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_by_domain_holds_each_domain_in_its_chunk(request, distributed):
+    """Chunk d of every column is domain d's own rows, in input order, the same rows in
+    every column (on the threaded scheduler, and pinned to workers on a cluster)."""
+    ctx = request.getfixturevalue("client") if distributed else None
+    x, i, v = _cloud(5)
+    grid = domain_grid(8, box_size=BOX)
+    pos = da.from_array(x, chunks=(700, 3))
+    out = decompose(pos, grid, name="keep").by_domain(ids=da.from_array(i, chunks=700),
+                                                      vel=da.from_array(v, chunks=(700, 3)))
+    assert set(out) == {"pos", "ids", "vel"}
+    chunks = out["pos"].chunks[0]
+    assert len(chunks) == 8 and sum(chunks) == N
+    assert all(out[k].chunks[0] == chunks for k in out)
+    p, ids, vel = dask.compute(out["pos"], out["ids"], out["vel"])
+    row = {int(k): r for r, k in enumerate(i)}
+    src = np.array([row[int(k)] for k in ids])  # the input row of every output row
+    np.testing.assert_array_equal(p, x[src])
+    np.testing.assert_array_equal(vel, v[src])
+    bounds = np.cumsum((0,) + chunks)
+    owner = grid.owner_of(x)
+    for d in range(8):
+        rows = src[bounds[d]:bounds[d + 1]]
+        np.testing.assert_array_equal(rows, np.flatnonzero(owner == d))
+    if ctx is not None:  # each domain's rows on worker d mod 2
+        from distributed import futures_of, wait
+
+        futures = futures_of(out["pos"].persist())
+        wait(futures)
+        held = ctx.who_has(futures)
+        assert len({w for ws in held.values() for w in ws}) == 2
+
+
+def test_by_domain_refuses_ghosts_and_a_column_named_pos():
+    pos = da.zeros((10, 3), chunks=(5, 3))
+    grid = domain_grid(8, box_size=BOX)
+    with pytest.raises(ParameterError, match="must have no ghosts"):
+        decompose(pos, grid, ghost_width=1.0).by_domain()
+    with pytest.raises(ParameterError, match="'pos' is the positions' name"):
+        decompose(pos, grid).by_domain(pos=pos)
