@@ -81,7 +81,7 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
                          r_split: float | None = None, r_cut: float | None = None,
                          theta: float = THETA_DEFAULT, softening: float = 0.0,
                          softening_kernel: str = "plummer", precision: str = "float64",
-                         potential: bool = True):
+                         potential: bool = True, placed: bool = False):
     """Periodic TreePM accelerations and potentials.
 
     Parameters
@@ -108,6 +108,10 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     softening_kernel : {"plummer", "spline"}
     precision : {"float32", "float64"}
     potential : bool
+    placed : bool
+        ``pos`` is kept by the short range's domains (see
+        :func:`~cosmo_dask.gravity.tree.graph.tree_accelerations`): each domain's tree
+        tasks run on the worker holding its rows.
 
     Returns
     -------
@@ -158,7 +162,8 @@ def treepm_accelerations(pos, mass, *, G: float, box_size: float, n_mesh: int,
     acc_s, pot_s = tree_accelerations(pos, m, G=G, theta=theta, softening=softening,
                                       softening_kernel=softening_kernel, precision=dtype.name,
                                       potential=potential, box_size=box, rs=rs, r_cut=rc,
-                                      max_leaf=TREEPM_MAX_LEAF, max_group=TREEPM_MAX_GROUP)
+                                      max_leaf=TREEPM_MAX_LEAF, max_group=TREEPM_MAX_GROUP,
+                                      placed=placed)
     acc = long_part[:, :3] + acc_s
     if not potential:
         return acc, None

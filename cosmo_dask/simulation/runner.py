@@ -491,7 +491,7 @@ def _evolve(snap, path, write, params, sched, out_z, out_a, *, resume, overwrite
             acc, _ = treepm_accelerations(pos, m_force, G=float(snap.G),
                                           box_size=snap.box_size, n_mesh=n_mesh, theta=theta,
                                           softening=softening, precision=dtype.name,
-                                          potential=False)
+                                          potential=False, placed=grid is not None)
         return acc
 
     if resume:

@@ -76,7 +76,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ...core.backend import array_module, chunk_ranges, host, value_ranges
-from ...core.progress import compute, worker_count
+from ...core.progress import compute, worker_addresses, worker_count
 from ...core.task_graph import TaskGraph
 from ...spatial import decompose, domain_grid, rows_by_chunk
 from .. import dispatch as kernels
@@ -325,7 +325,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
                        box_size: float | None = None, rs: float | None = None,
                        r_cut: float | None = None, max_leaf: int = MAX_LEAF_DEFAULT,
                        max_group: int = MAX_GROUP_DEFAULT,
-                       n_domains: int | None = None) -> tuple[Any, Any]:
+                       n_domains: int | None = None, placed: bool = False) -> tuple[Any, Any]:
     """Tree accelerations (and potentials) of every particle, as dask arrays.
 
     Parameters
@@ -345,6 +345,13 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         Domains of the decomposition (default :func:`default_n_domains`). The
         results depend on it only through the tree shapes (at the level of the
         force error), never on the chunking or the workers.
+    placed : bool
+        ``pos`` is kept by domain (:meth:`~cosmo_dask.spatial.layout.DomainLayout.by_domain`
+        of this grid: chunk ``d`` on worker ``d mod W``). Under a client, each domain's
+        tasks (tree, box, the LETs cut from it, its force batches and rows) then run on
+        that worker, and the per-domain rows are persisted there as the call returns
+        (dask arrays would drop the placement), so that only LETs and the particles
+        that crossed a face move. Without a client it changes nothing.
 
     Returns
     -------
@@ -382,9 +389,15 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     results = []
     n_batches = 1 if gpu else batches_per_domain(n, grid.n_domains)
     bounds = layout.bounds
-    trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts)
-             for d, p in enumerate(parts)]
-    boxes = [g.add((f"gravity-bbox-{token}", d), domain_bbox, t)
+    workers = worker_addresses() if placed else []
+
+    def on(d: int):
+        """The worker of domain ``d``'s tasks (None: the scheduler chooses)."""
+        return workers[d % len(workers)] if workers else None
+
+    trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts,
+                   worker=on(d)) for d, p in enumerate(parts)]
+    boxes = [g.add((f"gravity-bbox-{token}", d), domain_bbox, t, worker=on(d))
              for d, t in enumerate(trees)]
     plan = let_plan(grid, opts["r_cut"])
     blocks: dict = {}  # (level, block) -> its box task, and its LETs by source
@@ -402,15 +415,21 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
         box, lets = blocks[(level, b)]
         if s not in lets:
             lets[s] = g.add((f"gravity-blocklet-{token}", s, level, b), domain_let,
-                            trees[s], box, opts)
+                            trees[s], box, opts, worker=on(s))
         return lets[s]
 
     for d, t in enumerate(trees):
-        lets = [g.add((f"gravity-let-{token}", s, d), domain_let, trees[s], boxes[d], opts)
+        lets = [g.add((f"gravity-let-{token}", s, d), domain_let, trees[s], boxes[d], opts,
+                      worker=on(s))
                 if level == 0 else block_let(s, d, level) for s, level in plan[d]]
         batches = [g.add((f"gravity-group-{token}", d, b), domain_forces, t, opts,
-                         (b, n_batches), *lets) for b in range(n_batches)]
-        results.append(g.add((f"gravity-rows-{token}", d), domain_rows, bounds, *batches))
+                         (b, n_batches), *lets, worker=on(d)) for b in range(n_batches)]
+        results.append(g.add((f"gravity-rows-{token}", d), domain_rows, bounds, *batches,
+                             worker=on(d)))
+    if workers:  # the placement holds only on a graph persisted as built
+        held = g.persist([r.key for r in results], label=None)
+        g = TaskGraph(held)
+        results = [g.ref(h) for h in held]
     dtype, xp = np.dtype(precision), array_module(pos._meta)
     outputs = [("acc", (3,), xp.empty((0, 0), dtype))]
     if potential:
