@@ -65,6 +65,10 @@ from .domains import (
 
 __all__ = ["DomainLayout", "decompose"]
 
+#: a placed gather (``gather(workers=...)``) pins and persists at most this many pieces,
+#: each a task of its own layer; above, the pieces are left to the scheduler
+PLACED_PIECES = 1024
+
 
 class DomainLayout:
     """A chunked particle set decomposed over the domains of a grid (:func:`decompose`).
@@ -235,24 +239,31 @@ class DomainLayout:
 
     # ------------------------------------------------------------------ the way back
     def _pieces(self, g: TaskGraph, per_domain: Sequence[Any], name: str,
-                chunks_of: Sequence[Sequence[int]] | None = None) -> list[list]:
+                chunks_of: Sequence[Sequence[int]] | None = None,
+                workers: Sequence[str] = ()) -> list[list]:
         """For each chunk, references to pieces ``(index, *columns)`` of its rows (each
         in increasing index, only the chunk's rows): keys ``(name, d, i)``, or in two
-        stages (``<name>-out``, ``<name>-merge``) when they make fewer keys."""
+        stages (``<name>-out``, ``<name>-merge``) when they make fewer keys. With
+        ``workers``, one stage, piece ``(name, d, i)`` pinned to worker ``d mod W``."""
         n_chunks, n_dom = self.n_chunks, len(per_domain)
         pieces: list[list] = [[] for _ in range(n_chunks)]
         pairs = n_chunks * n_dom if chunks_of is None else sum(len(c) for c in chunks_of)
         cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
         two_stage = n_dom + n_dom * cg + dg * cg + dg * n_chunks  # keys of the two stages
-        if pairs <= domains.TWO_STAGE_PAIRS or pairs <= two_stage:
+        if workers or pairs <= domains.TWO_STAGE_PAIRS or pairs <= two_stage:
+            def on(d):
+                return workers[d % len(workers)] if workers else None
+
             for d, ref in enumerate(per_domain):
                 chunks = range(n_chunks) if chunks_of is None else \
                     np.asarray(chunks_of[d], dtype=np.int64).tolist()
                 for i in chunks:
-                    pieces[i].append(g.add((name, d, i), operator.getitem, ref, i))
+                    pieces[i].append(g.add((name, d, i), operator.getitem, ref, i,
+                                           worker=on(d)))
             for i in range(n_chunks):  # a chunk no domain holds rows of (0 rows): an empty
                 if not pieces[i] and n_dom:  # piece, of the domains' array type
-                    pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i))
+                    pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i,
+                                           worker=on(0)))
             return pieces
         cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
         # stage 1: each domain's pieces in groups of chunks
@@ -270,7 +281,7 @@ class DomainLayout:
     def gather(self, g: TaskGraph, per_domain: Sequence[Any],
                outputs: Sequence[tuple[str, tuple[int, ...], Any]], *, token: str,
                chunks_of: Sequence[Sequence[int]] | None = None,
-               fill: float = 0) -> list[da.Array]:
+               fill: float = 0, workers: Sequence[str] = ()) -> list[da.Array]:
         """Per-domain results of the owned rows -> dask arrays in the input's row order.
 
         Parameters
@@ -297,6 +308,11 @@ class DomainLayout:
         fill : scalar
             The value of a row no domain returns (none does when every domain
             returns all its owned rows).
+        workers : sequence of str, optional
+            Worker addresses: domain ``d``'s results are cut into their per-chunk pieces
+            on worker ``d mod W`` and persisted there as the call returns (with at most
+            :data:`PLACED_PIECES` pieces; else as without), so that a piece moves only to
+            the chunk that reads it (a dask array's graph would drop the placement).
 
         Returns
         -------
@@ -315,7 +331,15 @@ class DomainLayout:
         if len(per_domain) != self.n_domains:
             raise ParameterError(f"gather: per_domain must hold one result per domain "
                                  f"({self.n_domains}), got {len(per_domain)}")
-        pieces = self._pieces(g, per_domain, f"{self.name}-piece-{token}", chunks_of)
+        n_pairs = (self.n_chunks * len(per_domain) if chunks_of is None
+                   else sum(len(c) for c in chunks_of))
+        workers = workers if n_pairs <= PLACED_PIECES else ()
+        pieces = self._pieces(g, per_domain, f"{self.name}-piece-{token}", chunks_of, workers)
+        if workers:  # persisted as built: the placement holds
+            flat = [r.key for rs in pieces for r in rs]
+            held = dict(zip(flat, g.persist(flat, label=None), strict=True))
+            g = TaskGraph(list(held.values()))
+            pieces = [[g.ref(held[r.key]) for r in rs] for rs in pieces]
         bounds = self.bounds
         arrays = []
         for column, (kind, trailing, meta) in enumerate(outputs, start=1):

@@ -348,8 +348,8 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     placed : bool
         ``pos`` is kept by domain (:meth:`~cosmo_dask.spatial.layout.DomainLayout.by_domain`
         of this grid: chunk ``d`` on worker ``d mod W``). Under a client, each domain's
-        tasks (tree, box, the LETs cut from it, its force batches and rows) then run on
-        that worker, and the per-domain rows are persisted there as the call returns
+        tasks (tree, box, the LETs cut from it, its force batches, rows and their pieces
+        by chunk) then run on that worker and are persisted there as the call returns
         (dask arrays would drop the placement), so that only LETs and the particles
         that crossed a face move. Without a client it changes nothing.
 
@@ -426,13 +426,10 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
                          (b, n_batches), *lets, worker=on(d)) for b in range(n_batches)]
         results.append(g.add((f"gravity-rows-{token}", d), domain_rows, bounds, *batches,
                              worker=on(d)))
-    if workers:  # the placement holds only on a graph persisted as built
-        held = g.persist([r.key for r in results], label=None)
-        g = TaskGraph(held)
-        results = [g.ref(h) for h in held]
     dtype, xp = np.dtype(precision), array_module(pos._meta)
     outputs = [("acc", (3,), xp.empty((0, 0), dtype))]
     if potential:
         outputs.append(("pot", (), xp.empty((0,), dtype)))
-    arrays = layout.gather(g, results, outputs, token=token)
+    # placed: the per-domain stage persisted as built (a dask array drops the placement)
+    arrays = layout.gather(g, results, outputs, token=token, workers=workers)
     return arrays[0], (arrays[1] if potential else None)
