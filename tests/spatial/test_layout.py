@@ -191,21 +191,25 @@ def test_gpu_round_trip(monkeypatch, two_stage):
     assert sum(sizes) > N
 
 
-@pytest.mark.parametrize("distributed", [False, True])
-def test_by_domain_holds_each_domain_in_its_chunk(request, distributed):
-    """Chunk d of every column is domain d's own rows, in input order, the same rows in
-    every column (on the threaded scheduler, and pinned to workers on a cluster)."""
-    ctx = request.getfixturevalue("client") if distributed else None
+def _check_by_domain(xp, client=None):
+    """by_domain over ``xp`` chunks (NumPy or CuPy): chunk d of every column is domain
+    d's own rows, in input order, the same rows in every column, of ``xp``'s type; on a
+    client the chunks lie on both workers."""
     x, i, v = _cloud(5)
     grid = domain_grid(8, box_size=BOX)
-    pos = da.from_array(x, chunks=(700, 3))
-    out = decompose(pos, grid, name="keep").by_domain(ids=da.from_array(i, chunks=700),
-                                                      vel=da.from_array(v, chunks=(700, 3)))
+
+    def arr(a, chunks):
+        return da.from_array(xp.asarray(a), chunks=chunks, asarray=False)
+
+    out = decompose(arr(x, (700, 3)), grid, name="keep").by_domain(ids=arr(i, 700),
+                                                                  vel=arr(v, (700, 3)))
     assert set(out) == {"pos", "ids", "vel"}
     chunks = out["pos"].chunks[0]
     assert len(chunks) == 8 and sum(chunks) == N
     assert all(out[k].chunks[0] == chunks for k in out)
-    p, ids, vel = dask.compute(out["pos"], out["ids"], out["vel"])
+    got = dask.compute(out["pos"], out["ids"], out["vel"])
+    assert all(isinstance(a, type(xp.asarray(x))) for a in got)
+    p, ids, vel = (a.get() if hasattr(a, "get") else a for a in got)
     row = {int(k): r for r, k in enumerate(i)}
     src = np.array([row[int(k)] for k in ids])  # the input row of every output row
     np.testing.assert_array_equal(p, x[src])
@@ -213,15 +217,28 @@ def test_by_domain_holds_each_domain_in_its_chunk(request, distributed):
     bounds = np.cumsum((0,) + chunks)
     owner = grid.owner_of(x)
     for d in range(8):
-        rows = src[bounds[d]:bounds[d + 1]]
-        np.testing.assert_array_equal(rows, np.flatnonzero(owner == d))
-    if ctx is not None:  # each domain's rows on worker d mod 2
+        np.testing.assert_array_equal(src[bounds[d]:bounds[d + 1]], np.flatnonzero(owner == d))
+    if client is not None:  # each domain's rows on worker d mod 2
         from distributed import futures_of, wait
 
         futures = futures_of(out["pos"].persist())
         wait(futures)
-        held = ctx.who_has(futures)
+        held = client.who_has(futures)
         assert len({w for ws in held.values() for w in ws}) == 2
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_by_domain_holds_each_domain_in_its_chunk(request, distributed):
+    """On the threaded scheduler, and pinned to workers on a cluster."""
+    _check_by_domain(np, request.getfixturevalue("client") if distributed else None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("distributed", [False, True])
+def test_gpu_by_domain(request, distributed):
+    """CuPy chunks stay on the GPU, reordered as on the CPU."""
+    cupy = pytest.importorskip("cupy")
+    _check_by_domain(cupy, request.getfixturevalue("client") if distributed else None)
 
 
 def test_by_domain_refuses_ghosts_and_a_column_named_pos():
