@@ -292,17 +292,30 @@ def test_gpu_run_matches_cpu_run(method, steps, dx, dv):
     assert np.abs(v_gpu - v_cpu).max() <= dv * np.abs(v_cpu).max()
 
 
-@pytest.mark.parametrize("method", ["treepm", "pm"])
-def test_run_kept_by_domain_matches_the_ics_order(client, monkeypatch, tmp_path, method):
+@pytest.mark.parametrize("method, masses", [("treepm", False), ("pm", False),
+                                            ("treepm", True)])
+def test_run_kept_by_domain_matches_the_ics_order(client, monkeypatch, tmp_path, method,
+                                                  masses):
     """On two workers with eight domains, a run that keeps its particles by domain
     (runner.KEEP_BY_DOMAIN) gives the ICs-order run's particles, matched by id, within
     rounding; its state's chunks are the domains; killed and resumed from its checkpoint
-    it ends where the straight run does."""
+    it ends where the straight run does. With a mass array (masses differing by up to
+    20%, total kept) the masses follow their particles, through the checkpoint too."""
     import cosmo_dask.gravity.tree.graph as tree_graph
     import cosmo_dask.simulation.runner as runner
 
     monkeypatch.setattr(tree_graph, "DOMAIN_PARTICLES", 512)  # 16^3 -> 8 domains
     ics = _ics(16, box=500.0)
+    if masses:
+        n = ics.n_particles
+        m = np.random.default_rng(5).uniform(0.8, 1.2, n)
+        m *= ics.particle_mass * n / m.sum()
+        arrays = {k: v for k, v in ics.arrays.items() if k in ("pos", "vel", "ids")}
+        attrs = {k: ics.attrs[k] for k in ("box_size", "lagrangian_shape", "scale_factor",
+                                           "cosmology", "units", "G")}
+        ics = Snapshot.from_arrays(**{k: v.compute() for k, v in arrays.items()}, mass=m,
+                                   chunks=n // 4, **attrs)
+        assert ics.mass is not None
     kw = dict(n_steps=4, n_mesh=32, method=method)
 
     def by_id(snap):
