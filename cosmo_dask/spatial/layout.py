@@ -63,11 +63,18 @@ from .domains import (
     split_chunk_grouped,
 )
 
-__all__ = ["DomainLayout", "decompose"]
+__all__ = ["DomainLayout", "decompose", "domain_worker"]
 
 #: a placed gather (``gather(workers=...)``) pins and persists at most this many pieces,
 #: each a task of its own layer; above, the pieces are left to the scheduler
 PLACED_PIECES = 1024
+
+
+def domain_worker(workers: Sequence[str], d: int) -> str | None:
+    """The worker of domain ``d``'s pinned tasks: ``workers[d mod W]`` (None without
+    workers: the scheduler chooses). One rule for the state kept by domain
+    (:meth:`DomainLayout.by_domain`) and the tasks that follow it."""
+    return workers[d % len(workers)] if workers else None
 
 
 class DomainLayout:
@@ -224,7 +231,7 @@ class DomainLayout:
         g = TaskGraph(parts)
         kind = f"{self.name}-owned-{token}"
         keys = [g.add((kind, d), domains.owned_rows, g.ref(p), names,
-                      worker=workers[d % len(workers)] if workers else None).key
+                      worker=domain_worker(workers, d)).key
                 for d, p in enumerate(parts)]
         held = g.persist(keys, label=None)
         h = TaskGraph(held)
@@ -251,19 +258,16 @@ class DomainLayout:
         cg, dg = len(_groups(n_chunks)), len(_groups(n_dom))
         two_stage = n_dom + n_dom * cg + dg * cg + dg * n_chunks  # keys of the two stages
         if workers or pairs <= domains.TWO_STAGE_PAIRS or pairs <= two_stage:
-            def on(d):
-                return workers[d % len(workers)] if workers else None
-
             for d, ref in enumerate(per_domain):
                 chunks = range(n_chunks) if chunks_of is None else \
                     np.asarray(chunks_of[d], dtype=np.int64).tolist()
                 for i in chunks:
                     pieces[i].append(g.add((name, d, i), operator.getitem, ref, i,
-                                           worker=on(d)))
+                                           worker=domain_worker(workers, d)))
             for i in range(n_chunks):  # a chunk no domain holds rows of (0 rows): an empty
                 if not pieces[i] and n_dom:  # piece, of the domains' array type
                     pieces[i].append(g.add((name, 0, i), operator.getitem, per_domain[0], i,
-                                           worker=on(0)))
+                                           worker=domain_worker(workers, 0)))
             return pieces
         cgroups, dgroups = _groups(n_chunks), _groups(n_dom)  # (chunks_of unused: too many)
         # stage 1: each domain's pieces in groups of chunks

@@ -79,6 +79,7 @@ from ...core.backend import array_module, chunk_ranges, host, value_ranges
 from ...core.progress import compute, worker_addresses, worker_count
 from ...core.task_graph import TaskGraph
 from ...spatial import decompose, domain_grid, rows_by_chunk
+from ...spatial.layout import domain_worker
 from .. import dispatch as kernels
 from ..parameters import MAX_GROUP_DEFAULT, MAX_LEAF_DEFAULT, THETA_DEFAULT, default_r_cut
 
@@ -392,8 +393,7 @@ def tree_accelerations(pos, mass, *, G: float, theta: float = THETA_DEFAULT,  # 
     workers = worker_addresses() if placed else []
 
     def on(d: int):
-        """The worker of domain ``d``'s tasks (None: the scheduler chooses)."""
-        return workers[d % len(workers)] if workers else None
+        return domain_worker(workers, d)
 
     trees = [g.add((f"gravity-tree-{token}", d), domain_tree, g.ref(p), scalar, opts,
                    worker=on(d)) for d, p in enumerate(parts)]
